@@ -1,0 +1,46 @@
+# Everything a person or CI runs goes through these targets.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test unit lint typecheck bench install system-deps clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) (Python 3.11)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## make run: start the twin, collectors/warehouse and the dashboard; Ctrl-C stops all.
+run: $(STAMP)
+	$(BIN)/moemeter up
+
+## Debian's chromium for the browser test (skipped if already there or not root).
+system-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium missing and not root: the browser test will fail; apt-get install chromium"; fi; fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+## make test: install and run the whole suite (unit, integration, browser).
+test: $(STAMP) system-deps lint typecheck
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest -m "not integration and not browser"
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,14 @@
+"""moemeter dashboard: a Streamlit multipage app over the warehouse's read-only query API.
+
+Run with `moemeter dashboard` (or `streamlit run dashboard/app.py`); MOEMETER_API names the API.
+"""
+
+from pathlib import Path
+
+import streamlit as st
+
+PAGES = Path(__file__).parent / "pages"
+
+st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")
+nav = st.navigation([st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True)])
+nav.run()

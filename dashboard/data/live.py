@@ -1,0 +1,297 @@
+"""Queries behind the Live page: pure functions of a query callable and a time window.
+
+`q(sql, params) -> DataFrame` is the warehouse's query API (or a local connection in tests).
+Every number follows shared/DESIGN.md's definitions; see docs/metrics.md for the families.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+Query = Callable[[str, list[Any] | None], pd.DataFrame]
+
+RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
+POINTS = 120  # points per chart
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime
+    end: datetime
+    step_seconds: int
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @classmethod
+    def ending(cls, end: datetime, seconds: float, scrape_interval: float = 5.0) -> Window:
+        """A window of `seconds` up to `end`, with a step that gives ~POINTS points and never
+        less than two scrape intervals (so every step holds at least one increase)."""
+        step = max(int(2 * scrape_interval), int(seconds // POINTS))
+        return cls(end - timedelta(seconds=seconds), end, step)
+
+
+def _params(w: Window) -> list[Any]:
+    return [w.step_seconds, w.start, w.end]
+
+
+# ------------------------------------------------------------------------ targets
+def targets(q: Query) -> pd.DataFrame:
+    return q("SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets ORDER BY role, name", None)
+
+
+def latest_scrape_time(q: Query) -> datetime | None:
+    df = q("SELECT max(ts) AS ts FROM scrapes", None)
+    ts = df["ts"].iloc[0] if len(df) else None
+    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
+
+
+def pool_gpus(tgts: pd.DataFrame) -> dict[str, int]:
+    """GPUs per pool from the targets file; the rack is every GPU its exporters report."""
+    by_role = tgts.groupby("role")["gpus"].sum().to_dict() if len(tgts) else {}
+    prefill, decode = int(by_role.get("prefill", 0)), int(by_role.get("decode", 0))
+    rack = int(by_role.get("gpu", 0)) or prefill + decode
+    return {"prefill": prefill, "decode": decode, "rack": rack}
+
+
+# ------------------------------------------------------------------------- tokens
+TOKEN_SQL = """
+WITH per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, s.target, s.role, s.metric,
+           json_extract_string(s.labels, '$.source') AS source,
+           sum(i.delta) AS delta, sum(i.seconds) AS seconds
+    FROM increments i JOIN series_targets s USING (series_id)
+    WHERE i.ts > ?::TIMESTAMP AND i.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
+      AND s.metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
+    GROUP BY ALL
+), per_target AS (
+    SELECT bucket, target, role,
+           sum(delta) FILTER (WHERE metric = 'vllm:prompt_tokens_total') AS prompt,
+           sum(delta) FILTER (WHERE metric = 'vllm:prompt_tokens_by_source_total' AND source = 'local_cache_hit') AS cached,
+           sum(delta) FILTER (WHERE metric = 'vllm:generation_tokens_total') AS generated,
+           max(seconds) AS seconds
+    FROM per_series GROUP BY ALL
+)
+SELECT bucket, role,
+       sum(coalesce(prompt, 0) / seconds) AS prompt_per_s,
+       sum(coalesce(cached, 0) / seconds) AS cached_per_s,
+       sum(coalesce(generated, 0) / seconds) AS generated_per_s
+FROM per_target WHERE seconds > 0 GROUP BY ALL ORDER BY bucket, role
+"""
+
+
+def token_rates(q: Query, w: Window) -> pd.DataFrame:
+    """Per bucket and pool: prompt, cached-prompt and generated tokens per second."""
+    return q(TOKEN_SQL, _params(w))
+
+
+def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
+    """DESIGN.md tokens/s per GPU, long form: bucket, series, value.
+
+    prefill logical = prompt tokens (cache hits included) / prefill GPUs; prefill computed =
+    (prompt - cached) / prefill GPUs; decode = generated / decode GPUs (its prompt tokens came
+    by KV transfer and are not counted again); rack = (prefill prompt + decode generated) / all GPUs.
+    """
+    cols = ["bucket", "series", "value"]
+    if rates.empty:
+        return pd.DataFrame(columns=cols)
+    wide = rates.pivot_table(index="bucket", columns="role",
+                             values=["prompt_per_s", "cached_per_s", "generated_per_s"], aggfunc="sum").fillna(0.0)  # fmt: skip
+
+    def col(metric: str, role: str) -> pd.Series:
+        key = (metric, role)
+        return wide[key] if key in wide.columns else pd.Series(0.0, index=wide.index)
+
+    prompt, cached = col("prompt_per_s", "prefill"), col("cached_per_s", "prefill")
+    generated = col("generated_per_s", "decode")
+    out = {}
+    if gpus["prefill"]:
+        out["prefill logical"] = prompt / gpus["prefill"]
+        out["prefill computed"] = (prompt - cached) / gpus["prefill"]
+    if gpus["decode"]:
+        out["decode"] = generated / gpus["decode"]
+    if gpus["rack"]:
+        out["rack logical"] = (prompt + generated) / gpus["rack"]
+    df = pd.DataFrame(out)
+    df.index.name = "bucket"
+    return df.reset_index().melt(id_vars="bucket", var_name="series", value_name="value")[cols]
+
+
+# --------------------------------------------------------------------- histograms
+HIST_SQL = """
+SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, s.role, s.le, sum(i.delta) AS count
+FROM increments i JOIN series_targets s USING (series_id)
+WHERE i.ts > ?::TIMESTAMP AND i.ts <= ?::TIMESTAMP AND s.metric = ? AND s.role IN ('prefill', 'decode')
+GROUP BY ALL ORDER BY bucket, role, le
+"""
+
+
+def histogram_counts(q: Query, w: Window, family: str) -> pd.DataFrame:
+    """Bucket increases of a vLLM histogram family, summed over engines, per step and pool."""
+    return q(HIST_SQL, [*_params(w), f"{family}_bucket"])
+
+
+def histogram_quantile(quantile: float, les: np.ndarray, cumulative: np.ndarray) -> float:
+    """Prometheus histogram_quantile: linear interpolation inside the bucket holding the rank."""
+    order = np.argsort(les)
+    les, cumulative = np.asarray(les, float)[order], np.asarray(cumulative, float)[order]
+    if les.size < 2 or not np.isinf(les[-1]) or cumulative[-1] <= 0:
+        return float("nan")
+    cumulative = np.maximum.accumulate(cumulative)  # guard against ragged increases
+    rank = quantile * cumulative[-1]
+    b = int(np.searchsorted(cumulative, rank, side="left"))
+    if b >= les.size - 1:  # in the +Inf bucket: the highest finite bound
+        return float(les[-2])
+    lower = 0.0 if b == 0 else les[b - 1]
+    prev = 0.0 if b == 0 else cumulative[b - 1]
+    upper, count = les[b], cumulative[b] - prev
+    if count <= 0:
+        return float(upper)
+    return float(lower + (upper - lower) * (rank - prev) / count)
+
+
+def quantiles_over_time(counts: pd.DataFrame, quantiles: tuple[float, ...]) -> pd.DataFrame:
+    """Long form: bucket, role, quantile, value (NaN where nothing was observed)."""
+    rows = []
+    for (bucket, role), g in counts.groupby(["bucket", "role"], sort=True):
+        for qt in quantiles:
+            rows.append((bucket, role, qt, histogram_quantile(qt, g["le"].to_numpy(), g["count"].to_numpy())))
+    return pd.DataFrame(rows, columns=["bucket", "role", "quantile", "value"])
+
+
+def quantile_overall(counts: pd.DataFrame, quantile: float, role: str) -> float:
+    """One quantile over the whole window for one pool."""
+    g = counts[counts["role"] == role].groupby("le")["count"].sum()
+    return histogram_quantile(quantile, g.index.to_numpy(), g.to_numpy()) if len(g) else float("nan")
+
+
+def per_user_tokens_per_second(tpot_counts: pd.DataFrame) -> pd.DataFrame:
+    """DESIGN.md P90 per-user throughput: 1 / (P90 over requests of mean inter-token latency),
+    from the decode pool's request_time_per_output_token histogram (prefill requests emit one token)."""
+    dec = tpot_counts[tpot_counts["role"] == "decode"]
+    out = quantiles_over_time(dec, (0.9,))
+    out["value"] = 1.0 / out["value"]
+    return out[["bucket", "value"]]
+
+
+# ------------------------------------------------------------------------ gauges
+GAUGE_SQL = """
+WITH per_ts AS (
+    SELECT x.ts, s.role,
+           sum(x.value) FILTER (WHERE s.metric = 'vllm:num_requests_running') AS running,
+           sum(x.value) FILTER (WHERE s.metric = 'vllm:num_requests_waiting') AS waiting,
+           avg(x.value) FILTER (WHERE s.metric = 'vllm:kv_cache_usage_perc') AS kv_mean,
+           max(x.value) FILTER (WHERE s.metric = 'vllm:kv_cache_usage_perc') AS kv_max
+    FROM samples x JOIN series_targets s USING (series_id)
+    WHERE x.ts > ?::TIMESTAMP AND x.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
+      AND s.metric IN ('vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc')
+    GROUP BY ALL
+)
+SELECT time_bucket(to_seconds(?::BIGINT), ts) AS bucket, role,
+       avg(running) AS running, avg(waiting) AS waiting, avg(kv_mean) AS kv_mean, max(kv_max) AS kv_max
+FROM per_ts GROUP BY ALL ORDER BY bucket, role
+"""
+
+
+def queue_and_kv(q: Query, w: Window) -> pd.DataFrame:
+    """Running and waiting requests (sum over engines) and KV-cache use (mean, max) per pool."""
+    return q(GAUGE_SQL, [w.start, w.end, w.step_seconds])
+
+
+# --------------------------------------------------------------------------- GPUs
+GPU_LATEST_SQL = """
+WITH last AS (SELECT target, max(ts) AS ts FROM scrapes WHERE up GROUP BY target)
+SELECT s.target, s.hostname, json_extract_string(s.labels, '$.gpu')::INTEGER AS gpu,
+       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_GPU_UTIL') AS util_pct,
+       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_POWER_USAGE') AS power_watts,
+       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_FB_USED') AS fb_used_mib,
+       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_GPU_TEMP') AS temp_c,
+       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_MEMORY_TEMP') AS memory_temp_c,
+       max(x.ts) AS ts
+FROM samples x JOIN series_targets s USING (series_id) JOIN last l ON l.target = s.target AND l.ts = x.ts
+WHERE s.role = 'gpu' AND x.ts > ?::TIMESTAMP
+GROUP BY ALL ORDER BY s.target, gpu
+"""
+
+
+def gpus_latest(q: Query, since: datetime) -> pd.DataFrame:
+    """Each GPU's latest utilisation, power, memory and temperature (NULL where DCGM had none)."""
+    return q(GPU_LATEST_SQL, [since])
+
+
+GPU_TIME_SQL = """
+SELECT time_bucket(to_seconds(?::BIGINT), x.ts) AS bucket,
+       avg(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_GPU_UTIL') AS util_pct,
+       sum(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_POWER_USAGE')
+         / count(DISTINCT x.ts) AS power_watts
+FROM samples x JOIN series_targets s USING (series_id)
+WHERE x.ts > ?::TIMESTAMP AND x.ts <= ?::TIMESTAMP AND s.role = 'gpu'
+  AND s.metric IN ('DCGM_FI_DEV_GPU_UTIL', 'DCGM_FI_DEV_POWER_USAGE')
+GROUP BY ALL ORDER BY bucket
+"""
+
+
+def gpus_over_time(q: Query, w: Window) -> pd.DataFrame:
+    """Mean GPU utilisation and total rack power per step."""
+    return q(GPU_TIME_SQL, _params(w))
+
+
+# ------------------------------------------------------------------------- health
+HEALTH_SQL = """
+SELECT target, arg_max(up, ts) AS up, max(ts) AS last_scrape, arg_max(duration_seconds, ts) AS duration_seconds,
+       arg_max(samples, ts) AS samples, arg_max(error, ts) AS error,
+       count(*) FILTER (WHERE NOT up) AS failures, count(*) AS scrapes
+FROM scrapes WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP
+GROUP BY target ORDER BY up, target
+"""
+
+
+def scrape_health(q: Query, w: Window) -> pd.DataFrame:
+    """Per target: up at the last scrape, its duration, samples and error; failures in the window."""
+    return q(HEALTH_SQL, [w.start, w.end])
+
+
+# ---------------------------------------------------------------------- headline
+@dataclass(frozen=True)
+class Headline:
+    rack_tokens_per_gpu: float
+    prefill_computed_per_gpu: float
+    decode_tokens_per_gpu: float
+    p90_user_tokens_per_s: float
+    ttft_p90_seconds: float
+    itl_p50_seconds: float
+    targets_up: int
+    targets_total: int
+
+
+def headline(tpg: pd.DataFrame, ttft: pd.DataFrame, itl: pd.DataFrame, tpot: pd.DataFrame,
+             health: pd.DataFrame, last_buckets: int = 3) -> Headline:  # fmt: skip
+    """The numbers on top of the page, over the last few complete steps."""
+
+    def recent(series: str) -> float:
+        s = tpg[tpg["series"] == series].sort_values("bucket")
+        s = s.iloc[:-1] if len(s) > 1 else s  # the newest step is still filling
+        return float(s["value"].tail(last_buckets).mean()) if len(s) else float("nan")
+
+    def recent_counts(df: pd.DataFrame) -> pd.DataFrame:
+        buckets = sorted(df["bucket"].unique())[-(last_buckets + 1) :]
+        return df[df["bucket"].isin(buckets)]
+
+    tp = quantile_overall(recent_counts(tpot), 0.9, "decode") if len(tpot) else float("nan")
+    return Headline(
+        rack_tokens_per_gpu=recent("rack logical"),
+        prefill_computed_per_gpu=recent("prefill computed"),
+        decode_tokens_per_gpu=recent("decode"),
+        p90_user_tokens_per_s=1.0 / tp if tp and tp > 0 else float("nan"),
+        ttft_p90_seconds=quantile_overall(recent_counts(ttft), 0.9, "prefill") if len(ttft) else float("nan"),
+        itl_p50_seconds=quantile_overall(recent_counts(itl), 0.5, "decode") if len(itl) else float("nan"),
+        targets_up=int(health["up"].sum()) if len(health) else 0,
+        targets_total=len(health),
+    )

@@ -1,0 +1,98 @@
+"""Live page figures: DataFrames from dashboard.data.live in, Plotly figures out. No Streamlit."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+POOL_COLORS = {"prefill": "#1f77b4", "decode": "#d62728", "rack": "#2ca02c"}
+QUANTILE_DASH = {0.5: "solid", 0.9: "dash", 0.99: "dot"}
+P90_PER_USER_REFERENCE = 196.0  # tokens/s, the write-up's P90 per-user decode throughput
+
+
+def _layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
+    fig.update_layout(title=title, height=height, margin=dict(l=40, r=10, t=40, b=30),
+                      legend=dict(orientation="h", y=-0.15), hovermode="x unified")  # fmt: skip
+    return fig
+
+
+def tokens_per_gpu_figure(tpg: pd.DataFrame) -> go.Figure:
+    """One panel per pool: the scales differ by three orders of magnitude."""
+    panels = [("Prefill pool", ["prefill logical", "prefill computed"]), ("Decode pool", ["decode"]),
+              ("Rack (prefill prompt + decode generated) / all GPUs", ["rack logical"])]  # fmt: skip
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[p[0] for p in panels])  # fmt: skip
+    for row, (_, names) in enumerate(panels, start=1):
+        for name in names:
+            s = tpg[tpg["series"] == name]
+            pool = name.split()[0]
+            fig.add_trace(go.Scatter(x=s["bucket"], y=s["value"], name=name, mode="lines",
+                                     line=dict(color=POOL_COLORS[pool], dash="dot" if "computed" in name else "solid")),
+                          row=row, col=1)  # fmt: skip
+        fig.update_yaxes(title_text="tok/s/GPU", row=row, col=1, rangemode="tozero")
+    return _layout(fig, "Tokens/s per GPU", height=560)
+
+
+def latency_figure(quantiles: pd.DataFrame, title: str) -> go.Figure:
+    """Quantile lines per pool, in milliseconds."""
+    fig = go.Figure()
+    for (role, qt), g in quantiles.groupby(["role", "quantile"], sort=True):
+        fig.add_trace(go.Scatter(x=g["bucket"], y=g["value"] * 1000.0, mode="lines", name=f"{role} p{int(round(qt * 100))}",
+                                 line=dict(color=POOL_COLORS.get(role, "#7f7f7f"), dash=QUANTILE_DASH.get(qt, "solid"))))  # fmt: skip
+    fig.update_yaxes(title_text="ms", rangemode="tozero")
+    return _layout(fig, title)
+
+
+def per_user_figure(per_user: pd.DataFrame) -> go.Figure:
+    fig = go.Figure(go.Scatter(x=per_user["bucket"], y=per_user["value"], mode="lines", name="P90 per-user tok/s",
+                               line=dict(color=POOL_COLORS["decode"])))  # fmt: skip
+    fig.add_hline(y=P90_PER_USER_REFERENCE, line_dash="dot", line_color="#7f7f7f",
+                  annotation_text=f"write-up: {P90_PER_USER_REFERENCE:.0f} tok/s", annotation_position="bottom right")  # fmt: skip
+    fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
+    return _layout(fig, "P90 per-user decode throughput (1 / P90 of per-request mean ITL)")
+
+
+def queue_figure(gauges: pd.DataFrame) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["Running requests", "Waiting requests"])
+    for role, g in gauges.groupby("role"):
+        color = POOL_COLORS.get(str(role), "#7f7f7f")
+        fig.add_trace(
+            go.Scatter(x=g["bucket"], y=g["running"], name=f"{role} running", line=dict(color=color)), row=1, col=1
+        )
+        fig.add_trace(go.Scatter(x=g["bucket"], y=g["waiting"], name=f"{role} waiting", line=dict(color=color, dash="dash")),
+                      row=1, col=2)  # fmt: skip
+    return _layout(fig, "Requests (sum over engines)")
+
+
+def kv_figure(gauges: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    for role, g in gauges.groupby("role"):
+        color = POOL_COLORS.get(str(role), "#7f7f7f")
+        fig.add_trace(go.Scatter(x=g["bucket"], y=g["kv_mean"] * 100, name=f"{role} mean", line=dict(color=color)))
+        fig.add_trace(
+            go.Scatter(x=g["bucket"], y=g["kv_max"] * 100, name=f"{role} max", line=dict(color=color, dash="dot"))
+        )
+    fig.update_yaxes(title_text="% of KV cache", range=[0, 100])
+    return _layout(fig, "KV-cache usage (mean and busiest engine)")
+
+
+def gpu_heatmap(latest: pd.DataFrame, column: str, title: str, unit: str) -> go.Figure:
+    """Trays down, GPUs across: every GPU of the rack in one glance."""
+    if latest.empty:
+        return _layout(go.Figure(), title)
+    grid = latest.pivot_table(index="target", columns="gpu", values=column, aggfunc="first")
+    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=[f"GPU {c}" for c in grid.columns], y=list(grid.index),
+                               colorscale="Viridis", colorbar=dict(title=unit),
+                               hovertemplate="%{y} %{x}: %{z:.0f} " + unit + "<extra></extra>"))  # fmt: skip
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, title, height=520)
+
+
+def gpu_time_figure(df: pd.DataFrame) -> go.Figure:
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    fig.add_trace(go.Scatter(x=df["bucket"], y=df["util_pct"], name="mean GPU util %"), secondary_y=False)
+    fig.add_trace(go.Scatter(x=df["bucket"], y=df["power_watts"] / 1000.0, name="rack GPU power kW"), secondary_y=True)
+    fig.update_yaxes(title_text="%", range=[0, 100], secondary_y=False)
+    fig.update_yaxes(title_text="kW", rangemode="tozero", secondary_y=True)
+    return _layout(fig, "GPU utilisation and power")

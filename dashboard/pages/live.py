@@ -1,0 +1,105 @@
+"""Live page: is the rack healthy right now, and which pool is the bottleneck? (SRE on call)"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+import httpx
+import streamlit as st
+
+from dashboard.data import live as data
+from dashboard.figures import live as figures
+from dashboard.source import api_url, query
+
+REFRESH_SECONDS = 5
+
+
+def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def _window_controls() -> tuple[str, datetime | None, datetime | None, bool]:
+    cols = st.columns([3, 2, 2, 1])
+    choice = cols[0].segmented_control("Time range", [*data.RANGES, "Custom"], default="15 min", key="range")
+    start = end = None
+    if choice == "Custom":
+        today = datetime.utcnow().date()
+        d0, d1 = cols[1].date_input("From / to (UTC)", (today, today), key="custom_dates") or (today, today)
+        start = datetime.combine(d0, datetime.min.time())
+        end = datetime.combine(d1 if d1 else d0, datetime.min.time()) + timedelta(days=1)
+    auto = cols[3].toggle("Auto-refresh", value=True, key="auto")
+    return choice or "15 min", start, end, auto
+
+
+def render(choice: str, start: datetime | None, end: datetime | None) -> None:
+    latest = data.latest_scrape_time(query)
+    if latest is None:
+        st.info(f"No scrapes stored yet in the warehouse behind {api_url()}: waiting for the first collector round.")
+        return
+    if choice == "Custom" and start and end:
+        w = data.Window(start, end, max(10, int((end - start).total_seconds() // data.POINTS)))
+    else:
+        w = data.Window.ending(latest, data.RANGES.get(choice, 900))
+    tgts = data.targets(query)
+    gpus = data.pool_gpus(tgts)
+    stacks = ", ".join(sorted(s for s in tgts["stack"].dropna().unique() if s)) or "unnamed stack"
+    st.caption(f"Observing **{stacks}** · {gpus['prefill']} prefill + {gpus['decode']} decode GPUs "
+               f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · step {w.step_seconds}s")  # fmt: skip
+
+    tpg = data.tokens_per_gpu(data.token_rates(query, w), gpus)
+    ttft = data.histogram_counts(query, w, "vllm:time_to_first_token_seconds")
+    itl = data.histogram_counts(query, w, "vllm:inter_token_latency_seconds")
+    tpot = data.histogram_counts(query, w, "vllm:request_time_per_output_token_seconds")
+    health = data.scrape_health(query, w)
+    head = data.headline(tpg, ttft, itl, tpot, health)
+
+    m = st.columns(7)
+    m[0].metric("Rack tok/s per GPU (logical)", _fmt(head.rack_tokens_per_gpu))
+    m[1].metric("Prefill computed tok/s per GPU", _fmt(head.prefill_computed_per_gpu))
+    m[2].metric("Decode tok/s per GPU", _fmt(head.decode_tokens_per_gpu))
+    m[3].metric("P90 per-user tok/s", _fmt(head.p90_user_tokens_per_s))
+    m[4].metric("Prefill TTFT p90", _fmt(head.ttft_p90_seconds * 1000, " ms"))
+    m[5].metric("Decode ITL p50", _fmt(head.itl_p50_seconds * 1000, " ms", 2))
+    m[6].metric("Targets up", f"{head.targets_up}/{head.targets_total}")
+
+    st.plotly_chart(figures.tokens_per_gpu_figure(tpg), key="tokens_per_gpu")
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(figures.latency_figure(data.quantiles_over_time(ttft, (0.5, 0.9, 0.99)),
+                                           "Time to first token (per pool)"), key="ttft")  # fmt: skip
+    c2.plotly_chart(figures.latency_figure(data.quantiles_over_time(itl[itl["role"] == "decode"], (0.5, 0.9, 0.99)),
+                                           "Inter-token latency (decode)"), key="itl")  # fmt: skip
+    c3, c4 = st.columns(2)
+    c3.plotly_chart(figures.per_user_figure(data.per_user_tokens_per_second(tpot)), key="per_user")
+    gauges = data.queue_and_kv(query, w)
+    c4.plotly_chart(figures.kv_figure(gauges), key="kv")
+    st.plotly_chart(figures.queue_figure(gauges), key="queue")
+
+    latest_gpus = data.gpus_latest(query, w.start)
+    g1, g2 = st.columns(2)
+    g1.plotly_chart(figures.gpu_heatmap(latest_gpus, "util_pct", f"GPU utilisation ({len(latest_gpus)} GPUs)", "%"),
+                    key="gpu_util")  # fmt: skip
+    g2.plotly_chart(figures.gpu_heatmap(latest_gpus, "power_watts", "GPU power", "W"), key="gpu_power")
+    st.plotly_chart(figures.gpu_time_figure(data.gpus_over_time(query, w)), key="gpu_time")
+
+    st.subheader("Scrape health")
+    st.dataframe(health, hide_index=True, key="health",
+                 column_config={"up": st.column_config.CheckboxColumn("up"),
+                                "duration_seconds": st.column_config.NumberColumn("duration s", format="%.3f")})  # fmt: skip
+
+
+st.title("Live")
+choice, start, end, auto = _window_controls()
+
+
+@st.fragment(run_every=REFRESH_SECONDS if auto else None)
+def live_body() -> None:
+    try:
+        render(choice, start, end)
+    except (httpx.HTTPError, RuntimeError) as exc:
+        st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")
+
+
+live_body()

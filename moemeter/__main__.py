@@ -1,0 +1,5 @@
+import sys
+
+from moemeter.cli import main
+
+sys.exit(main())

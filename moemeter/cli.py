@@ -1,0 +1,372 @@
+"""The `moemeter` command: the composition root that wires stack, collectors, warehouse and dashboard."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+log = logging.getLogger("moemeter")
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_DB = "moemeter.duckdb"
+DEFAULT_API_PORT = 8431
+DEFAULT_DASHBOARD_PORT = 8501
+
+
+class CliError(Exception):
+    """A user-facing error: printed without a traceback, exit status 2."""
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise CliError(f"not an ISO 8601 time: {text!r}") from exc
+    return dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
+
+
+def _parse_duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except (ValueError, IndexError) as exc:
+        raise CliError(f"not a duration (e.g. 90s, 30m, 24h): {text!r}") from exc
+
+
+# --------------------------------------------------------------------------- twin
+def cmd_twin(args: argparse.Namespace) -> int:
+    from stack.twin.config import ProfileError, load_profile
+    from stack.twin.server import Twin, write_targets
+
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as exc:
+        raise CliError(str(exc)) from exc
+    if args.fast_forward:
+        return _fast_forward(profile, args)
+    twin = Twin(profile, seed=args.seed, host=args.host)
+    if args.base_port:
+        twin.ports = {name: args.base_port + i for i, name in enumerate(twin.ports)}
+    try:
+        targets = twin.serve()
+    except OSError as exc:
+        raise CliError(f"cannot bind the twin's endpoints: {exc}") from exc
+    if args.targets_out:
+        write_targets(targets, Path(args.targets_out))
+    gpus = sum(int(t["gpus"]) for t in targets if t["role"] == "gpu")
+    print(f"twin {profile.name} (seed {args.seed}): {len(targets)} endpoints, {gpus} GPUs"
+          + (f", targets in {args.targets_out}" if args.targets_out else ""), flush=True)  # fmt: skip
+    _wait_for_signal()
+    twin.close()
+    return 0
+
+
+def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+    """Generate history through the real ingest path: twin pages -> parser -> warehouse."""
+    from collectors.parse import parse_page
+    from stack.twin.server import Twin
+    from warehouse.db import Warehouse
+    from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+
+    if not args.db:
+        raise CliError("--fast-forward needs --db PATH")
+    seconds = _parse_duration(args.fast_forward)
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    start = end - timedelta(seconds=seconds)
+    twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120)
+    wh = Warehouse(args.db)
+    ingestor = Ingestor()
+    twin.pages(start.timestamp())  # warm up to the first scrape
+    roles = {ep.name: ep for ep in twin.endpoints()}
+    t, n, began = 0.0, 0, time.perf_counter()
+    while t <= seconds:
+        ts = start + timedelta(seconds=t)
+        pages = twin.pages(start.timestamp() + t)
+        batches = [ScrapeBatch(TargetInfo(name, f"twin://{name}", roles[name].role, roles[name].gpus,
+                                          f"twin:{profile.name}", roles[name].hostname),
+                               ts, True, 0.0, parse_page(text.encode()), bytes=len(text))
+                   for name, text in pages.items()]  # fmt: skip
+        n += wh.write(lambda con, b=batches: sum(ingestor.write(con, x) for x in b))
+        t += args.interval
+    wh.close()
+    print(
+        json.dumps(
+            {"db": args.db, "seconds": seconds, "samples": n, "wall_seconds": round(time.perf_counter() - began, 2)}
+        )
+    )
+    return 0
+
+
+# -------------------------------------------------------------------------- serve
+def cmd_serve(args: argparse.Namespace) -> int:
+    from collectors.service import Collector
+    from collectors.targets import TargetsError, load_targets
+    from warehouse.api import QueryServer
+    from warehouse.db import Warehouse, WarehouseError
+
+    deadline = time.monotonic() + args.wait_targets
+    while not Path(args.targets).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    try:
+        load_targets(args.targets)
+    except TargetsError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        wh = Warehouse(args.db)
+    except WarehouseError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        api = QueryServer(wh, args.api_host, args.api_port)
+    except OSError as exc:
+        wh.close()
+        raise CliError(f"cannot bind the query API on {args.api_host}:{args.api_port}: {exc}") from exc
+    api.start()
+    print(f"warehouse {args.db}; query API {api.url}; scraping {args.targets} every {args.interval:g}s", flush=True)
+    collector = Collector(wh, args.targets, args.interval)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await collector.run(stop)
+
+    asyncio.run(main())
+    api.shutdown()
+    wh.close()
+    return 0
+
+
+# ---------------------------------------------------------------------- dashboard
+def _streamlit_cmd(port: int, host: str) -> list[str]:
+    return [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
+            "--server.headless", "true", "--server.port", str(port), "--server.address", host,
+            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]  # fmt: skip
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    env = {**os.environ, "MOEMETER_API": args.api, "PYTHONPATH": str(ROOT)}
+    print(f"dashboard: http://{args.host}:{args.port}  (query API {args.api})", flush=True)
+    return subprocess.call(_streamlit_cmd(args.port, args.host), env=env)
+
+
+# ------------------------------------------------------------------------- ingest
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from collectors.parse import ExpositionError, parse_page
+    from collectors.targets import ROLES
+    from warehouse.db import Warehouse, WarehouseError
+    from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+
+    if args.role not in ROLES:
+        raise CliError(f"--role must be one of {list(ROLES)}")
+    try:
+        body = Path(args.file).read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc.strerror}") from exc
+    try:
+        samples = parse_page(body, "application/openmetrics-text" if args.openmetrics else "text/plain")
+    except ExpositionError as exc:
+        raise CliError(f"{args.file}: {exc}") from exc
+    at = _parse_time(args.at)
+    target = TargetInfo(args.target, f"file://{Path(args.file).resolve()}", args.role, args.gpus, args.stack)
+    try:
+        wh = Warehouse(args.db)
+    except WarehouseError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        ingestor = Ingestor()
+        n = wh.write(lambda con: ingestor.write(con, ScrapeBatch(target, at, True, 0.0, samples, bytes=len(body))))
+    finally:
+        wh.close()
+    print(f"ingested {n} samples from {args.file} as {args.target} at {at.isoformat()} into {args.db}")
+    return 0
+
+
+# -------------------------------------------------------------------------- query
+def cmd_query(args: argparse.Namespace) -> int:
+    import duckdb
+    import pandas as pd
+
+    from warehouse.api import LocalQuery, QueryClient, QueryRefused
+
+    try:
+        if args.api:
+            df = QueryClient(args.api)(args.sql)
+        else:
+            if not Path(args.db).exists():
+                raise CliError(f"no database at {args.db}")
+            try:
+                con = duckdb.connect(args.db, read_only=True)
+            except duckdb.Error as exc:
+                raise CliError(f"cannot open {args.db} ({exc}); while `moemeter serve` holds it, "
+                               f"query through its API: --api http://127.0.0.1:{DEFAULT_API_PORT}") from exc  # fmt: skip
+            with con:
+                df = LocalQuery(con)(args.sql)
+    except QueryRefused as exc:
+        raise CliError(f"refused: {exc}") from exc
+    except duckdb.Error as exc:
+        raise CliError(f"query failed: {exc}") from exc
+    if args.json:
+        print(df.to_json(orient="records", date_format="iso"))
+    else:
+        with pd.option_context("display.max_rows", args.max_rows, "display.width", 200, "display.max_columns", 50):
+            print(df.to_string(index=False) if len(df) else "(no rows)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- up
+def cmd_up(args: argparse.Namespace) -> int:
+    """twin + serve + dashboard as child processes; Ctrl-C stops all three."""
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="moemeter-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    targets = workdir / "targets.json"
+    targets.unlink(missing_ok=True)
+    db = args.db or str(workdir / DEFAULT_DB)
+    me = [sys.executable, "-m", "moemeter"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    api = f"http://127.0.0.1:{args.api_port}"
+    children: list[subprocess.Popen[bytes]] = []
+
+    def start(cmd: list[str]) -> None:
+        children.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+
+    start([*me, "twin", "--profile", args.profile, "--seed", str(args.seed), "--targets-out", str(targets)])
+    start([*me, "serve", "--targets", str(targets), "--db", db, "--api-port", str(args.api_port),
+           "--interval", str(args.interval), "--wait-targets", "120"])  # fmt: skip
+    start([*me, "dashboard", "--api", api, "--port", str(args.port), "--host", args.host])
+    url = f"http://{args.host}:{args.port}"
+    print(f"moemeter up: dashboard {url}  (query API {api}, database {db}); Ctrl-C stops everything", flush=True)
+    code = 0
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the children too, like Ctrl-C
+    try:
+        while True:
+            for c in children:
+                if c.poll() is not None:
+                    print(f"moemeter up: {' '.join(c.args[2:4])} exited with {c.returncode}; stopping", flush=True)  # type: ignore[index]
+                    code = c.returncode or 1
+                    raise KeyboardInterrupt
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _stop_children(children)
+    print("moemeter up: stopped", flush=True)
+    return code
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    for c in children:
+        if c.poll() is None:
+            os.killpg(c.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for c in children:
+        try:
+            c.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(c.pid, signal.SIGKILL)
+            c.wait()
+
+
+def _wait_for_signal() -> None:
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+
+
+# ---------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moemeter", description="Observability and cost accounting for PD-disaggregated, "
+                                "wide-EP vLLM MoE serving.")  # fmt: skip
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("up", help="start twin, collectors/warehouse and dashboard; Ctrl-C stops all")
+    s.add_argument("--profile", default="deepseek-v4.1-flash", help="twin profile name or TOML path")
+    s.add_argument("--seed", type=int, default=0, help="twin random seed")
+    s.add_argument("--db", help="DuckDB file (default: a new one in the work directory)")
+    s.add_argument("--workdir", help="where the targets file and database go (default: a new temp directory)")
+    s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="dashboard port")
+    s.add_argument("--host", default="127.0.0.1", help="dashboard address")
+    s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
+    s.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
+    s.set_defaults(func=cmd_up)
+
+    s = sub.add_parser("twin", help="serve the simulated GB300 NVL72 rack's metrics endpoints")
+    s.add_argument("--profile", default="deepseek-v4.1-flash", help="profile name (stack/twin/profiles) or TOML path")
+    s.add_argument("--seed", type=int, default=0, help="random seed (same seed and start, same numbers)")
+    s.add_argument("--targets-out", help="write the targets file the twin serves here")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind")
+    s.add_argument("--base-port", type=int, default=0, help="first port (default: free ports)")
+    s.add_argument("--fast-forward", metavar="DURATION", help="instead of serving, write DURATION (e.g. 24h) of "
+                   "history ending now into --db through the ingest path")  # fmt: skip
+    s.add_argument("--db", help="DuckDB file for --fast-forward")
+    s.add_argument("--interval", type=float, default=5.0, help="scrape interval for --fast-forward, seconds")
+    s.set_defaults(func=cmd_twin)
+
+    s = sub.add_parser("serve", help="run the collectors, the warehouse writer and the query API")
+    s.add_argument("--targets", required=True, help="targets file (JSON list of name, url, role, gpus)")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
+    s.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
+    s.add_argument("--api-host", default="127.0.0.1", help="query API address (keep it on loopback)")
+    s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
+    s.add_argument("--wait-targets", type=float, default=0.0, help="wait this long for the targets file to appear")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("dashboard", help="run the Streamlit dashboard")
+    s.add_argument("--api", default=f"http://127.0.0.1:{DEFAULT_API_PORT}", help="query API URL")
+    s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="port")
+    s.add_argument("--host", default="127.0.0.1", help="address")
+    s.set_defaults(func=cmd_dashboard)
+
+    s = sub.add_parser("ingest", help="load one exposition snapshot file offline")
+    s.add_argument("--file", required=True, help="Prometheus text or OpenMetrics page")
+    s.add_argument("--target", required=True, help="target name to file it under")
+    s.add_argument("--at", required=True, help="scrape time, ISO 8601 (UTC if no offset)")
+    s.add_argument("--db", required=True, help="DuckDB file")
+    s.add_argument("--role", default="decode", help="target role: prefill, decode, router, gateway or gpu")
+    s.add_argument("--gpus", type=int, default=0, help="GPUs the target holds")
+    s.add_argument("--stack", default="offline", help="what is observed")
+    s.add_argument("--openmetrics", action="store_true", help="the file is OpenMetrics")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("query", help="run one SELECT on the warehouse and print it")
+    s.add_argument("sql", help="a single SELECT statement")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
+    s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
+    s.add_argument("--json", action="store_true", help="print JSON records")
+    s.add_argument("--max-rows", type=int, default=200, help="rows to print in table form")
+    s.set_defaults(func=cmd_query)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"moemeter {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

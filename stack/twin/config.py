@@ -1,0 +1,196 @@
+"""Typed settings of the rack twin: model, topology, workload and performance model.
+
+A profile is a TOML file under ``stack/twin/profiles/`` whose tables map one to one onto
+the dataclasses below. Every field carries a one-line docstring with its unit;
+``tests/test_docs.py`` fails if one is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+DEFAULT_PROFILE = "deepseek-v4.1-flash"
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str = "deepseek-ai/DeepSeek-V4.1-Flash"
+    """Model name served by every vLLM instance (the `model_name` label)."""
+    num_layers: int = 40
+    """Transformer layers in the whole model."""
+    prefill_layers: int = 20
+    """Layers the prefill instances run (the encoder half); equals num_layers when prefill runs all."""
+    routed_experts: int = 384
+    """Routed experts per MoE layer."""
+    shared_experts: int = 1
+    """Shared experts per MoE layer (run for every token)."""
+    top_k: int = 6
+    """Routed experts chosen per token."""
+    hash_routed_layers: int = 0
+    """Leading MoE layers routed by a hash of the token id instead of the gate."""
+    kv_bytes_per_token: int = 890
+    """Global KV-cache bytes per token (all layers), what a PD transfer moves per prompt token."""
+    max_model_len: int = 1_048_576
+    """Longest context in tokens (vLLM's `request_tokens` histogram buckets stop here)."""
+    active_params_billion: float = 13.0
+    """Parameters active per token, in billions (for the FLOP estimate)."""
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    gpus_per_tray: int = 4
+    """GPUs in one compute tray (one GPU exporter per tray)."""
+    trays: int = 18
+    """Compute trays in the rack."""
+    gpu_model: str = "NVIDIA GB300"
+    """GPU model name, as dcgm-exporter's `modelName` label shows it."""
+    gpu_memory_mib: int = 288 * 1024
+    """HBM per GPU in MiB."""
+    gpu_power_idle_watts: float = 180.0
+    """Power draw of an idle GPU in watts."""
+    gpu_power_max_watts: float = 1400.0
+    """Power draw of a fully busy GPU in watts."""
+    prefill_instances: int = 4
+    """Prefill vLLM instances (each one API server)."""
+    prefill_dp: int = 2
+    """Data-parallel engines (one GPU each) per prefill instance ("DEP2" = 2)."""
+    decode_instances: int = 1
+    """Decode vLLM instances."""
+    decode_dp: int = 64
+    """Data-parallel engines (one GPU each) per decode instance (Wide-EP)."""
+    eplb_redundant_experts: int = 64
+    """Redundant expert slots the decode instance's EPLB adds over the routed experts."""
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_tray * self.trays
+
+    @property
+    def prefill_gpus(self) -> int:
+        return self.prefill_instances * self.prefill_dp
+
+    @property
+    def decode_gpus(self) -> int:
+        return self.decode_instances * self.decode_dp
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    agents: int = 3950
+    """Concurrent agent sessions (closed loop: each waits for its answer, thinks, asks again)."""
+    users: int = 600
+    """Distinct users the agents belong to."""
+    system_prompt_tokens: int = 12_000
+    """Shared system prompt and tool schema at the start of every session (prefix-cached)."""
+    first_turn_tokens: int = 3_000
+    """Mean new tokens of a session's first user turn."""
+    turn_tokens_mean: int = 3_000
+    """Mean new tokens (tool output, user text) appended per later turn."""
+    output_tokens_mean: int = 700
+    """Mean generated tokens per turn."""
+    turns_per_session_mean: float = 30.0
+    """Mean turns before a session ends and the agent starts a new one."""
+    think_seconds_mean: float = 1.8
+    """Mean pause between an answer and the next turn (tool execution), seconds."""
+    max_context_tokens: int = 240_000
+    """A session ends when its context would pass this many tokens."""
+    prefix_cache_keep: float = 0.995
+    """Share of a session's previous context still in the prefill prefix cache at its next turn."""
+
+
+@dataclass(frozen=True)
+class PerformanceSpec:
+    decode_step_base_seconds: float = 0.00115
+    """Decode step time at batch 1 with an empty context (launch, all-to-all latency), seconds."""
+    decode_step_per_request_seconds: float = 0.000039
+    """Extra decode step time per request in the largest rank batch, seconds."""
+    decode_step_per_context_token_seconds: float = 2.5e-10
+    """Extra decode step time per context token held by the busiest rank (KV reads), seconds."""
+    decode_speed_jitter: float = 0.11
+    """Log-normal sigma of a request's own speed factor (speculative acceptance, sampling)."""
+    eplb_balancedness: float = 0.88
+    """Expert load balancedness after EPLB (mean/max rank load); MoE time scales by its inverse."""
+    prefill_tokens_per_second: float = 1.0e6
+    """Computed prompt tokens one prefill engine (GPU) processes per second."""
+    prefill_step_base_seconds: float = 0.002
+    """Fixed time of one prefill pass, seconds."""
+    prefill_per_cached_token_seconds: float = 2.0e-9
+    """Attention time per cached context token read during prefill, seconds."""
+    kv_transfer_bandwidth_bytes_per_second: float = 2.0e11
+    """Effective NIXL KV-transfer bandwidth between a prefill and a decode GPU, bytes/s."""
+    kv_transfer_latency_seconds: float = 0.0006
+    """Fixed cost of one NIXL KV transfer (handshake, descriptor post), seconds."""
+    decode_kv_capacity_tokens: int = 6_000_000
+    """KV-cache capacity of one decode engine in tokens (kv_cache_usage_perc denominator)."""
+    prefill_kv_capacity_tokens: int = 60_000_000
+    """Prefix-cache capacity of one prefill engine in tokens."""
+
+
+@dataclass(frozen=True)
+class TwinProfile:
+    name: str
+    """Profile name (file stem)."""
+    description: str
+    """One line saying what the profile models."""
+    model: ModelSpec = field(default_factory=ModelSpec)
+    """The served model."""
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    """Rack and instance layout."""
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    """The AgentX-like workload."""
+    performance: PerformanceSpec = field(default_factory=PerformanceSpec)
+    """Step-time and transfer model."""
+    custom_histogram_buckets: dict[str, list[float]] = field(default_factory=dict)
+    """vLLM `--custom-histogram-buckets` the stack profile sets (family -> upper bounds, seconds)."""
+
+    def with_workload(self, **changes: Any) -> TwinProfile:
+        return dataclasses.replace(self, workload=dataclasses.replace(self.workload, **changes))
+
+
+def _build(cls: type, table: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ProfileError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
+    return cls(**table)
+
+
+def load_profile(name_or_path: str) -> TwinProfile:
+    """Load a profile by name (from PROFILE_DIR) or by path to a TOML file."""
+    path = Path(name_or_path)
+    if path.suffix != ".toml" and "/" not in name_or_path:
+        path = PROFILE_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        available = sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+        raise ProfileError(f"no twin profile {name_or_path!r}; available: {available}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
+    sections = {"model": ModelSpec, "topology": TopologySpec, "workload": WorkloadSpec, "performance": PerformanceSpec}
+    kwargs: dict[str, Any] = {"name": data.pop("name", path.stem), "description": data.pop("description", "")}
+    for key, cls in sections.items():
+        kwargs[key] = _build(cls, data.pop(key, {}), f"{path}: [{key}]")
+    buckets = data.pop("custom_histogram_buckets", {})
+    if data:
+        raise ProfileError(f"{path}: unknown top-level keys {sorted(data)}")
+    for family, bounds in buckets.items():
+        if not bounds or any(b <= 0 for b in bounds) or any(a >= b for a, b in zip(bounds, bounds[1:])):
+            raise ProfileError(f"{path}: custom_histogram_buckets[{family!r}] must be positive and increasing")
+    kwargs["custom_histogram_buckets"] = {k: [float(b) for b in v] for k, v in buckets.items()}
+    profile = TwinProfile(**kwargs)
+    topo = profile.topology
+    if topo.prefill_gpus + topo.decode_gpus > topo.total_gpus:
+        raise ProfileError(
+            f"{path}: {topo.prefill_gpus} prefill + {topo.decode_gpus} decode GPUs exceed the rack's {topo.total_gpus}"
+        )
+    return profile

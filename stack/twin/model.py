@@ -1,0 +1,441 @@
+"""The rack twin's behaviour: an AgentX-like closed-loop workload served by PD-disaggregated vLLM.
+
+Each agent holds at most one request in flight: it asks, waits for the prefill pool (FIFO per
+engine, session affinity to one prefill instance for prefix-cache hits), the KV hand-over
+(NIXL, time = latency + bytes / bandwidth), then decodes on one data-parallel rank of the
+Wide-EP decode instance, whose step time follows the largest batch and context on any rank
+(all ranks step together), then thinks and asks again with a longer context.
+
+Time advances in fixed ticks from a given start, so a seed and a start time give the same
+counters whatever the wall clock does. The model writes stats.py's plain state only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import TwinProfile
+from .stats import GpuStats, InstanceStats, RouterStats
+
+THINK, PREFILL, DECODE = 0, 1, 2
+TICK_SECONDS = 0.5
+BLOCK_TOKENS = 64  # KV block size; cached prefixes are whole blocks
+STOP_SHARE = 0.93  # share of turns that end with a stop token rather than max_tokens
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a GPU sits: tray, index in tray, role, vLLM instance index and engine (DP rank)."""
+
+    tray: int
+    gpu: int
+    role: str
+    instance: int
+    engine: int
+
+
+def gpu_placements(profile: TwinProfile) -> list[Placement]:
+    """Prefill GPUs fill the first trays, decode ranks the rest, in order."""
+    topo = profile.topology
+    out: list[Placement] = []
+    for i in range(topo.total_gpus):
+        tray, gpu = divmod(i, topo.gpus_per_tray)
+        if i < topo.prefill_gpus:
+            inst, eng = divmod(i, topo.prefill_dp)
+            out.append(Placement(tray, gpu, "prefill", inst, eng))
+        elif i < topo.prefill_gpus + topo.decode_gpus:
+            inst, eng = divmod(i - topo.prefill_gpus, topo.decode_dp)
+            out.append(Placement(tray, gpu, "decode", inst, eng))
+        else:
+            out.append(Placement(tray, gpu, "spare", -1, -1))
+    return out
+
+
+class RackModel:
+    """State of the whole rack; `advance(t)` moves it forward to time t (epoch seconds)."""
+
+    def __init__(self, profile: TwinProfile, seed: int = 0, start: float = 0.0,
+                 prefill_urls: list[str] | None = None, decode_urls: list[str] | None = None) -> None:  # fmt: skip
+        self.profile = profile
+        self.rng = np.random.default_rng(seed)
+        self.now = start
+        topo, wl = profile.topology, profile.workload
+        m = profile.model
+        self.prefill = [InstanceStats.new(f"prefill-{i}", "prefill", topo.prefill_dp, m.max_model_len,
+                                          profile.custom_histogram_buckets, start)
+                        for i in range(topo.prefill_instances)]  # fmt: skip
+        self.decode = [InstanceStats.new(f"decode-{i}", "decode", topo.decode_dp, m.max_model_len,
+                                         profile.custom_histogram_buckets, start)
+                       for i in range(topo.decode_instances)]  # fmt: skip
+        self.router = RouterStats(prefill_urls or [f"prefill-{i}" for i in range(topo.prefill_instances)],
+                                  decode_urls or [f"decode-{i}" for i in range(topo.decode_instances)])  # fmt: skip
+        self.placements = gpu_placements(profile)
+        self.gpus = [GpuStats(i, f"GPU-{seed:04x}{i:04x}-7e1d-4c2a-9b3f-{i:012x}", f"00000000:{0x10 + i % 4:02X}:00.0")
+                     for i in range(topo.total_gpus)]  # fmt: skip
+        n_pf = topo.prefill_gpus
+        n_dc = topo.decode_gpus
+        self.prefill_busy_until = np.full(n_pf, start)
+        self.prefill_busy_seconds = np.zeros(n_pf)  # busy time within the current tick
+        self.decode_step_seconds = profile.performance.decode_step_base_seconds
+        self.decode_batch = np.zeros(n_dc)
+        self.decode_context = np.zeros(n_dc)
+        # One slot per agent: at most one request in flight each.
+        n = wl.agents
+        self.user = self.rng.integers(0, wl.users, n)
+        self.state = np.full(n, THINK)
+        self.wake = start + self.rng.exponential(wl.think_seconds_mean, n)
+        self.context = np.zeros(n)  # tokens in the session so far (0 = new session)
+        self.cached_prompt = np.zeros(n)  # prompt tokens of the previous turn (prefill-cached)
+        self.turns_left = np.zeros(n, dtype=int)
+        self.pf_engine = np.zeros(n, dtype=int)
+        self.dc_engine = np.zeros(n, dtype=int)
+        self.arrival = np.zeros(n)
+        self.prompt = np.zeros(n)
+        self.cached = np.zeros(n)
+        self.target_out = np.zeros(n)
+        self.stopped = np.zeros(n, dtype=bool)
+        self.prefill_start = np.zeros(n)
+        self.prefill_end = np.zeros(n)
+        self.prefill_recorded = np.zeros(n, dtype=bool)
+        self.kv_ready = np.zeros(n)
+        self.first_token = np.full(n, np.nan)
+        self.progress = np.zeros(n)
+        self.speed = np.ones(n)
+        # Ground truth for calibration and tests: per-request mean inter-token gaps, recent.
+        self.finished_tpot: list[float] = []
+        self.totals = {"prompt_tokens": 0.0, "generation_tokens": 0.0, "requests": 0.0}
+
+    # ------------------------------------------------------------------ time
+    def advance(self, until: float) -> None:
+        """Run whole ticks up to `until`."""
+        while self.now + TICK_SECONDS <= until:
+            self._tick(self.now, self.now + TICK_SECONDS)
+            self.now += TICK_SECONDS
+
+    def _tick(self, t0: float, t1: float) -> None:
+        self.prefill_busy_seconds[:] = 0.0
+        self._admit(t0, t1)
+        self._finish_prefill(t1)
+        self._decode(t0, t1)
+        self._gauges(t1)
+        self._hardware(t1 - t0)
+
+    # ------------------------------------------------------------ arrivals
+    def _admit(self, t0: float, t1: float) -> None:
+        wl, perf, topo = self.profile.workload, self.profile.performance, self.profile.topology
+        due = np.flatnonzero((self.state == THINK) & (self.wake < t1))
+        if due.size == 0:
+            return
+        due = due[np.argsort(self.wake[due], kind="stable")]
+        rng = self.rng
+        new_tokens = rng.exponential(wl.turn_tokens_mean, due.size).astype(int) + 64
+        first_tokens = rng.exponential(wl.first_turn_tokens, due.size).astype(int) + 64
+        out_tokens = np.minimum(rng.exponential(wl.output_tokens_mean, due.size).astype(int) + 16, 16384)
+        keep = rng.random(due.size) < wl.prefix_cache_keep
+        speed = np.exp(rng.normal(0.0, perf.decode_speed_jitter, due.size))
+        stops = rng.random(due.size) < STOP_SHARE
+        session_turns = rng.geometric(1.0 / wl.turns_per_session_mean, due.size)
+        instances = rng.integers(0, topo.prefill_instances, due.size)
+        for k, a in enumerate(due):
+            arrival = self.wake[a]
+            if self.context[a] == 0 or self.turns_left[a] <= 0 or self.context[a] > wl.max_context_tokens:
+                self.context[a] = wl.system_prompt_tokens + first_tokens[k]
+                self.cached_prompt[a] = wl.system_prompt_tokens
+                self.turns_left[a] = session_turns[k]
+                self.pf_engine[a] = instances[k] * topo.prefill_dp  # session affinity: instance
+            else:
+                self.context[a] += new_tokens[k]
+            prompt = self.context[a]
+            cached = self.cached_prompt[a] if keep[k] else wl.system_prompt_tokens
+            cached = min(prompt - 1, (cached // BLOCK_TOKENS) * BLOCK_TOKENS)
+            base = (self.pf_engine[a] // topo.prefill_dp) * topo.prefill_dp
+            engines = self.prefill_busy_until[base : base + topo.prefill_dp]
+            e = base + int(np.argmin(engines))
+            computed = prompt - cached
+            service = (perf.prefill_step_base_seconds + computed / perf.prefill_tokens_per_second
+                       + cached * perf.prefill_per_cached_token_seconds)  # fmt: skip
+            start = max(arrival, self.prefill_busy_until[e])
+            self.prefill_busy_until[e] = start + service
+            self.pf_engine[a] = e
+            self.arrival[a] = arrival
+            self.prompt[a] = prompt
+            self.cached[a] = cached
+            self.target_out[a] = out_tokens[k] if stops[k] else max(out_tokens[k], 1024)
+            self.stopped[a] = stops[k]
+            self.prefill_start[a] = start
+            self.prefill_end[a] = start + service
+            self.prefill_recorded[a] = False
+            self.speed[a] = speed[k]
+            self.state[a] = PREFILL
+            self.totals["requests"] += 1
+        # Busy time inside this tick (for GPU utilisation).
+        idx = self.pf_engine[due]
+        overlap = np.clip(np.minimum(self.prefill_end[due], t1) - np.maximum(self.prefill_start[due], t0), 0, None)
+        np.add.at(self.prefill_busy_seconds, idx, overlap)
+
+    def _finish_prefill(self, t1: float) -> None:
+        """Prefill passes that ended before t1: record them, hand the KV over to a decode rank."""
+        perf, topo, m = self.profile.performance, self.profile.topology, self.profile.model
+        done = np.flatnonzero((self.state == PREFILL) & ~self.prefill_recorded & (self.prefill_end < t1))
+        if done.size == 0:
+            return
+        self.prefill_recorded[done] = True
+        pf_global = self.pf_engine[done]
+        inst_idx, eng = np.divmod(pf_global, topo.prefill_dp)
+        prompt, cached = self.prompt[done], self.cached[done]
+        computed = prompt - cached
+        queue = self.prefill_start[done] - self.arrival[done]
+        service = self.prefill_end[done] - self.prefill_start[done]
+        ttft = self.prefill_end[done] - self.arrival[done]
+        for i, inst in enumerate(self.prefill):
+            sel = inst_idx == i
+            if not sel.any():
+                continue
+            e = eng[sel]
+            c = inst.counters
+            for name, vals in (("prompt_tokens", prompt), ("prompt_local_compute", computed),
+                               ("prompt_local_cache_hit", cached), ("cached_device", cached),
+                               ("prefix_cache_queries", prompt), ("prefix_cache_hits", cached)):  # fmt: skip
+                np.add.at(c[name], e, vals[sel])
+            np.add.at(c["generation_tokens"], e, 1)
+            np.add.at(c["success_length"], e, 1)
+            np.add.at(
+                c["estimated_flops"], e, 2e9 * m.active_params_billion * computed[sel] * m.prefill_layers / m.num_layers
+            )
+            np.add.at(c["estimated_read_bytes"], e, prompt[sel] * m.kv_bytes_per_token)
+            np.add.at(c["estimated_write_bytes"], e, computed[sel] * m.kv_bytes_per_token)
+            h = inst.histograms
+            h["vllm:request_prompt_tokens"].observe(e, prompt[sel])
+            h["vllm:request_prefill_kv_computed_tokens"].observe(e, computed[sel])
+            h["vllm:iteration_tokens_total"].observe(e, computed[sel])
+            for fam in ("vllm:request_generation_tokens", "vllm:request_max_num_generation_tokens",
+                        "vllm:request_params_n", "vllm:request_params_max_tokens", "vllm:request_num_preemptions"):  # fmt: skip
+                h[fam].observe(e, np.ones(sel.sum()) if fam != "vllm:request_num_preemptions" else np.zeros(sel.sum()))
+            h["vllm:time_to_first_token_seconds"].observe(e, ttft[sel])
+            h["vllm:request_time_per_output_token_seconds"].observe(e, np.zeros(sel.sum()))
+            h["vllm:e2e_request_latency_seconds"].observe(e, ttft[sel])
+            h["vllm:request_queue_time_seconds"].observe(e, queue[sel])
+            h["vllm:request_inference_time_seconds"].observe(e, service[sel])
+            h["vllm:request_prefill_time_seconds"].observe(e, service[sel])
+            h["vllm:request_decode_time_seconds"].observe(e, np.zeros(sel.sum()))
+            inst.http_requests += sel.sum()
+        self.totals["prompt_tokens"] += prompt.sum()
+        # KV hand-over to the least loaded decode rank (the decode instance's DP balancer).
+        n_dc = topo.decode_gpus
+        handed_over = (self.state == PREFILL) & self.prefill_recorded
+        handed_over[done] = False
+        load = np.bincount(self.dc_engine[(self.state == DECODE) | handed_over], minlength=n_dc).astype(float)
+        kv_bytes = prompt * m.kv_bytes_per_token
+        xfer = perf.kv_transfer_latency_seconds + kv_bytes / perf.kv_transfer_bandwidth_bytes_per_second
+        order = np.argsort(self.prefill_end[done], kind="stable")
+        for j in order:
+            a = done[j]
+            d = int(np.argmin(load + self.rng.random(n_dc) * 0.5))
+            load[d] += 1
+            self.dc_engine[a] = d
+            self.kv_ready[a] = self.prefill_end[a] + xfer[j]
+            self.first_token[a] = np.nan
+            self.progress[a] = 0.0
+        dinst, deng = np.divmod(self.dc_engine[done], topo.decode_dp)
+        blocks = np.ceil(prompt / BLOCK_TOKENS)
+        for i, inst in enumerate(self.decode):
+            sel = dinst == i
+            if not sel.any():
+                continue
+            e = deng[sel]
+            h = inst.histograms
+            h["vllm:nixl_xfer_time_seconds"].observe(e, xfer[sel])
+            h["vllm:nixl_post_time_seconds"].observe(e, np.full(sel.sum(), perf.kv_transfer_latency_seconds * 0.4))
+            h["vllm:nixl_bytes_transferred"].observe(e, kv_bytes[sel])
+            h["vllm:nixl_num_descriptors"].observe(e, blocks[sel])
+        self.router_requests(done, pf_global, self.dc_engine[done], xfer)
+
+    def router_requests(
+        self, agents: np.ndarray, pf_global: np.ndarray, dc_global: np.ndarray, xfer: np.ndarray
+    ) -> None:
+        r, topo = self.router, self.profile.topology
+        chat = self.user[agents] % 10 < 7  # most agents speak the chat API
+        r.requests_by_route[r.routes[0]] += float(chat.sum())
+        r.requests_by_route[r.routes[1]] += float((~chat).sum())
+        for url, n in zip(r.prefill_urls, np.bincount(pf_global // topo.prefill_dp, minlength=len(r.prefill_urls))):
+            r.prefill_requests[url] += float(n)
+        for url, n in zip(r.decode_urls, np.bincount(dc_global // topo.decode_dp, minlength=len(r.decode_urls))):
+            r.decode_requests[url] += float(n)
+        r.decode_pending_recent = np.concatenate([r.decode_pending_recent, xfer])[-2048:]
+        r.decode_pending_sum += float(xfer.sum())
+        r.decode_pending_count += float(xfer.size)
+
+    # ---------------------------------------------------------------- decode
+    def _decode(self, t0: float, t1: float) -> None:
+        perf, topo, m = self.profile.performance, self.profile.topology, self.profile.model
+        n_dc = topo.decode_gpus
+        entering = np.flatnonzero((self.state == PREFILL) & self.prefill_recorded & (self.kv_ready < t1))
+        self.state[entering] = DECODE
+        active = np.flatnonzero(self.state == DECODE)
+        ctx = self.prompt[active] + self.progress[active]
+        batch = np.bincount(self.dc_engine[active], minlength=n_dc).astype(float)
+        context = np.bincount(self.dc_engine[active], weights=ctx, minlength=n_dc)
+        self.decode_batch, self.decode_context = batch, context
+        step = (perf.decode_step_base_seconds
+                + perf.decode_step_per_request_seconds * batch.max(initial=0) / perf.eplb_balancedness
+                + perf.decode_step_per_context_token_seconds * context.max(initial=0))  # fmt: skip
+        self.decode_step_seconds = step
+        if active.size == 0:
+            return
+        begin = np.maximum(t0, self.kv_ready[active])
+        itl = step * self.speed[active]
+        # The first token comes one step after the KV is in place.
+        newly = np.isnan(self.first_token[active])
+        self.first_token[active[newly]] = self.kv_ready[active[newly]] + step
+        avail = np.clip(t1 - begin, 0.0, None)
+        before = self.progress[active]
+        after = before + avail / itl
+        target = self.target_out[active]
+        finished = after >= target
+        after = np.minimum(after, target)
+        emitted = np.floor(after) - np.floor(before)
+        self.progress[active] = after
+        finish_time = begin + (target - before) * itl
+        dinst, deng = np.divmod(self.dc_engine[active], topo.decode_dp)
+        gaps = np.maximum(emitted - newly, 0)  # the first token has no gap before it
+        for i, inst in enumerate(self.decode):
+            sel = dinst == i
+            e = deng[sel]
+            np.add.at(inst.counters["generation_tokens"], e, emitted[sel])
+            np.add.at(inst.counters["estimated_flops"], e, 2e9 * m.active_params_billion * emitted[sel])
+            np.add.at(inst.counters["estimated_read_bytes"], e, emitted[sel] * ctx[sel] * m.kv_bytes_per_token / 64)
+            np.add.at(inst.counters["estimated_write_bytes"], e, emitted[sel] * m.kv_bytes_per_token)
+            inst.histograms["vllm:inter_token_latency_seconds"].observe(e, itl[sel], gaps[sel])
+            steps = (t1 - t0) / step
+            eng_batch = batch[i * topo.decode_dp : (i + 1) * topo.decode_dp]
+            busy = np.flatnonzero(eng_batch > 0)
+            inst.histograms["vllm:iteration_tokens_total"].observe(busy, eng_batch[busy], steps)
+        self.totals["generation_tokens"] += emitted.sum()
+        done = active[finished]
+        if done.size:
+            self._finish_decode(done, finish_time[finished])
+
+    def _finish_decode(self, agents: np.ndarray, finish: np.ndarray) -> None:
+        topo, wl = self.profile.topology, self.profile.workload
+        n_out = self.target_out[agents]
+        prompt = self.prompt[agents]
+        arrive = self.prefill_end[agents]  # the router posts to decode once prefill answers
+        first = self.first_token[agents]
+        decode_time = np.maximum(finish - first, 0.0)
+        tpot = np.where(n_out > 1, decode_time / np.maximum(n_out - 1, 1), 0.0)
+        dinst, deng = np.divmod(self.dc_engine[agents], topo.decode_dp)
+        stopped = self.stopped[agents]
+        for i, inst in enumerate(self.decode):
+            sel = dinst == i
+            if not sel.any():
+                continue
+            e = deng[sel]
+            c, h = inst.counters, inst.histograms
+            for name in ("prompt_tokens", "prompt_external_kv_transfer", "cached_p2p",
+                         "external_prefix_cache_queries", "external_prefix_cache_hits"):  # fmt: skip
+                np.add.at(c[name], e, prompt[sel])
+            np.add.at(c["success_stop"], e, stopped[sel])
+            np.add.at(c["success_length"], e, ~stopped[sel])
+            h["vllm:request_prompt_tokens"].observe(e, prompt[sel])
+            h["vllm:request_prefill_kv_computed_tokens"].observe(e, prompt[sel])
+            h["vllm:request_generation_tokens"].observe(e, n_out[sel])
+            h["vllm:request_max_num_generation_tokens"].observe(e, np.full(sel.sum(), 16384.0))
+            h["vllm:request_params_max_tokens"].observe(e, np.full(sel.sum(), 16384.0))
+            h["vllm:request_params_n"].observe(e, np.ones(sel.sum()))
+            h["vllm:request_num_preemptions"].observe(e, np.zeros(sel.sum()))
+            h["vllm:time_to_first_token_seconds"].observe(e, first[sel] - arrive[sel])
+            h["vllm:request_time_per_output_token_seconds"].observe(e, tpot[sel])
+            h["vllm:e2e_request_latency_seconds"].observe(e, finish[sel] - arrive[sel])
+            h["vllm:request_queue_time_seconds"].observe(e, self.kv_ready[agents][sel] - arrive[sel])
+            h["vllm:request_inference_time_seconds"].observe(e, finish[sel] - self.kv_ready[agents][sel])
+            h["vllm:request_prefill_time_seconds"].observe(e, first[sel] - self.kv_ready[agents][sel])
+            h["vllm:request_decode_time_seconds"].observe(e, decode_time[sel])
+            inst.http_requests += sel.sum()
+        chat = self.user[agents] % 10 < 7
+        r = self.router
+        r.duration.observe(np.where(chat, 0, 1), finish - self.arrival[agents])
+        self.finished_tpot.extend(tpot[n_out > 1].tolist())
+        if len(self.finished_tpot) > 200_000:
+            del self.finished_tpot[:100_000]
+        # Next turn: the answer joins the context; the prompt just served is now prefix-cached.
+        self.cached_prompt[agents] = prompt
+        self.context[agents] = prompt + n_out
+        self.turns_left[agents] -= 1
+        self.state[agents] = THINK
+        self.wake[agents] = finish + self.rng.exponential(wl.think_seconds_mean, agents.size)
+
+    # ---------------------------------------------------------------- gauges
+    def _gauges(self, t1: float) -> None:
+        topo, perf = self.profile.topology, self.profile.performance
+        n_pf, n_dc = topo.prefill_gpus, topo.decode_gpus
+        in_pf = (self.state == PREFILL) & ~self.prefill_recorded
+        running_pf = np.bincount(self.pf_engine[in_pf & (self.prefill_start <= t1)], minlength=n_pf)
+        waiting_pf = np.bincount(self.pf_engine[in_pf & (self.prefill_start > t1)], minlength=n_pf)
+        fetching = (self.state == PREFILL) & self.prefill_recorded
+        waiting_dc = np.bincount(self.dc_engine[fetching], minlength=n_dc).astype(float)
+        # Prefix-cache residency: contexts of sessions homed on each prefill engine.
+        live = self.context > 0
+        pf_ctx = np.bincount(self.pf_engine[live], weights=self.context[live], minlength=n_pf)
+        for i, inst in enumerate(self.prefill):
+            s = slice(i * topo.prefill_dp, (i + 1) * topo.prefill_dp)
+            g = inst.gauges
+            g["running"][:] = running_pf[s]
+            g["waiting"][:] = waiting_pf[s]
+            g["waiting_capacity"][:] = waiting_pf[s]
+            g["kv_cache_usage"][:] = np.minimum(pf_ctx[s] / perf.prefill_kv_capacity_tokens, 1.0)
+        for i, inst in enumerate(self.decode):
+            s = slice(i * topo.decode_dp, (i + 1) * topo.decode_dp)
+            g = inst.gauges
+            g["running"][:] = self.decode_batch[s]
+            g["waiting"][:] = waiting_dc[s]
+            g["waiting_deferred"][:] = waiting_dc[s]
+            g["kv_fetch_in_progress"][:] = waiting_dc[s]
+            g["kv_cache_usage"][:] = np.minimum(self.decode_context[s] / perf.decode_kv_capacity_tokens, 1.0)
+        r = self.router
+        for i, url in enumerate(r.prefill_urls):
+            s = slice(i * topo.prefill_dp, (i + 1) * topo.prefill_dp)
+            sel = in_pf & (self.pf_engine // topo.prefill_dp == i)
+            r.active_prefill_tokens[url] = float((self.prompt[sel] - self.cached[sel]).sum())
+            r.prefill_occupancy[url] = float(np.minimum(running_pf[s], 1).mean())
+        for i, url in enumerate(r.decode_urls):
+            s = slice(i * topo.decode_dp, (i + 1) * topo.decode_dp)
+            r.active_decode_requests[url] = float(self.decode_batch[s].sum())
+            r.pending_decode_requests[url] = float(waiting_dc[s].sum())
+
+    def _hardware(self, dt: float) -> None:
+        topo = self.profile.topology
+        idle, peak = topo.gpu_power_idle_watts, topo.gpu_power_max_watts
+        weights_mib = 0.55 * topo.gpu_memory_mib
+        bmax = max(self.decode_batch.max(initial=0), 1.0)
+        for p, g in zip(self.placements, self.gpus):
+            if p.role == "prefill":
+                i = p.instance * topo.prefill_dp + p.engine
+                busy = min(self.prefill_busy_seconds[i] / dt, 1.0)
+                intensity = busy * 0.85
+                kv = self.prefill[p.instance].gauges["kv_cache_usage"][p.engine]
+            elif p.role == "decode":
+                i = p.instance * topo.decode_dp + p.engine
+                busy = 1.0 if self.decode_batch.sum() > 0 else 0.0  # ranks step together
+                intensity = busy * (0.35 + 0.5 * self.decode_batch[i] / bmax)
+                kv = self.decode[p.instance].gauges["kv_cache_usage"][p.engine]
+            else:
+                busy = intensity = kv = 0.0
+            noise = self.rng.normal(0, 0.01)
+            g.util = float(np.clip(100 * busy - abs(noise) * 100, 0, 100))
+            g.tensor_active = float(np.clip(intensity * 0.8 + noise, 0, 1))
+            g.dram_active = float(np.clip(intensity * 0.6 + noise, 0, 1))
+            g.power_watts = float(idle + (peak - idle) * np.clip(intensity + noise, 0, 1))
+            g.energy_mj += g.power_watts * dt * 1000.0
+            g.fb_used_mib = float(weights_mib + 0.4 * topo.gpu_memory_mib * kv)
+            g.temp_c = float(28 + 0.035 * g.power_watts)
+            g.nvlink_bytes += intensity * 4e11 * dt
+
+
+def p90_per_user_tokens_per_second(tpot_seconds: list[float]) -> float:
+    """DESIGN.md: 1 / (90th percentile over requests of mean inter-token latency)."""
+    if not tpot_seconds:
+        return math.nan
+    return float(1.0 / np.percentile(np.asarray(tpot_seconds), 90))

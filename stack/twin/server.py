@@ -1,0 +1,163 @@
+"""Serve the rack twin on loopback: one HTTP endpoint per real process, plus its targets file.
+
+Endpoints: each prefill and decode vLLM API server, the vllm-router, and one dcgm-exporter
+per tray. The model advances in a background thread in real time; each scrape renders the
+latest state. `Twin.pages()` gives the same pages without HTTP (fast-forward, tests).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from .config import TwinProfile
+from .exposition import render_dcgm, render_router, render_vllm
+from .model import RackModel
+
+log = logging.getLogger(__name__)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+WARMUP_SECONDS = 120.0
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    role: str
+    gpus: int
+    render: Callable[[], str]
+    hostname: str = ""
+
+
+class Twin:
+    """The model plus one renderer per endpoint; thread-safe."""
+
+    def __init__(self, profile: TwinProfile, seed: int = 0, start: float | None = None,
+                 host: str = "127.0.0.1", ports: list[int] | None = None) -> None:  # fmt: skip
+        self.profile = profile
+        self.seed = seed
+        self.host = host
+        topo = profile.topology
+        names = ([f"prefill-{i}" for i in range(topo.prefill_instances)]
+                 + [f"decode-{i}" for i in range(topo.decode_instances)] + ["router"]
+                 + [f"gpu-tray-{t:02d}" for t in range(topo.trays)])  # fmt: skip
+        self.ports = dict(zip(names, ports or [0] * len(names)))
+        self._servers: list[ThreadingHTTPServer] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start = time.time() - WARMUP_SECONDS if start is None else start
+        self.model: RackModel | None = None
+
+    # ---------------------------------------------------------------- pages
+    def _build_model(self, prefill_urls: list[str], decode_urls: list[str]) -> None:
+        self.model = RackModel(self.profile, self.seed, self._start, prefill_urls, decode_urls)
+
+    def endpoints(self) -> list[Endpoint]:
+        assert self.model is not None
+        m, topo = self.model, self.profile.topology
+        out = [Endpoint(s.name, "prefill", s.dp, lambda s=s: render_vllm(s, self.profile)) for s in m.prefill]
+        out += [Endpoint(s.name, "decode", s.dp, lambda s=s: render_vllm(s, self.profile)) for s in m.decode]
+        out.append(Endpoint("router", "router", 0, lambda: render_router(m.router)))
+        for t in range(topo.trays):
+            gpus = m.gpus[t * topo.gpus_per_tray : (t + 1) * topo.gpus_per_tray]
+            host = f"gb300-tray-{t:02d}"
+            out.append(Endpoint(f"gpu-tray-{t:02d}", "gpu", len(gpus),
+                                lambda g=gpus, h=host: render_dcgm(g, h, self.profile), host))  # fmt: skip
+        return out
+
+    def pages(self, at: float) -> dict[str, str]:
+        """Advance to `at` and render every endpoint (used for fast-forward and tests)."""
+        if self.model is None:
+            topo = self.profile.topology
+            self._build_model([f"http://{self.host}:0/prefill-{i}" for i in range(topo.prefill_instances)],
+                              [f"http://{self.host}:0/decode-{i}" for i in range(topo.decode_instances)])  # fmt: skip
+        assert self.model is not None
+        with self._lock:
+            self.model.advance(at)
+            return {e.name: e.render() for e in self.endpoints()}
+
+    # ----------------------------------------------------------------- HTTP
+    def serve(self) -> list[dict[str, object]]:
+        """Bind every endpoint, start the clock; returns the targets list."""
+        servers: dict[str, ThreadingHTTPServer] = {}
+        for name, port in self.ports.items():
+            srv = ThreadingHTTPServer((self.host, port), _Handler)
+            srv.daemon_threads = True
+            servers[name] = srv
+        base = {name: f"http://{self.host}:{srv.server_address[1]}" for name, srv in servers.items()}
+        topo = self.profile.topology
+        self._build_model([base[f"prefill-{i}"] for i in range(topo.prefill_instances)],
+                          [base[f"decode-{i}"] for i in range(topo.decode_instances)])  # fmt: skip
+        with self._lock:
+            assert self.model is not None
+            self.model.advance(time.time())
+        cache: dict[str, tuple[float, str]] = {}
+        targets: list[dict[str, object]] = []
+        for ep in self.endpoints():
+            srv = servers[ep.name]
+            srv.page = self._page_fn(ep, cache)  # type: ignore[attr-defined]
+            entry: dict[str, object] = {"name": ep.name, "url": base[ep.name] + "/metrics", "role": ep.role,
+                                        "gpus": ep.gpus, "stack": f"twin:{self.profile.name}"}  # fmt: skip
+            if ep.hostname:
+                entry["hostname"] = ep.hostname
+            targets.append(entry)
+            threading.Thread(target=srv.serve_forever, name=f"twin-{ep.name}", daemon=True).start()
+            self._servers.append(srv)
+        self._thread = threading.Thread(target=self._clock, name="twin-clock", daemon=True)
+        self._thread.start()
+        return targets
+
+    def _page_fn(self, ep: Endpoint, cache: dict[str, tuple[float, str]]) -> Callable[[], str]:
+        def page() -> str:
+            with self._lock:
+                assert self.model is not None
+                now = self.model.now
+                hit = cache.get(ep.name)
+                if hit and hit[0] == now:
+                    return hit[1]
+                text = ep.render()
+                cache[ep.name] = (now, text)
+                return text
+
+        return page
+
+    def _clock(self) -> None:
+        while not self._stop.wait(0.1):
+            with self._lock:
+                assert self.model is not None
+                self.model.advance(time.time())
+
+    def close(self) -> None:
+        self._stop.set()
+        for srv in self._servers:
+            srv.shutdown()
+            srv.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+        if self.path.split("?")[0] != "/metrics":
+            self.send_error(404, "only /metrics is served")
+            return
+        body = self.server.page().encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        log.debug("twin http: " + format, *args)
+
+
+def write_targets(targets: list[dict[str, object]], path: Path) -> None:
+    """Write atomically, so a collector never reads half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(targets, indent=2) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,188 @@
+"""Typed rows the collectors hand over, and how they land in DuckDB.
+
+One `ScrapeBatch` per target per scrape: its samples (already parsed), its health. The
+ingestor assigns stable series ids, stores raw samples, and derives counter increases with
+Prometheus' increase() rules (first sight: no increase; a drop is a restart counted from zero).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import duckdb
+import pyarrow as pa
+
+# Sample names that carry monotonic counts, by family kind.
+_MONOTONIC_SUFFIXES = {
+    "counter": ("_total", ""),
+    "histogram": ("_bucket", "_count", "_sum"),
+    "gaugehistogram": (),
+    "summary": ("_count", "_sum"),
+}
+DCGM_INT64_BLANK_MIN = 9.223372036854775e18  # DCGM int64 blanks sit at 2^63 - 16 and above
+DCGM_FP64_BLANK = 140737488355328.0  # 2^47: DCGM_FP64_BLANK .. NOT_PERMISSIONED (+3)
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """One entry of a targets file."""
+
+    name: str
+    url: str
+    role: str
+    gpus: int
+    stack: str = ""
+    hostname: str = ""
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: tuple[tuple[str, str], ...]  # sorted (key, value) pairs, le included
+    value: float
+    family: str
+    kind: str
+
+
+@dataclass
+class ScrapeBatch:
+    target: TargetInfo
+    ts: datetime  # UTC, naive
+    up: bool
+    duration_seconds: float
+    samples: list[Sample] = field(default_factory=list)
+    bytes: int = 0
+    error: str | None = None
+
+
+def is_dcgm_blank(name: str, value: float) -> bool:
+    """DCGM's "no value" sentinels, which must never be read as a measurement."""
+    if not name.startswith("DCGM_"):
+        return False
+    return value >= DCGM_INT64_BLANK_MIN or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK + 3
+
+
+def series_id(target: str, name: str, labels: tuple[tuple[str, str], ...]) -> int:
+    key = "\x00".join([target, name, *(f"{k}\x01{v}" for k, v in labels)]).encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big", signed=True)
+
+
+def is_monotonic(sample: Sample) -> bool:
+    suffixes = _MONOTONIC_SUFFIXES.get(sample.kind)
+    if not suffixes:
+        return False
+    return any(sample.name == sample.family + s for s in suffixes)
+
+
+class Ingestor:
+    """Turns batches into rows. Keeps the last value of every monotonic series in memory."""
+
+    def __init__(self) -> None:
+        self._known: set[int] = set()
+        self._last: dict[int, tuple[datetime, float]] = {}
+        self._loaded = False
+
+    def _load(self, con: duckdb.DuckDBPyConnection) -> None:
+        """After a restart: known series, and the last value of each series seen in the last hour."""
+        self._known = {r[0] for r in con.execute("SELECT series_id FROM series").fetchall()}
+        rows = con.execute(
+            """SELECT series_id, max(ts), arg_max(value, ts) FROM samples
+               WHERE ts >= (SELECT max(ts) - INTERVAL 1 HOUR FROM samples) GROUP BY 1"""
+        ).fetchall()
+        self._last = {sid: (ts, v) for sid, ts, v in rows if v is not None}
+        self._loaded = True
+
+    def write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch) -> int:
+        """Write one batch inside the caller's transaction; returns samples stored."""
+        if not self._loaded:
+            self._load(con)
+        t = batch.target
+        con.execute(
+            """INSERT INTO targets VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (name) DO UPDATE SET url = excluded.url, role = excluded.role, gpus = excluded.gpus,
+                   stack = excluded.stack, hostname = excluded.hostname, last_seen = excluded.last_seen""",
+            [t.name, t.url, t.role, t.gpus, t.stack, t.hostname, batch.ts, batch.ts],
+        )
+        con.execute(
+            "INSERT INTO scrapes VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [batch.ts, t.name, batch.up, batch.duration_seconds, len(batch.samples), batch.bytes, batch.error],
+        )
+        ids: list[int] = []
+        values: list[float | None] = []
+        new_series: list[tuple[int, str, str, str, str, str, str | None, float | None]] = []
+        inc: dict[str, list] = {"series_id": [], "delta": [], "seconds": [], "reset": []}
+        seen: set[int] = set()
+        for s in batch.samples:
+            sid = series_id(t.name, s.name, s.labels)
+            if sid in seen:  # a duplicate sample in one page: the first one counts
+                continue
+            seen.add(sid)
+            if sid not in self._known:
+                new_series.append(self._series_row(sid, t.name, s))
+            v = s.value
+            if is_dcgm_blank(s.name, v):
+                ids.append(sid)
+                values.append(None)  # stored as NULL: "no value", not a reading
+                continue
+            ids.append(sid)
+            values.append(v)
+            if is_monotonic(s) and not math.isnan(v):
+                prev = self._last.get(sid)
+                if prev is not None and batch.ts <= prev[0]:
+                    continue  # out of order or duplicate scrape time: no increase
+                if prev is not None:
+                    reset = v < prev[1]
+                    inc["series_id"].append(sid)
+                    inc["delta"].append(v if reset else v - prev[1])
+                    inc["seconds"].append((batch.ts - prev[0]).total_seconds())
+                    inc["reset"].append(reset)
+                self._last[sid] = (batch.ts, v)
+        if new_series:
+            cols = list(zip(*new_series))
+            tbl = pa.table({
+                "series_id": pa.array(cols[0], type=pa.int64()), "target": pa.array(cols[1], type=pa.string()),
+                "metric": pa.array(cols[2], type=pa.string()), "family": pa.array(cols[3], type=pa.string()),
+                "kind": pa.array(cols[4], type=pa.string()), "labels": pa.array(cols[5], type=pa.string()),
+                "engine": pa.array(cols[6], type=pa.string()), "le": pa.array(cols[7], type=pa.float64()),
+            })  # fmt: skip
+            con.register("_new_series", tbl)
+            try:
+                con.execute("INSERT OR IGNORE INTO series SELECT * FROM _new_series")
+            finally:
+                con.unregister("_new_series")
+            self._known.update(cols[0])
+        if ids:
+            self._append(con, "samples", batch.ts, {
+                "series_id": pa.array(ids, type=pa.int64()), "value": pa.array(values, type=pa.float64())})  # fmt: skip
+        if inc["series_id"]:
+            self._append(con, "increments", batch.ts, {
+                "series_id": pa.array(inc["series_id"], type=pa.int64()),
+                "delta": pa.array(inc["delta"], type=pa.float64()),
+                "seconds": pa.array(inc["seconds"], type=pa.float64()),
+                "reset": pa.array(inc["reset"], type=pa.bool_()),
+            })  # fmt: skip
+        return len(ids)
+
+    @staticmethod
+    def _append(con: duckdb.DuckDBPyConnection, table: str, ts: datetime, columns: dict[str, pa.Array]) -> None:
+        n = len(next(iter(columns.values())))
+        tbl = pa.table({"ts": pa.array([ts] * n, type=pa.timestamp("us")), **columns})
+        con.register("_batch", tbl)
+        try:
+            con.execute(f"INSERT INTO {table} SELECT * FROM _batch")
+        finally:
+            con.unregister("_batch")
+
+    @staticmethod
+    def _series_row(sid: int, target: str, s: Sample) -> tuple[int, str, str, str, str, str, str | None, float | None]:
+        labels = dict(s.labels)
+        le = labels.pop("le", None)
+        engine = labels.get("engine")
+        le_value = float(le.replace("+Inf", "inf")) if le is not None and s.name.endswith("_bucket") else None
+        if le is not None and le_value is None:
+            labels["le"] = le
+        return (sid, target, s.name, s.family, s.kind, json.dumps(labels, sort_keys=True), engine, le_value)
