@@ -13,6 +13,7 @@ import math
 import threading
 from dataclasses import dataclass
 from datetime import date, datetime
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -51,6 +52,8 @@ def run_select(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | Non
 
 
 def _json_value(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        v = float(v)
     if isinstance(v, float) and not math.isfinite(v):
         return None if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, (datetime, date)):

@@ -72,6 +72,8 @@ def series_id(target: str, name: str, labels: tuple[tuple[str, str], ...]) -> in
 
 
 def is_monotonic(sample: Sample) -> bool:
+    if sample.kind in ("unknown", "untyped"):  # no TYPE line: trust the counter naming convention
+        return sample.name.endswith("_total")
     suffixes = _MONOTONIC_SUFFIXES.get(sample.kind)
     if not suffixes:
         return False

@@ -1,0 +1,60 @@
+"""Parsing follows prometheus_client's parsers exactly; anything malformed is a clear error."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from collectors.parse import ExpositionError, parse_page
+
+CAPTURES = ["vllm-0.32.0-cpu-tiny-deepseek.metrics.txt", "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt",
+            "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", "vllm-router-0.1.17-pd.metrics.txt"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_real_captures_give_exactly_the_reference_samples(capture, name):
+    text = capture(name)
+    ref = [(s.name, tuple(sorted(s.labels.items())), s.value, f.name, f.type)
+           for f in text_string_to_metric_families(text) for s in f.samples]  # fmt: skip
+    got = [(s.name, s.labels, s.value, s.family, s.kind) for s in parse_page(text.encode())]
+    assert got == ref
+    assert len(got) > 70
+
+
+def test_openmetrics_is_parsed_by_the_openmetrics_parser():
+    page = b"# TYPE a counter\na_total 3.0\n# TYPE b gauge\nb{x=\"1\"} 2.5\n# EOF\n"
+    got = parse_page(page, "application/openmetrics-text; version=1.0.0")
+    assert [(s.name, s.value, s.kind) for s in got] == [("a_total", 3.0, "counter"), ("b", 2.5, "gauge")]
+
+
+@pytest.mark.parametrize("body,match", [
+    (b"this is not a metric page\n", "parse error"),
+    (b"# TYPE a counter\na_total{x=\"1\" 3\n", "parse error"),
+    (b"# TYPE a counter\na_total 3\nb_total 4", "truncated"),
+    (b"\xff\xfe\x00garbage\n", "not UTF-8"),
+])  # fmt: skip
+def test_malformed_pages_are_refused_with_the_reason(body, match):
+    with pytest.raises(ExpositionError, match=match):
+        parse_page(body)
+
+
+def test_sample_limit_refuses_a_page_with_too_many_series():
+    page = "".join(f'x{{i="{i}"}} 1\n' for i in range(50)).encode()
+    with pytest.raises(ExpositionError, match="more than 10 samples"):
+        parse_page(page, max_samples=10)
+
+
+def test_nan_and_inf_values_pass_through():
+    got = parse_page(b"a NaN\nb +Inf\nc -Inf\n")
+    assert [str(s.value) for s in got] == ["nan", "inf", "-inf"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400))
+def test_arbitrary_bytes_either_parse_or_raise_exposition_error(body):
+    try:
+        parse_page(body)
+    except ExpositionError:
+        pass

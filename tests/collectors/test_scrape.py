@@ -1,0 +1,65 @@
+"""Faults at one target are recorded as its unhealthy scrape; the others are unaffected.
+
+The faults are real: a loopback HTTP server that is down, slow, answers 500, garbage or a
+body shorter than its Content-Length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpx
+
+from collectors.scrape import http_fetcher, scrape_all
+from tests.conftest import reply
+from warehouse.ingest import TargetInfo
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+async def _scrape(targets, timeout=1.0):
+    async with httpx.AsyncClient() as client:
+        return await scrape_all(targets, http_fetcher(client), timeout)
+
+
+def test_every_fault_is_recorded_with_its_reason_and_the_good_target_is_unaffected(http_server, capture):
+    base, routes = http_server
+    good = capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").encode()
+    routes["/good"] = reply(good)
+    routes["/slow"] = reply(good, delay=3.0)
+    routes["/error"] = reply(b"internal error", status=500)
+    routes["/garbage"] = reply(b"<html>not metrics</html>\n")
+    routes["/truncated"] = reply(good[:5000], declared_length=len(good))
+    names = ["good", "slow", "error", "garbage", "truncated"]
+    targets = [TargetInfo(n, f"{base}/{n}", "decode", 1) for n in names]
+    targets.append(TargetInfo("down", f"http://127.0.0.1:{closed_port()}/metrics", "decode", 1))
+    batches = {b.target.name: b for b in asyncio.run(_scrape(targets))}
+    assert batches["good"].up and batches["good"].error is None
+    assert len(batches["good"].samples) > 400
+    assert not batches["slow"].up and "timeout" in batches["slow"].error
+    assert not batches["error"].up and batches["error"].error.startswith("HTTP 500")
+    assert not batches["garbage"].up and "parse error" in batches["garbage"].error
+    assert not batches["truncated"].up and "truncated" in batches["truncated"].error
+    assert not batches["down"].up and "connection failed" in batches["down"].error
+    assert all(b.samples == [] for n, b in batches.items() if n != "good")
+    assert len({b.ts for b in batches.values()}) == 1  # one scrape time per round
+
+
+def test_a_slow_target_does_not_delay_the_round_beyond_its_timeout(http_server, capture):
+    base, routes = http_server
+    routes["/slow"] = reply(b"a 1\n", delay=5.0)
+    routes["/fast"] = reply(b"a 1\n")
+    import time
+
+    t0 = time.perf_counter()
+    batches = asyncio.run(_scrape([TargetInfo("slow", f"{base}/slow", "router", 0),
+                                   TargetInfo("fast", f"{base}/fast", "router", 0)], timeout=0.5))  # fmt: skip
+    assert time.perf_counter() - t0 < 2.0
+    assert [b.up for b in batches] == [False, True]

@@ -1,0 +1,60 @@
+"""Shared fixtures: the recorded captures, and a loopback HTTP server whose answers a test sets."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def capture() -> Callable[[str], str]:
+    return lambda name: (FIXTURES / name).read_text()
+
+
+Behaviour = Callable[[BaseHTTPRequestHandler], None]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        self.server.routes[self.path](self)  # type: ignore[attr-defined]
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def reply(body: bytes, status: int = 200, content_type: str = "text/plain; version=0.0.4",
+          delay: float = 0.0, declared_length: int | None = None) -> Behaviour:  # fmt: skip
+    """An HTTP answer; declared_length larger than the body makes a truncated response."""
+
+    def behave(h: BaseHTTPRequestHandler) -> None:
+        time.sleep(delay)
+        h.send_response(status)
+        h.send_header("Content-Type", content_type)
+        h.send_header("Content-Length", str(len(body) if declared_length is None else declared_length))
+        h.end_headers()
+        h.wfile.write(body)
+        h.wfile.flush()
+        if declared_length is not None:
+            h.close_connection = True
+
+    return behave
+
+
+@pytest.fixture
+def http_server() -> Iterator[tuple[str, dict[str, Behaviour]]]:
+    """(base_url, routes): set routes[path] = reply(...) before fetching."""
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.routes = {}  # type: ignore[attr-defined]
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}", srv.routes  # type: ignore[attr-defined]
+    srv.shutdown()
+    srv.server_close()

@@ -1,0 +1,63 @@
+"""The query API passes exactly one SELECT and refuses everything else with the reason."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from warehouse.api import QueryClient, QueryRefused, QueryServer, check_select
+from warehouse.db import Warehouse
+
+
+@pytest.mark.parametrize("sql", ["SELECT 1", "select * from samples limit 3", "WITH x AS (SELECT 1 AS a) SELECT a FROM x"])
+def test_selects_pass(sql):
+    check_select(sql)
+
+
+@pytest.mark.parametrize("sql,match", [
+    ("INSERT INTO scrapes VALUES (now(), 'x', true, 0, 0, 0, NULL)", "only SELECT statements are allowed, got INSERT"),
+    ("DROP TABLE samples", "got DROP"),
+    ("SELECT 1; DROP TABLE samples", "exactly one statement"),
+    ("COPY samples TO '/tmp/x.csv'", "got COPY"),
+    ("ATTACH '/tmp/other.duckdb'", "got ATTACH"),
+    ("PRAGMA database_list", "got PRAGMA"),
+    ("SET threads = 1", "got SET"),
+    ("SELEC 1", "cannot parse"),
+])  # fmt: skip
+def test_everything_else_is_refused(sql, match):
+    with pytest.raises(QueryRefused, match=match):
+        check_select(sql)
+
+
+@pytest.fixture
+def server(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    wh.write(lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-11-30 10:00', 'a', true, 0.5, 7, 99, NULL)"))
+    srv = QueryServer(wh)
+    srv.start()
+    yield srv
+    srv.shutdown()
+    wh.close()
+
+
+def test_over_http_select_returns_a_dataframe_and_params_bind(server):
+    q = QueryClient(server.url)
+    df = q("SELECT target, samples FROM scrapes WHERE ts >= ?::TIMESTAMP", ["2026-11-30T09:00:00"])
+    assert df.to_dict("records") == [{"target": "a", "samples": 7}]
+
+
+def test_over_http_writes_are_refused_and_nothing_changes(server):
+    q = QueryClient(server.url)
+    with pytest.raises(QueryRefused, match="only SELECT"):
+        q("DELETE FROM scrapes")
+    assert q("SELECT count(*) AS n FROM scrapes")["n"][0] == 1
+
+
+def test_json_format_and_bad_requests(server):
+    r = httpx.post(f"{server.url}/query", json={"sql": "SELECT 1.5 AS x, 'inf'::DOUBLE AS y", "format": "json"})
+    assert r.json() == {"columns": ["x", "y"], "types": ["decimal128(2, 1)", "double"], "rows": [[1.5, "Infinity"]]}
+    r = httpx.post(f"{server.url}/query", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 400 and "bad request" in r.json()["error"]
+    r = httpx.post(f"{server.url}/query", json={"sql": "SELECT * FROM no_such_table"})
+    assert r.status_code == 400 and "query failed" in r.json()["error"]
+    assert httpx.get(f"{server.url}/health").json() == {"ok": True}

@@ -1,0 +1,60 @@
+"""Migrations are numbered, recorded and idempotent; the writer survives a failed job."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+
+from warehouse.db import Warehouse, apply_migrations, migrations
+
+
+def test_migrations_apply_once_and_are_recorded():
+    con = duckdb.connect()
+    first = apply_migrations(con)
+    assert first == [name for _, name, _ in migrations()]
+    assert apply_migrations(con) == []
+    rows = con.execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+    assert [r[1] for r in rows] == first
+    tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    assert {"targets", "series", "samples", "increments", "scrapes"} <= tables
+
+
+def test_reopening_a_file_keeps_data_and_applies_nothing_new(tmp_path):
+    path = tmp_path / "w.duckdb"
+    wh = Warehouse(path)
+    wh.write(lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-01-01', 't', true, 0.1, 3, 10, NULL)"))
+    wh.close()
+    wh = Warehouse(path)
+    assert wh.query_df("SELECT count(*) AS n FROM scrapes")["n"][0] == 1
+    assert wh.query_df("SELECT count(*) AS n FROM schema_migrations")["n"][0] == len(migrations())
+    wh.close()
+
+
+def test_a_failed_write_rolls_back_and_the_writer_keeps_going(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+
+    def bad(con):
+        con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-01-01', 'a', true, 0.1, 3, 10, NULL)")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        wh.write(bad)
+    wh.write(lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-01-01', 'b', true, 0.1, 3, 10, NULL)"))
+    assert wh.query_df("SELECT target FROM scrapes")["target"].tolist() == ["b"]
+    wh.close()
+
+
+def test_readers_cannot_reach_files_through_sql(tmp_path):
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    wh = Warehouse(tmp_path / "w.duckdb")
+    with pytest.raises(duckdb.Error):
+        wh.query_df(f"SELECT * FROM read_csv('{secret}')")
+    wh.close()
+
+
+def test_an_unopenable_path_is_a_clear_error(tmp_path):
+    from warehouse.db import WarehouseError
+
+    with pytest.raises(WarehouseError, match="cannot open"):
+        Warehouse(tmp_path / "no-such-dir" / "w.duckdb")

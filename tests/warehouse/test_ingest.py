@@ -1,0 +1,114 @@
+"""Ingest: stable series ids, raw samples, and increases by Prometheus' increase() rules."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import duckdb
+import pytest
+
+from collectors.parse import parse_page
+from warehouse.db import apply_migrations
+from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo, is_dcgm_blank
+
+T0 = datetime(2026, 11, 30, 12, 0, 0)
+TARGET = TargetInfo("decode-0", "http://x/metrics", "decode", 64, "test")
+
+
+@pytest.fixture
+def con():
+    c = duckdb.connect()
+    apply_migrations(c)
+    return c
+
+
+def ingest(con, ing, text: str, at: datetime, target=TARGET):
+    batch = ScrapeBatch(target, at, True, 0.01, parse_page(text.encode()))
+    return ing.write(con, batch)
+
+
+def increments(con, metric: str) -> list[tuple[float, bool]]:
+    return con.execute("""SELECT delta, reset FROM increments JOIN series USING (series_id)
+                          WHERE metric = ? ORDER BY ts""", [metric]).fetchall()  # fmt: skip
+
+
+def page(value: float) -> str:
+    return f'# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{engine="0"}} {value}\n'
+
+
+def test_first_sight_gives_no_increase_then_differences(con):
+    ing = Ingestor()
+    for i, v in enumerate([100, 130, 170]):
+        ingest(con, ing, page(v), T0 + timedelta(seconds=5 * i))
+    assert increments(con, "vllm:generation_tokens_total") == [(30.0, False), (40.0, False)]
+    secs = con.execute("SELECT seconds FROM increments").fetchall()
+    assert secs == [(5.0,), (5.0,)]
+
+
+def test_a_counter_that_goes_down_is_a_restart_never_a_negative_rate(con):
+    ing = Ingestor()
+    for i, v in enumerate([1000, 1200, 50, 80]):
+        ingest(con, ing, page(v), T0 + timedelta(seconds=5 * i))
+    assert increments(con, "vllm:generation_tokens_total") == [(200.0, False), (50.0, True), (30.0, False)]
+    assert con.execute("SELECT min(delta) FROM increments").fetchone()[0] >= 0
+
+
+def test_out_of_order_and_repeated_scrapes_add_no_increase(con):
+    ing = Ingestor()
+    ingest(con, ing, page(10), T0 + timedelta(seconds=10))
+    ingest(con, ing, page(5), T0)  # late arrival from the past
+    ingest(con, ing, page(10), T0 + timedelta(seconds=10))  # duplicate
+    ingest(con, ing, page(25), T0 + timedelta(seconds=15))
+    assert increments(con, "vllm:generation_tokens_total") == [(15.0, False)]
+
+
+def test_an_ingestor_restarted_on_the_same_file_continues_without_double_counting(tmp_path):
+    path = str(tmp_path / "w.duckdb")
+    c = duckdb.connect(path)
+    apply_migrations(c)
+    ingest(c, Ingestor(), page(100), T0)
+    ingest(c, Ingestor(), page(160), T0 + timedelta(seconds=5))  # a new process
+    assert increments(c, "vllm:generation_tokens_total") == [(60.0, False)]
+
+
+def test_histogram_buckets_count_and_sum_get_increases_gauges_do_not(con, capture):
+    ing = Ingestor()
+    text = capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt")
+    ingest(con, ing, text, T0)
+    bumped = text.replace('vllm:num_requests_running{engine="0",model_name="tiny-deepseek"} 0.0',
+                          'vllm:num_requests_running{engine="0",model_name="tiny-deepseek"} 7.0')  # fmt: skip
+    bumped = bumped.replace('vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny-deepseek"} 3.0',
+                            'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny-deepseek"} 5.0')  # fmt: skip
+    ingest(con, ing, bumped, T0 + timedelta(seconds=5))
+    assert increments(con, "vllm:time_to_first_token_seconds_count") == [(2.0, False)]
+    assert increments(con, "vllm:num_requests_running") == []
+    kinds = dict(con.execute("SELECT metric, kind FROM series").fetchall())
+    assert kinds["vllm:time_to_first_token_seconds_bucket"] == "histogram"
+    les = con.execute("""SELECT le FROM series WHERE metric = 'vllm:time_to_first_token_seconds_bucket'
+                         ORDER BY le""").fetchall()  # fmt: skip
+    assert les[0][0] == 0.001 and les[-1][0] == float("inf")
+    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 2 * len(parse_page(text.encode()))
+
+
+def test_dcgm_blank_values_are_stored_as_missing(con):
+    ing = Ingestor()
+    text = ('# TYPE DCGM_FI_DEV_MEMORY_TEMP gauge\nDCGM_FI_DEV_MEMORY_TEMP{gpu="0"} 9223372036854775794\n'
+            '# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu="0"} 61\n'
+            '# TYPE DCGM_FI_DEV_POWER_USAGE gauge\nDCGM_FI_DEV_POWER_USAGE{gpu="0"} 140737488355328\n')  # fmt: skip
+    ingest(con, ing, text, T0, TargetInfo("tray", "http://x", "gpu", 4))
+    rows = dict(con.execute("SELECT metric, value FROM samples JOIN series USING (series_id)").fetchall())
+    assert rows == {"DCGM_FI_DEV_MEMORY_TEMP": None, "DCGM_FI_DEV_GPU_TEMP": 61.0, "DCGM_FI_DEV_POWER_USAGE": None}
+    assert not is_dcgm_blank("vllm:prompt_tokens_total", 9.3e18)
+
+
+def test_a_duplicate_sample_in_one_page_is_stored_once(con):
+    ing = Ingestor()
+    n = ingest(con, ing, "a 1\na 2\n", T0, TargetInfo("r", "http://x", "router", 0))
+    assert n == 1
+    assert con.execute("SELECT value FROM samples").fetchall() == [(1.0,)]
+
+
+def test_an_unhealthy_scrape_is_stored_as_data(con):
+    ing = Ingestor()
+    ing.write(con, ScrapeBatch(TARGET, T0, False, 4.0, error="timeout after 4s"))
+    assert con.execute("SELECT target, up, error FROM scrapes").fetchall() == [("decode-0", False, "timeout after 4s")]
