@@ -27,7 +27,7 @@ def tokens_per_gpu_figure(tpg: pd.DataFrame) -> go.Figure:
         for name in names:
             s = tpg[tpg["series"] == name]
             pool = name.split()[0]
-            fig.add_trace(go.Scatter(x=s["bucket"], y=s["value"], name=name, mode="lines",
+            fig.add_trace(go.Scatter(x=s["bucket"], y=s["value"], name=name, mode="lines+markers", marker=dict(size=4),
                                      line=dict(color=POOL_COLORS[pool], dash="dot" if "computed" in name else "solid")),
                           row=row, col=1)  # fmt: skip
         fig.update_yaxes(title_text="tok/s/GPU", row=row, col=1, rangemode="tozero")
@@ -38,14 +38,14 @@ def latency_figure(quantiles: pd.DataFrame, title: str) -> go.Figure:
     """Quantile lines per pool, in milliseconds."""
     fig = go.Figure()
     for (role, qt), g in quantiles.groupby(["role", "quantile"], sort=True):
-        fig.add_trace(go.Scatter(x=g["bucket"], y=g["value"] * 1000.0, mode="lines", name=f"{role} p{int(round(qt * 100))}",
+        fig.add_trace(go.Scatter(x=g["bucket"], y=g["value"] * 1000.0, mode="lines+markers", marker=dict(size=4), name=f"{role} p{int(round(qt * 100))}",
                                  line=dict(color=POOL_COLORS.get(role, "#7f7f7f"), dash=QUANTILE_DASH.get(qt, "solid"))))  # fmt: skip
     fig.update_yaxes(title_text="ms", rangemode="tozero")
     return _layout(fig, title)
 
 
 def per_user_figure(per_user: pd.DataFrame) -> go.Figure:
-    fig = go.Figure(go.Scatter(x=per_user["bucket"], y=per_user["value"], mode="lines", name="P90 per-user tok/s",
+    fig = go.Figure(go.Scatter(x=per_user["bucket"], y=per_user["value"], mode="lines+markers", marker=dict(size=4), name="P90 per-user tok/s",
                                line=dict(color=POOL_COLORS["decode"])))  # fmt: skip
     fig.add_hline(y=P90_PER_USER_REFERENCE, line_dash="dot", line_color="#7f7f7f",
                   annotation_text=f"write-up: {P90_PER_USER_REFERENCE:.0f} tok/s", annotation_position="bottom right")  # fmt: skip

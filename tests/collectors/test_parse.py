@@ -24,7 +24,7 @@ def test_real_captures_give_exactly_the_reference_samples(capture, name):
 
 
 def test_openmetrics_is_parsed_by_the_openmetrics_parser():
-    page = b"# TYPE a counter\na_total 3.0\n# TYPE b gauge\nb{x=\"1\"} 2.5\n# EOF\n"
+    page = b'# TYPE a counter\na_total 3.0\n# TYPE b gauge\nb{x="1"} 2.5\n# EOF\n'
     got = parse_page(page, "application/openmetrics-text; version=1.0.0")
     assert [(s.name, s.value, s.kind) for s in got] == [("a_total", 3.0, "counter"), ("b", 2.5, "gauge")]
 

@@ -15,7 +15,10 @@ def test_good_file_loads(tmp_path):
     p = tmp_path / "t.json"
     p.write_text(json.dumps([GOOD, {**GOOD, "name": "tray", "role": "gpu", "gpus": 4, "hostname": "h"}]))
     ts = load_targets(p)
-    assert [(t.name, t.role, t.gpus, t.hostname) for t in ts] == [("decode-0", "decode", 64, ""), ("tray", "gpu", 4, "h")]
+    assert [(t.name, t.role, t.gpus, t.hostname) for t in ts] == [
+        ("decode-0", "decode", 64, ""),
+        ("tray", "gpu", 4, "h"),
+    ]
 
 
 @pytest.mark.parametrize("data,match", [

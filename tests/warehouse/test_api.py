@@ -9,7 +9,9 @@ from warehouse.api import QueryClient, QueryRefused, QueryServer, check_select
 from warehouse.db import Warehouse
 
 
-@pytest.mark.parametrize("sql", ["SELECT 1", "select * from samples limit 3", "WITH x AS (SELECT 1 AS a) SELECT a FROM x"])
+@pytest.mark.parametrize(
+    "sql", ["SELECT 1", "select * from samples limit 3", "WITH x AS (SELECT 1 AS a) SELECT a FROM x"]
+)
 def test_selects_pass(sql):
     check_select(sql)
 
@@ -32,7 +34,11 @@ def test_everything_else_is_refused(sql, match):
 @pytest.fixture
 def server(tmp_path):
     wh = Warehouse(tmp_path / "w.duckdb")
-    wh.write(lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-11-30 10:00', 'a', true, 0.5, 7, 99, NULL)"))
+    wh.write(
+        lambda con: con.execute(
+            "INSERT INTO scrapes VALUES (TIMESTAMP '2026-11-30 10:00', 'a', true, 0.5, 7, 99, NULL)"
+        )
+    )
     srv = QueryServer(wh)
     srv.start()
     yield srv

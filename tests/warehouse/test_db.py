@@ -22,7 +22,9 @@ def test_migrations_apply_once_and_are_recorded():
 def test_reopening_a_file_keeps_data_and_applies_nothing_new(tmp_path):
     path = tmp_path / "w.duckdb"
     wh = Warehouse(path)
-    wh.write(lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-01-01', 't', true, 0.1, 3, 10, NULL)"))
+    wh.write(
+        lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-01-01', 't', true, 0.1, 3, 10, NULL)")
+    )
     wh.close()
     wh = Warehouse(path)
     assert wh.query_df("SELECT count(*) AS n FROM scrapes")["n"][0] == 1
@@ -39,7 +41,9 @@ def test_a_failed_write_rolls_back_and_the_writer_keeps_going(tmp_path):
 
     with pytest.raises(RuntimeError, match="boom"):
         wh.write(bad)
-    wh.write(lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-01-01', 'b', true, 0.1, 3, 10, NULL)"))
+    wh.write(
+        lambda con: con.execute("INSERT INTO scrapes VALUES (TIMESTAMP '2026-01-01', 'b', true, 0.1, 3, 10, NULL)")
+    )
     assert wh.query_df("SELECT target FROM scrapes")["target"].tolist() == ["b"]
     wh.close()
 

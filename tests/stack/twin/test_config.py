@@ -9,7 +9,12 @@ from stack.twin.config import ProfileError, load_profile
 
 def test_default_profile_is_the_reference_deployment():
     p = load_profile("deepseek-v4.1-flash")
-    assert (p.model.num_layers, p.model.prefill_layers, p.model.routed_experts, p.model.shared_experts) == (40, 20, 384, 1)
+    assert (p.model.num_layers, p.model.prefill_layers, p.model.routed_experts, p.model.shared_experts) == (
+        40,
+        20,
+        384,
+        1,
+    )
     assert (p.topology.total_gpus, p.topology.prefill_gpus, p.topology.decode_gpus) == (72, 8, 64)
 
 

@@ -1,0 +1,123 @@
+"""Live page queries on an in-memory DuckDB seeded by the migrations and real twin pages."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from collectors.parse import parse_page
+from dashboard.data import live
+from stack.twin.config import load_profile
+from stack.twin.server import Twin
+from warehouse.api import LocalQuery
+from warehouse.db import apply_migrations
+from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+
+T0 = datetime(2026, 11, 30, 12, 0, 0)
+START = 1_000_000.0  # twin epoch seconds at T0
+
+
+@pytest.fixture(scope="module")
+def seeded():
+    """Three scrapes 10 s apart of the whole twin rack, plus the twin's own counters at each."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    twin = Twin(load_profile("deepseek-v4.1-flash"), seed=11, start=START - 120)
+    ing = Ingestor()
+    truth = []
+    for k in range(3):
+        pages = twin.pages(START + 10 * k)
+        eps = {e.name: e for e in twin.endpoints()}
+        m = twin.model
+        truth.append({
+            "prompt": sum(i.counters["prompt_tokens"].sum() for i in m.prefill),
+            "cached": sum(i.counters["prompt_local_cache_hit"].sum() for i in m.prefill),
+            "generated": sum(i.counters["generation_tokens"].sum() for i in m.decode),
+        })  # fmt: skip
+        for name, text in pages.items():
+            t = TargetInfo(name, f"http://twin/{name}", eps[name].role, eps[name].gpus, "twin:test", eps[name].hostname)
+            ing.write(con, ScrapeBatch(t, T0 + timedelta(seconds=10 * k), True, 0.01, parse_page(text.encode())))
+    ing.write(con, ScrapeBatch(TargetInfo("down", "http://x", "router", 0), T0 + timedelta(seconds=20), False, 4.0,
+                               error="timeout after 4s"))  # fmt: skip
+    return LocalQuery(con), truth
+
+
+def window() -> live.Window:
+    return live.Window(T0, T0 + timedelta(seconds=20), 60)  # one step holds both intervals
+
+
+def test_pool_gpus_come_from_the_targets(seeded):
+    q, _ = seeded
+    assert live.pool_gpus(live.targets(q)) == {"prefill": 8, "decode": 64, "rack": 72}
+
+
+def test_tokens_per_gpu_follow_design_definitions_exactly(seeded):
+    q, truth = seeded
+    rates = live.token_rates(q, window())
+    tpg = live.tokens_per_gpu(rates, {"prefill": 8, "decode": 64, "rack": 72}).set_index("series")["value"]
+    d = {k: truth[2][k] - truth[0][k] for k in truth[0]}
+    assert tpg["prefill logical"] == pytest.approx(d["prompt"] / 20 / 8, rel=1e-9)
+    assert tpg["prefill computed"] == pytest.approx((d["prompt"] - d["cached"]) / 20 / 8, rel=1e-9)
+    assert tpg["decode"] == pytest.approx(d["generated"] / 20 / 64, rel=1e-9)
+    assert tpg["rack logical"] == pytest.approx((d["prompt"] + d["generated"]) / 20 / 72, rel=1e-9)
+
+
+def test_decode_prompt_tokens_are_never_counted_again(seeded):
+    q, _ = seeded
+    rates = live.token_rates(q, window()).set_index("role")
+    assert rates.loc["decode", "prompt_per_s"] > 0  # the decode pool does report them...
+    tpg = live.tokens_per_gpu(rates.reset_index(), {"prefill": 8, "decode": 64, "rack": 72}).set_index("series")
+    no_decode_prompt = (rates.loc["prefill", "prompt_per_s"] + rates.loc["decode", "generated_per_s"]) / 72
+    assert tpg.loc["rack logical", "value"] == pytest.approx(no_decode_prompt)  # ...but they are not added
+
+
+def test_histogram_quantile_matches_prometheus_interpolation():
+    les = np.array([0.1, 0.5, 1.0, np.inf])
+    cum = np.array([10.0, 30.0, 40.0, 40.0])
+    assert live.histogram_quantile(0.5, les, cum) == pytest.approx(0.1 + 0.4 * (20 - 10) / 20)
+    assert live.histogram_quantile(0.1, les, cum) == pytest.approx(0.04)
+    assert live.histogram_quantile(1.0, les, np.array([10.0, 30.0, 40.0, 50.0])) == 1.0  # +Inf bucket
+    assert np.isnan(live.histogram_quantile(0.5, les, np.zeros(4)))
+
+
+def test_p90_per_user_is_one_over_the_p90_mean_itl_of_decode_requests(seeded):
+    q, _ = seeded
+    tpot = live.histogram_counts(q, window(), "vllm:request_time_per_output_token_seconds")
+    per_user = live.per_user_tokens_per_second(tpot)
+    dec = tpot[tpot["role"] == "decode"].groupby("le")["count"].sum()
+    expected = 1.0 / live.histogram_quantile(0.9, dec.index.to_numpy(), dec.to_numpy())
+    assert per_user["value"].iloc[0] == pytest.approx(expected)
+    assert 150 < expected < 250  # the twin is calibrated near 196
+
+
+def test_queue_kv_gpu_and_health(seeded):
+    q, _ = seeded
+    w = window()
+    g = live.queue_and_kv(q, w).set_index("role")
+    assert g.loc["decode", "running"] > 1000 and 0 < g.loc["decode", "kv_mean"] <= g.loc["decode", "kv_max"] <= 1
+    gpus = live.gpus_latest(q, w.start)
+    assert len(gpus) == 72 and gpus["util_pct"].between(0, 100).all()
+    assert gpus["memory_temp_c"].isna().all()  # DCGM blank on GB300: missing, not 9.2e18
+    health = live.scrape_health(q, w).set_index("target")
+    assert not health.loc["down", "up"] and health.loc["down", "error"] == "timeout after 4s"
+    assert health["up"].sum() == 24
+
+
+def test_headline_uses_recent_complete_steps():
+    tpg = pd.DataFrame({"bucket": [1, 2, 3, 4], "series": ["decode"] * 4, "value": [1.0, 2.0, 3.0, 99.0]})
+    empty = pd.DataFrame(columns=["bucket", "role", "le", "count"])
+    health = pd.DataFrame({"up": [True, False]})
+    h = live.headline(tpg, empty, empty, empty, health, last_buckets=2)
+    assert h.decode_tokens_per_gpu == 2.5  # bucket 4 is still filling
+    assert (h.targets_up, h.targets_total) == (1, 2)
+    assert np.isnan(h.p90_user_tokens_per_s)
+
+
+def test_window_step_never_below_two_scrape_intervals():
+    w = live.Window.ending(T0, 300)
+    assert w.step_seconds == 10 and w.start == T0 - timedelta(seconds=300)
+    assert live.Window.ending(T0, 86400).step_seconds == 720

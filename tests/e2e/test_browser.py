@@ -1,0 +1,106 @@
+"""`moemeter up` end to end in headless Chromium: live numbers from all 72 GPUs, moving.
+
+Needs Debian's chromium (`make test` installs it); saves build/screenshots/live.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+ROOT = Path(__file__).parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {timeout}s")
+
+
+@pytest.fixture
+def stack(tmp_path):
+    port, api_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port", str(port),
+                             "--api-port", str(api_port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    try:
+        first = proc.stdout.readline()
+        assert f"http://127.0.0.1:{port}" in first, first
+        wait_http(f"http://127.0.0.1:{port}/_stcore/health", 60)
+        wait_http(f"http://127.0.0.1:{api_port}/health", 60)
+        yield f"http://127.0.0.1:{port}", proc, port, api_port
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def headline(page) -> dict[str, str]:
+    out = {}
+    for m in page.locator('[data-testid="stMetric"]').all():
+        label = m.locator('[data-testid="stMetricLabel"]').inner_text().strip()
+        out[label] = m.locator('[data-testid="stMetricValue"]').inner_text().strip()
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (make test installs it)")
+def test_moemeter_up_shows_live_numbers_in_chromium(stack):
+    from playwright.sync_api import sync_playwright
+
+    url, proc, port, api_port = stack
+    shots = ROOT / "build" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1600, "height": 2400})
+        page.goto(url, wait_until="networkidle")
+        page.get_by_text("Targets up").first.wait_for(timeout=90_000)
+        page.wait_for_function("document.body.innerText.includes('24/24')", timeout=60_000)
+        page.get_by_text("GPU utilisation (72 GPUs)").first.wait_for(timeout=60_000)
+        first = headline(page)
+        # Moving: after two more scrape rounds the rack throughput has new values.
+        page.wait_for_function(
+            f"!document.body.innerText.includes({first['Rack tok/s per GPU (logical)']!r})", timeout=60_000)  # fmt: skip
+        second = headline(page)
+        page.screenshot(path=str(shots / "live.png"), full_page=True)
+        browser.close()
+    assert second["Targets up"] == "24/24"
+    for label in ("Rack tok/s per GPU (logical)", "Decode tok/s per GPU", "P90 per-user tok/s"):
+        assert re.fullmatch(r"[\d,]+", second[label]), (label, second[label])
+    assert 500_000 < float(second["Rack tok/s per GPU (logical)"].replace(",", "")) < 1_500_000
+    assert (shots / "live.png").stat().st_size > 50_000
+    # Ctrl-C stops everything cleanly: the process exits and its ports are free again.
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0
+    for p_ in (port, api_port):  # no listener left (TIME_WAIT connections are fine)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", p_))
