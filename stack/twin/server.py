@@ -90,7 +90,8 @@ class Twin:
             srv = ThreadingHTTPServer((self.host, port), _Handler)
             srv.daemon_threads = True
             servers[name] = srv
-        base = {name: f"http://{self.host}:{srv.server_address[1]}" for name, srv in servers.items()}
+        reach = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host  # what a local scraper dials
+        base = {name: f"http://{reach}:{srv.server_address[1]}" for name, srv in servers.items()}
         topo = self.profile.topology
         self._build_model([base[f"prefill-{i}"] for i in range(topo.prefill_instances)],
                           [base[f"decode-{i}"] for i in range(topo.decode_instances)])  # fmt: skip

@@ -1,0 +1,72 @@
+"""The moemeter command: help everywhere, offline ingest and query, clear errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from moemeter.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SUBCOMMANDS = ["up", "serve", "dashboard", "twin", "ingest", "query"]
+
+
+@pytest.mark.parametrize("sub", SUBCOMMANDS)
+def test_every_subcommand_has_help(sub):
+    out = subprocess.run([sys.executable, "-m", "moemeter", sub, "--help"], capture_output=True, text=True)
+    assert out.returncode == 0 and "usage: moemeter" in out.stdout
+
+
+def test_ingest_then_query_a_real_capture(tmp_path, capsys):
+    db = str(tmp_path / "w.duckdb")
+    for at in ("2026-11-30T10:00:00Z", "2026-11-30T10:00:05Z"):
+        assert main(["ingest", "--file", str(FIXTURES / "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt"),
+                     "--target", "decode-0", "--at", at, "--db", db, "--role", "decode", "--gpus", "1"]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert main(["query", "--db", db, "--json", "SELECT s.metric, x.value FROM samples x JOIN series s USING (series_id) "
+                 "WHERE s.metric = 'vllm:generation_tokens_total' ORDER BY x.ts"]) == 0  # fmt: skip
+    rows = json.loads(capsys.readouterr().out)
+    assert rows == [{"metric": "vllm:generation_tokens_total", "value": 96.0}] * 2
+    assert main(["query", "--db", db, "SELECT count(*) AS scrapes FROM scrapes"]) == 0
+    assert "2" in capsys.readouterr().out
+
+
+def test_query_refuses_anything_but_select(tmp_path, capsys):
+    db = str(tmp_path / "w.duckdb")
+    main(["ingest", "--file", str(FIXTURES / "vllm-router-0.1.17-pd.metrics.txt"), "--target", "router",
+          "--at", "2026-11-30T10:00:00", "--db", db, "--role", "router"])  # fmt: skip
+    assert main(["query", "--db", db, "DELETE FROM samples"]) == 2
+    assert "only SELECT statements are allowed" in capsys.readouterr().err
+    assert main(["query", "--db", db, "SELECT count(*) AS n FROM samples"]) == 0
+    assert int(capsys.readouterr().out.split()[-1]) > 70
+
+
+def test_bad_inputs_exit_2_with_the_reason_and_store_nothing(tmp_path, capsys):
+    db = str(tmp_path / "w.duckdb")
+    garbage = tmp_path / "garbage.txt"
+    garbage.write_text("<html>oops</html>\n")
+    assert main(["ingest", "--file", str(garbage), "--target", "x", "--at", "2026-11-30T10:00:00", "--db", db]) == 2
+    assert "parse error" in capsys.readouterr().err
+    assert not Path(db).exists()
+    assert main(["ingest", "--file", str(garbage), "--target", "x", "--at", "yesterday", "--db", db]) == 2
+    assert main(["query", "--db", str(tmp_path / "none.duckdb"), "SELECT 1"]) == 2
+    assert main(["twin", "--profile", "no-such-profile"]) == 2
+    assert "available:" in capsys.readouterr().err
+
+
+def test_fast_forward_writes_history_through_the_ingest_path(tmp_path, capsys):
+    db = str(tmp_path / "h.duckdb")
+    assert main(["twin", "--fast-forward", "30s", "--db", db, "--seed", "3"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["samples"] > 7 * 39_000
+    assert (
+        main(
+            ["query", "--db", db, "--json", "SELECT count(DISTINCT ts) AS n, count(DISTINCT target) AS t FROM scrapes"]
+        )
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out) == [{"n": 7, "t": 24}]
