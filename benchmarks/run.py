@@ -1,0 +1,136 @@
+"""`make bench`: ingest cost per scrape interval and Live page query time, as ratios in one run.
+
+1. Ingest: the twin runs in its own process; this process scrapes the whole rack over HTTP,
+   parses and inserts, N rounds. Baseline in the same run: the same pages parsed by
+   prometheus_client's parser alone.
+2. Live page: every Live query over a 15-minute window of fast-forwarded twin history
+   (the page's default range), repeated; p50 and p95.
+Results go to benchmarks/results/latest.json and are printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from collectors.scrape import http_fetcher
+from collectors.service import Collector
+from collectors.targets import load_targets
+from dashboard.data import live
+from warehouse.api import LocalQuery
+from warehouse.db import Warehouse
+
+ROOT = Path(__file__).parents[1]
+ROUNDS = 10
+QUERY_REPEATS = 15
+
+
+def bench_ingest(tmp: Path) -> dict[str, float]:
+    targets = tmp / "targets.json"
+    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        while not targets.exists():
+            time.sleep(0.2)
+        time.sleep(1.0)
+        pages = [httpx.get(t.url, timeout=30).text for t in load_targets(targets)]
+        t0 = time.process_time()
+        for _ in range(3):
+            samples = sum(len(f.samples) for p in pages for f in text_string_to_metric_families(p))
+        baseline_cpu = (time.process_time() - t0) / 3
+        wh = Warehouse(tmp / "ingest.duckdb")
+        collector = Collector(wh, targets, interval=5.0)
+
+        async def rounds() -> tuple[float, float]:
+            async with httpx.AsyncClient() as client:
+                fetch = http_fetcher(client)
+                await collector.round(fetch)  # first round creates the series
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                for _ in range(ROUNDS):
+                    await collector.round(fetch)
+                    await asyncio.sleep(0.5)
+                return (time.process_time() - cpu0) / ROUNDS, (time.perf_counter() - wall0) / ROUNDS - 0.5
+
+        cpu, wall = asyncio.run(rounds())
+        wh.close()
+    finally:
+        twin.terminate()
+        twin.wait(10)
+    return {
+        "samples_per_round": samples,
+        "pipeline_cpu_seconds_per_round": round(cpu, 3),
+        "pipeline_wall_seconds_per_round": round(wall, 3),
+        "pipeline_samples_per_cpu_second": round(samples / cpu),
+        "baseline_parse_cpu_seconds_per_round": round(baseline_cpu, 3),
+        "baseline_samples_per_cpu_second": round(samples / baseline_cpu),
+        "pipeline_over_baseline_cpu_ratio": round(cpu / baseline_cpu, 2),
+        "share_of_5s_interval_on_one_core": round(cpu / 5.0, 3),
+    }
+
+
+def live_queries(q: live.Query, w: live.Window) -> None:
+    tgts = live.targets(q)
+    tpg = live.tokens_per_gpu(live.token_rates(q, w), live.pool_gpus(tgts))
+    hists = [live.histogram_counts(q, w, f) for f in ("vllm:time_to_first_token_seconds",
+             "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds")]  # fmt: skip
+    health = live.scrape_health(q, w)
+    live.headline(tpg, *hists, health)
+    live.per_user_tokens_per_second(hists[2])
+    live.queue_and_kv(q, w)
+    live.gpus_latest(q, w.start)
+    live.gpus_over_time(q, w)
+
+
+def bench_live_page(tmp: Path) -> dict[str, float]:
+    db = tmp / "history.duckdb"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "moemeter", "twin", "--fast-forward", "15m", "--db", str(db)], cwd=ROOT,
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    history_wall = time.perf_counter() - t0
+    wh = Warehouse(db)
+    with wh.cursor() as cur:
+        q = LocalQuery(cur)
+        end = live.latest_scrape_time(q)
+        assert end is not None
+        w = live.Window.ending(end, 900)
+        times = []
+        for _ in range(QUERY_REPEATS):
+            s = time.perf_counter()
+            live_queries(q, w)
+            times.append(time.perf_counter() - s)
+        rows = cur.execute("SELECT count(*) FROM samples").fetchone()[0]
+    wh.close()
+    times.sort()
+    return {
+        "history_minutes": 15,
+        "history_samples": rows,
+        "history_fast_forward_wall_seconds": round(history_wall, 1),
+        "db_megabytes": round(db.stat().st_size / 1e6, 1),
+        "live_page_queries_p50_seconds": round(statistics.median(times), 3),
+        "live_page_queries_p95_seconds": round(times[int(0.95 * (len(times) - 1))], 3),
+        "window": str(timedelta(seconds=w.seconds)),
+    }
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        result = {"ingest": bench_ingest(tmp), "live_page": bench_live_page(tmp)}
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
