@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -61,7 +62,9 @@ def bench_ingest(tmp: Path) -> dict[str, float]:
                     await asyncio.sleep(0.5)
                 return (time.process_time() - cpu0) / ROUNDS, (time.perf_counter() - wall0) / ROUNDS - 0.5
 
+        twin_cpu0, twin_wall0 = _cpu_seconds(twin.pid), time.perf_counter()
         cpu, wall = asyncio.run(rounds())
+        twin_share = (_cpu_seconds(twin.pid) - twin_cpu0) / (time.perf_counter() - twin_wall0)
         wh.close()
     finally:
         twin.terminate()
@@ -75,7 +78,14 @@ def bench_ingest(tmp: Path) -> dict[str, float]:
         "baseline_samples_per_cpu_second": round(samples / baseline_cpu),
         "pipeline_over_baseline_cpu_ratio": round(cpu / baseline_cpu, 2),
         "share_of_5s_interval_on_one_core": round(cpu / 5.0, 3),
+        "twin_cpu_share_of_one_core_while_scraped": round(twin_share, 3),
     }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def live_queries(q: live.Query, w: live.Window) -> None:
