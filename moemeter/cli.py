@@ -224,6 +224,35 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- eplb
+def cmd_eplb_plan(args: argparse.Namespace) -> int:
+    from stack.eplb.policy import PlanError, PlanInput, plan
+
+    try:
+        data = json.loads(Path(args.input).read_text())
+    except OSError as exc:
+        raise CliError(f"cannot read {args.input}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{args.input}: not valid JSON: {exc}") from exc
+    try:
+        inp = PlanInput.from_dict(data)
+        started = time.perf_counter()
+        result = plan(inp, args.policy)
+        seconds = time.perf_counter() - started
+    except PlanError as exc:
+        raise CliError(f"{args.input}: {exc}") from exc
+    if args.json:
+        print(json.dumps({**result.to_dict(), "seconds": round(seconds, 4)}))
+        return 0
+    peaks = result.rank_load.max(axis=1)
+    print(f"policy {result.policy}: {inp.weight.shape[0]} layers, {inp.weight.shape[1]} experts, "
+          f"{inp.num_replicas} slots on {inp.num_gpus} GPUs ({seconds * 1000:.0f} ms)")  # fmt: skip
+    print("layer  max rank load  balancedness")
+    for layer, (peak, bal) in enumerate(zip(peaks, result.balancedness)):
+        print(f"{layer:5d}  {peak:13.1f}  {bal:12.3f}")
+    return 0
+
+
 # ----------------------------------------------------------------------------- up
 def cmd_up(args: argparse.Namespace) -> int:
     """twin + serve + dashboard as child processes; Ctrl-C stops all three."""
@@ -343,6 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stack", default="offline", help="what is observed")
     s.add_argument("--openmetrics", action="store_true", help="the file is OpenMetrics")
     s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("eplb", help="EPLB tools: plan an expert placement from observed load")
+    eplb = s.add_subparsers(dest="eplb_command", required=True, metavar="EPLB_COMMAND")
+    s = eplb.add_parser("plan", help="place logical experts into physical slots (vllm or refined policy)")
+    s.add_argument("--input", required=True, help='JSON: {"weight": [[load per logical expert] per layer], '
+                   '"num_replicas", "num_groups", "num_nodes", "num_gpus"}')  # fmt: skip
+    s.add_argument("--policy", choices=["vllm", "refined"], default="vllm", help="placement policy")
+    s.add_argument("--json", action="store_true", help="print phy2log, rank_load and balancedness as JSON")
+    s.set_defaults(func=cmd_eplb_plan)
 
     s = sub.add_parser("query", help="run one SELECT on the warehouse and print it")
     s.add_argument("sql", help="a single SELECT statement")

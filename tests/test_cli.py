@@ -12,12 +12,12 @@ import pytest
 from moemeter.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SUBCOMMANDS = ["up", "serve", "dashboard", "twin", "ingest", "query"]
+SUBCOMMANDS = ["up", "serve", "dashboard", "twin", "ingest", "query", "eplb", "eplb plan"]
 
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS)
 def test_every_subcommand_has_help(sub):
-    out = subprocess.run([sys.executable, "-m", "moemeter", sub, "--help"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "moemeter", *sub.split(), "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "usage: moemeter" in out.stdout
 
 
@@ -70,3 +70,25 @@ def test_fast_forward_writes_history_through_the_ingest_path(tmp_path, capsys):
         == 0
     )
     assert json.loads(capsys.readouterr().out) == [{"n": 7, "t": 24}]
+
+
+def test_eplb_plan_prints_the_vllm_placement_as_json(tmp_path, capsys):
+    src = FIXTURES / "eplb" / "vllm-default-policy-vector.json"
+    assert main(["eplb", "plan", "--input", str(src), "--policy", "vllm", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["phy2log"] == json.loads(src.read_text())["phy2log"]
+    assert len(out["rank_load"]) == 2 and len(out["rank_load"][0]) == 8
+    assert all(0 < b <= 1 for b in out["balancedness"])
+    assert main(["eplb", "plan", "--input", str(src), "--policy", "refined"]) == 0
+    assert "max rank load" in capsys.readouterr().out
+
+
+def test_eplb_plan_refuses_bad_input_with_the_constraint(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps({"weight": [[1, 2, 3]], "num_replicas": 4, "num_groups": 2, "num_nodes": 1, "num_gpus": 2})
+    )
+    assert main(["eplb", "plan", "--input", str(bad), "--json"]) == 2
+    assert "do not divide into num_groups=2" in capsys.readouterr().err
+    bad.write_text("{")
+    assert main(["eplb", "plan", "--input", str(bad)]) == 2
