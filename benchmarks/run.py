@@ -132,10 +132,46 @@ def bench_live_page(tmp: Path) -> dict[str, float]:
     }
 
 
+def bench_planner() -> dict[str, object]:
+    """Both EPLB policies on the reference shape: 43 layers, 256 experts, 320 slots, 64 GPUs."""
+    import numpy as np
+
+    from stack.eplb.policy import PlanInput, plan_refined, plan_vllm
+
+    rng = np.random.default_rng(0)
+    loads = {
+        "zipf_s1.0": np.stack([rng.permutation(1e6 / np.arange(1, 257) ** 1.0) for _ in range(43)]),
+        "zipf_s1.2": np.stack([rng.permutation(1e6 / np.arange(1, 257) ** 1.2) for _ in range(43)]),
+        "hot_experts": rng.integers(50, 150, (43, 256)).astype(float) * np.where(rng.random((43, 256)) < 0.02, 20, 1),
+    }
+    out: dict[str, object] = {}
+    for name, w in loads.items():
+        for nodes in (1, 8):
+            inp = PlanInput(w, 320, 8, nodes, 64).validated()
+            tv, tr = [], []
+            for _ in range(3):
+                t = time.perf_counter()
+                base = plan_vllm(inp)
+                tv.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                refined = plan_refined(inp, base)
+                tr.append(time.perf_counter() - t)
+            ratio = refined.rank_load.max(axis=1) / base.rank_load.max(axis=1)
+            out[f"{name}_nodes{nodes}"] = {
+                "vllm_ms": round(1000 * statistics.median(tv), 1),
+                "refined_ms_excluding_vllm": round(1000 * statistics.median(tr), 1),
+                "max_rank_load_refined_over_vllm_mean": round(float(ratio.mean()), 3),
+                "max_rank_load_refined_over_vllm_best_layer": round(float(ratio.min()), 3),
+                "balancedness_vllm_mean": round(float(np.nanmean(base.balancedness)), 3),
+                "balancedness_refined_mean": round(float(np.nanmean(refined.balancedness)), 3),
+            }
+    return out
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        result = {"ingest": bench_ingest(tmp), "live_page": bench_live_page(tmp)}
+        result = {"eplb_planner": bench_planner(), "ingest": bench_ingest(tmp), "live_page": bench_live_page(tmp)}
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
