@@ -118,7 +118,7 @@ def bench_live_page(tmp: Path) -> dict[str, float]:
             s = time.perf_counter()
             live_queries(q, w)
             times.append(time.perf_counter() - s)
-        rows = cur.execute("SELECT count(*) FROM samples").fetchone()[0]
+        rows = cur.execute("SELECT count(*) FROM samples").fetchall()[0][0]
     wh.close()
     times.sort()
     return {

@@ -14,8 +14,10 @@ from pathlib import Path
 import httpx
 
 from warehouse.db import Warehouse
+from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 
+from .experts import SnapshotResult, fetch_snapshot
 from .scrape import Fetch, http_fetcher, scrape_all
 from .targets import TargetsError, load_targets
 
@@ -24,12 +26,15 @@ log = logging.getLogger(__name__)
 
 class Collector:
     def __init__(self, warehouse: Warehouse, targets_path: str | Path, interval: float = 5.0,
-                 timeout: float | None = None) -> None:  # fmt: skip
+                 timeout: float | None = None, snapshot_every: int = 12) -> None:  # fmt: skip
         self.warehouse = warehouse
         self.targets_path = Path(targets_path)
         self.interval = interval
         self.timeout = timeout if timeout is not None else max(0.5, interval * 0.8)
         self.ingestor = Ingestor()
+        self.expert_ingestor = ExpertIngestor()
+        self.snapshot_every = snapshot_every  # rounds between per-expert snapshots (60 s at 5 s)
+        self._snapshot_due: dict[str, int] = {}
         self.targets: list[TargetInfo] = []
         self._targets_error: str | None = None
         self.rounds = 0
@@ -44,11 +49,28 @@ class Collector:
                 self._targets_error = str(exc)
         return self.targets
 
-    def store(self, batches: list[ScrapeBatch]) -> int:
+    def store(self, batches: list[ScrapeBatch], snapshots: list[SnapshotResult] | None = None) -> int:
         def job(con) -> int:  # type: ignore[no-untyped-def]
-            return sum(self.ingestor.write(con, b) for b in batches)
+            n = sum(self.ingestor.write(con, b) for b in batches)
+            ts = batches[0].ts if batches else None
+            for r in snapshots or []:
+                if r.snapshot is not None and ts is not None:
+                    self.expert_ingestor.write(con, r.target.name, ts, r.snapshot)
+            return n
 
         return self.warehouse.write(job)
+
+    async def _snapshots(self, targets: list[TargetInfo], fetch: Fetch) -> list[SnapshotResult]:
+        due = [
+            t for t in targets if t.role in ("prefill", "decode") and self._snapshot_due.get(t.name, 0) <= self.rounds
+        ]
+        results = list(await asyncio.gather(*(fetch_snapshot(t, fetch, self.timeout) for t in due)))
+        for r in results:
+            absent = r.absent
+            self._snapshot_due[r.target.name] = self.rounds + self.snapshot_every * (60 if absent else 1)
+            if r.error and not absent:
+                log.warning("expert snapshot %s failed: %s", r.target.name, r.error)
+        return results
 
     async def round(self, fetch: Fetch) -> list[ScrapeBatch]:
         targets = self.refresh_targets()
@@ -56,7 +78,8 @@ class Collector:
         for b in batches:
             if not b.up:
                 log.warning("scrape %s failed: %s", b.target.name, b.error)
-        await asyncio.to_thread(self.store, batches)
+        snapshots = await self._snapshots([b.target for b in batches if b.up], fetch)
+        await asyncio.to_thread(self.store, batches, snapshots)
         self.rounds += 1
         return batches
 

@@ -18,9 +18,19 @@ from typing import Any, TypeVar
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any]) -> None:
+    """Append columns (pyarrow arrays, in the table's column order) to a table in one statement."""
+    con.register("_insert_batch", pa.table(columns))
+    try:
+        con.execute(f"INSERT INTO {table} SELECT * FROM _insert_batch")
+    finally:
+        con.unregister("_insert_batch")
 
 
 class WarehouseError(RuntimeError):

@@ -16,6 +16,8 @@ from datetime import datetime
 import duckdb
 import pyarrow as pa
 
+from .db import insert_arrow
+
 # Sample names that carry monotonic counts, by family kind.
 _MONOTONIC_SUFFIXES = {
     "counter": ("_total", ""),
@@ -152,7 +154,7 @@ class Ingestor:
                 "engine": pa.array(cols[6], type=pa.string()), "le": pa.array(cols[7], type=pa.float64()),
             })  # fmt: skip
             con.register("_new_series", tbl)
-            try:
+            try:  # a series another writer round already added is fine
                 con.execute("INSERT OR IGNORE INTO series SELECT * FROM _new_series")
             finally:
                 con.unregister("_new_series")
@@ -172,12 +174,7 @@ class Ingestor:
     @staticmethod
     def _append(con: duckdb.DuckDBPyConnection, table: str, ts: datetime, columns: dict[str, pa.Array]) -> None:
         n = len(next(iter(columns.values())))
-        tbl = pa.table({"ts": pa.array([ts] * n, type=pa.timestamp("us")), **columns})
-        con.register("_batch", tbl)
-        try:
-            con.execute(f"INSERT INTO {table} SELECT * FROM _batch")
-        finally:
-            con.unregister("_batch")
+        insert_arrow(con, table, {"ts": pa.array([ts] * n, type=pa.timestamp("us")), **columns})
 
     @staticmethod
     def _series_row(sid: int, target: str, s: Sample) -> tuple[int, str, str, str, str, str, str | None, float | None]:

@@ -109,16 +109,14 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class PerformanceSpec:
-    decode_step_base_seconds: float = 0.00115
+    decode_step_base_seconds: float = 0.00109
     """Decode step time at batch 1 with an empty context (launch, all-to-all latency), seconds."""
-    decode_step_per_request_seconds: float = 0.000039
+    decode_step_per_request_seconds: float = 0.0000453
     """Extra decode step time per request in the largest rank batch, seconds."""
     decode_step_per_context_token_seconds: float = 2.5e-10
     """Extra decode step time per context token held by the busiest rank (KV reads), seconds."""
     decode_speed_jitter: float = 0.11
     """Log-normal sigma of a request's own speed factor (speculative acceptance, sampling)."""
-    eplb_balancedness: float = 0.88
-    """Expert load balancedness after EPLB (mean/max rank load); MoE time scales by its inverse."""
     prefill_tokens_per_second: float = 1.0e6
     """Computed prompt tokens one prefill engine (GPU) processes per second."""
     prefill_step_base_seconds: float = 0.002
@@ -136,6 +134,34 @@ class PerformanceSpec:
 
 
 @dataclass(frozen=True)
+class EplbSpec:
+    expert_groups: int = 8
+    """Expert groups of the model's router (vLLM's EPLB packs groups to nodes when they divide)."""
+    nodes: int = 16
+    """Hosts the decode instance spans (GB300 trays); EPLB's hierarchical policy needs groups divisible by it."""
+    policy: str = "vllm"
+    """Placement policy the decode instance's EPLB uses: vllm or refined."""
+    rebalance_interval_seconds: float = 300.0
+    """Time between EPLB rebalances of the decode instance, seconds."""
+    window_seconds: float = 120.0
+    """Load window a rebalance plans on, seconds."""
+    skew_min: float = 0.55
+    """Smallest Zipf exponent of a layer's expert popularity (layers differ in skew)."""
+    skew_max: float = 1.25
+    """Largest Zipf exponent of a layer's expert popularity."""
+    drift_per_minute: float = 0.08
+    """Standard deviation of a gated layer's log-popularity random walk per minute (hot experts drift)."""
+    vocabulary: int = 129_280
+    """Token vocabulary; hash-routed layers send token t to expert hash(t) mod experts."""
+    token_zipf: float = 1.05
+    """Zipf exponent of token frequency, which sets the skew of hash-routed layers."""
+    expert_bytes: int = 12_582_912
+    """Weight bytes of one routed expert (what a rebalance moves per relocated replica)."""
+    migration_bytes_per_second: float = 4.0e11
+    """NVLink bandwidth a rebalance moves expert weights at, bytes/s."""
+
+
+@dataclass(frozen=True)
 class TwinProfile:
     name: str
     """Profile name (file stem)."""
@@ -149,6 +175,8 @@ class TwinProfile:
     """The AgentX-like workload."""
     performance: PerformanceSpec = field(default_factory=PerformanceSpec)
     """Step-time and transfer model."""
+    eplb: EplbSpec = field(default_factory=EplbSpec)
+    """Expert routing and the decode instance's EPLB."""
     custom_histogram_buckets: dict[str, list[float]] = field(default_factory=dict)
     """vLLM `--custom-histogram-buckets` the stack profile sets (family -> upper bounds, seconds)."""
 
@@ -176,7 +204,8 @@ def load_profile(name_or_path: str) -> TwinProfile:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
-    sections = {"model": ModelSpec, "topology": TopologySpec, "workload": WorkloadSpec, "performance": PerformanceSpec}
+    sections = {"model": ModelSpec, "topology": TopologySpec, "workload": WorkloadSpec,
+                "performance": PerformanceSpec, "eplb": EplbSpec}  # fmt: skip
     kwargs: dict[str, Any] = {"name": data.pop("name", path.stem), "description": data.pop("description", "")}
     for key, cls in sections.items():
         kwargs[key] = _build(cls, data.pop(key, {}), f"{path}: [{key}]")
@@ -188,6 +217,8 @@ def load_profile(name_or_path: str) -> TwinProfile:
             raise ProfileError(f"{path}: custom_histogram_buckets[{family!r}] must be positive and increasing")
     kwargs["custom_histogram_buckets"] = {k: [float(b) for b in v] for k, v in buckets.items()}
     profile = TwinProfile(**kwargs)
+    if profile.eplb.policy not in ("vllm", "refined"):
+        raise ProfileError(f"{path}: [eplb] policy must be vllm or refined, got {profile.eplb.policy!r}")
     topo = profile.topology
     if topo.prefill_gpus + topo.decode_gpus > topo.total_gpus:
         raise ProfileError(

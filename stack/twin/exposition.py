@@ -11,6 +11,7 @@ import numpy as np
 from prometheus_client.utils import floatToGoString
 
 from .config import TwinProfile
+from .experts import ExpertState
 from .stats import GpuStats, Histogram, InstanceStats, RouterStats
 
 DCGM_INT64_BLANK = 9223372036854775794  # what DCGM reports for a field the GPU does not support
@@ -208,6 +209,79 @@ def render_vllm(inst: InstanceStats, profile: TwinProfile) -> str:
         "http_requests_total", {"handler": "/v1/completions", "method": "POST", "status": "2xx"}, inst.http_requests
     )
     return p.text()
+
+
+# ------------------------------------------------------------- moemeter plugin
+HOT_EXPERTS = 8
+
+
+def render_plugin(st: ExpertState, model_name: str) -> str:
+    """The moemeter vLLM plugin's low-cardinality families (docs/metrics.md): per layer x rank
+    load, per-layer balancedness, rebalances, and the hottest experts. Full matrices go to the
+    snapshot endpoint instead."""
+    p = _Page()
+    layers, ranks = st.rank_tokens.shape
+    p.head("moemeter_expert_rank_tokens_total", "counter",
+           "Tokens routed to the physical experts on this rank (engine), per MoE layer; top-k counted.")  # fmt: skip
+    for layer in range(layers):
+        for rank in range(ranks):
+            p.sample("moemeter_expert_rank_tokens_total", {"engine": str(rank), "layer": str(layer), "model_name": model_name},
+                     float(st.rank_tokens[layer, rank]))  # fmt: skip
+    p.head(
+        "moemeter_eplb_balancedness",
+        "gauge",
+        "Mean over ranks / max over ranks of rank load, per MoE layer, last step window.",
+    )
+    for layer in range(layers):
+        p.sample(
+            "moemeter_eplb_balancedness", {"layer": str(layer), "model_name": model_name}, float(st.balancedness[layer])
+        )
+    last = st.rebalances[-1] if st.rebalances else None
+    p.head("moemeter_eplb_rebalances_total", "counter", "EPLB rebalances performed.")
+    p.sample("moemeter_eplb_rebalances_total", {"model_name": model_name}, float(len(st.rebalances)))
+    p.head("moemeter_eplb_last_rebalance_duration_seconds", "gauge", "Wall time of the last EPLB rebalance.")
+    p.sample(
+        "moemeter_eplb_last_rebalance_duration_seconds",
+        {"model_name": model_name},
+        last.duration_seconds if last else 0.0,
+    )
+    p.head(
+        "moemeter_eplb_last_rebalance_timestamp_seconds",
+        "gauge",
+        "Unix time the last EPLB rebalance finished (0: none yet).",
+    )
+    p.sample("moemeter_eplb_last_rebalance_timestamp_seconds", {"model_name": model_name}, last.at if last else 0.0)
+    share = st.last_load / np.maximum(st.last_load.sum(axis=1, keepdims=True), 1.0)
+    top = np.argsort(-share, axis=None, kind="stable")[:HOT_EXPERTS]
+    p.head(
+        "moemeter_expert_hot_share",
+        "gauge",
+        "Share of its layer's tokens taken by each of the hottest experts, last step window.",
+    )
+    for pos, flat in enumerate(top, start=1):
+        layer, expert = divmod(int(flat), share.shape[1])
+        p.sample("moemeter_expert_hot_share", {"expert": str(expert), "layer": str(layer), "model_name": model_name,
+                                                "position": str(pos)}, float(share[layer, expert]))  # fmt: skip
+    return p.text()
+
+
+def expert_snapshot(st: ExpertState, model_name: str, now: float) -> dict[str, object]:
+    """GET /moemeter/experts: full matrices for the warehouse (schema moemeter.experts/1)."""
+    layers, ranks = st.rank_tokens.shape
+    return {
+        "schema": "moemeter.experts/1",
+        "model_name": model_name,
+        "time": now,
+        "layers": layers,
+        "logical_experts": st.logical_tokens.shape[1],
+        "slots": st.phy2log.shape[1],
+        "ranks": ranks,
+        "logical_tokens_total": st.logical_tokens.round().tolist(),
+        "phy2log": st.phy2log.tolist(),
+        "rebalances": [{"time": r.at, "duration_seconds": r.duration_seconds, "moved_replicas": r.moved_replicas,
+                        "balancedness_before": r.balancedness_before, "balancedness_planned": r.balancedness_planned}
+                       for r in st.rebalances],
+    }  # fmt: skip
 
 
 # ----------------------------------------------------------------- vllm-router

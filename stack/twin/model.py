@@ -18,11 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .config import TwinProfile
+from .experts import ExpertModel
 from .stats import GpuStats, InstanceStats, RouterStats
 
 THINK, PREFILL, DECODE = 0, 1, 2
-TICK_SECONDS = 0.5
+TICK_SECONDS = 0.1  # small, so a scrape sees counters at most this stale (real vLLM updates per step)
 BLOCK_TOKENS = 64  # KV block size; cached prefixes are whole blocks
+HARDWARE_SECONDS = 0.5  # GPU power, utilisation and energy are integrated at this step
 STOP_SHARE = 0.93  # share of turns that end with a stop token rather than max_tokens
 
 
@@ -73,12 +75,14 @@ class RackModel:
         self.router = RouterStats(prefill_urls or [f"prefill-{i}" for i in range(topo.prefill_instances)],
                                   decode_urls or [f"decode-{i}" for i in range(topo.decode_instances)])  # fmt: skip
         self.placements = gpu_placements(profile)
+        self.experts = ExpertModel(profile, np.random.default_rng([seed, 1]), start)
         self.gpus = [GpuStats(i, f"GPU-{seed:04x}{i:04x}-7e1d-4c2a-9b3f-{i:012x}", f"00000000:{0x10 + i % 4:02X}:00.0")
                      for i in range(topo.total_gpus)]  # fmt: skip
         n_pf = topo.prefill_gpus
         n_dc = topo.decode_gpus
         self.prefill_busy_until = np.full(n_pf, start)
-        self.prefill_busy_seconds = np.zeros(n_pf)  # busy time within the current tick
+        self.prefill_busy_seconds = np.zeros(n_pf)  # busy time since the last hardware update
+        self._hardware_at = start
         self.decode_step_seconds = profile.performance.decode_step_base_seconds
         self.decode_batch = np.zeros(n_dc)
         self.decode_context = np.zeros(n_dc)
@@ -116,12 +120,13 @@ class RackModel:
             self.now += TICK_SECONDS
 
     def _tick(self, t0: float, t1: float) -> None:
-        self.prefill_busy_seconds[:] = 0.0
         self._admit(t0, t1)
         self._finish_prefill(t1)
         self._decode(t0, t1)
         self._gauges(t1)
-        self._hardware(t1 - t0)
+        if t1 - self._hardware_at >= HARDWARE_SECONDS - 1e-9:
+            self._hardware(t1 - self._hardware_at)
+            self._hardware_at = t1
 
     # ------------------------------------------------------------ arrivals
     def _admit(self, t0: float, t1: float) -> None:
@@ -279,11 +284,14 @@ class RackModel:
         batch = np.bincount(self.dc_engine[active], minlength=n_dc).astype(float)
         context = np.bincount(self.dc_engine[active], weights=ctx, minlength=n_dc)
         self.decode_batch, self.decode_context = batch, context
+        # All ranks step together: the busiest rank's batch and context, and the MoE part
+        # stretched by expert imbalance (the hottest rank's experts gate every layer).
         step = (perf.decode_step_base_seconds
-                + perf.decode_step_per_request_seconds * batch.max(initial=0) / perf.eplb_balancedness
+                + perf.decode_step_per_request_seconds * batch.max(initial=0) / self.experts.mean_balancedness
                 + perf.decode_step_per_context_token_seconds * context.max(initial=0))  # fmt: skip
         self.decode_step_seconds = step
         if active.size == 0:
+            self.experts.step(0.0, t0, t1)
             return
         begin = np.maximum(t0, self.kv_ready[active])
         itl = step * self.speed[active]
@@ -314,6 +322,7 @@ class RackModel:
             busy = np.flatnonzero(eng_batch > 0)
             inst.histograms["vllm:iteration_tokens_total"].observe(busy, eng_batch[busy], steps)
         self.totals["generation_tokens"] += emitted.sum()
+        self.experts.step(float(emitted.sum()), t0, t1)
         done = active[finished]
         if done.size:
             self._finish_decode(done, finish_time[finished])
@@ -432,6 +441,7 @@ class RackModel:
             g.fb_used_mib = float(weights_mib + 0.4 * topo.gpu_memory_mib * kv)
             g.temp_c = float(28 + 0.035 * g.power_watts)
             g.nvlink_bytes += intensity * 4e11 * dt
+        self.prefill_busy_seconds[:] = 0.0
 
 
 def p90_per_user_tokens_per_second(tpot_seconds: list[float]) -> float:

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .config import TwinProfile
-from .exposition import render_dcgm, render_router, render_vllm
+from .exposition import expert_snapshot, render_dcgm, render_plugin, render_router, render_vllm
 from .model import RackModel
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ class Endpoint:
     gpus: int
     render: Callable[[], str]
     hostname: str = ""
+    snapshot: Callable[[], dict[str, object]] | None = None  # GET /moemeter/experts
 
 
 class Twin:
@@ -62,7 +63,12 @@ class Twin:
         assert self.model is not None
         m, topo = self.model, self.profile.topology
         out = [Endpoint(s.name, "prefill", s.dp, lambda s=s: render_vllm(s, self.profile)) for s in m.prefill]
-        out += [Endpoint(s.name, "decode", s.dp, lambda s=s: render_vllm(s, self.profile)) for s in m.decode]
+        model = self.profile.model.name
+        # The decode instance runs EPLB and the moemeter plugin: its page adds the plugin's families.
+        out += [Endpoint(s.name, "decode", s.dp,
+                         lambda s=s: render_vllm(s, self.profile) + render_plugin(m.experts.state, model),
+                         snapshot=lambda: expert_snapshot(m.experts.state, model, m.now))
+                for s in m.decode]  # fmt: skip
         out.append(Endpoint("router", "router", 0, lambda: render_router(m.router)))
         for t in range(topo.trays):
             gpus = m.gpus[t * topo.gpus_per_tray : (t + 1) * topo.gpus_per_tray]
@@ -103,6 +109,7 @@ class Twin:
         for ep in self.endpoints():
             srv = servers[ep.name]
             srv.page = self._page_fn(ep, cache)  # type: ignore[attr-defined]
+            srv.snapshot = self._snapshot_fn(ep)  # type: ignore[attr-defined]
             entry: dict[str, object] = {"name": ep.name, "url": base[ep.name] + "/metrics", "role": ep.role,
                                         "gpus": ep.gpus, "stack": f"twin:{self.profile.name}"}  # fmt: skip
             if ep.hostname:
@@ -118,6 +125,7 @@ class Twin:
         def page() -> str:
             with self._lock:
                 assert self.model is not None
+                self.model.advance(time.time())  # a scrape sees the state of now, not of the last clock tick
                 now = self.model.now
                 hit = cache.get(ep.name)
                 if hit and hit[0] == now:
@@ -127,6 +135,17 @@ class Twin:
                 return text
 
         return page
+
+    def _snapshot_fn(self, ep: Endpoint) -> Callable[[], bytes] | None:
+        if ep.snapshot is None:
+            return None
+        snap = ep.snapshot
+
+        def body() -> bytes:
+            with self._lock:
+                return json.dumps(snap()).encode()
+
+        return body
 
     def _clock(self) -> None:
         while not self._stop.wait(0.1):
@@ -143,12 +162,17 @@ class Twin:
 
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server API)
-        if self.path.split("?")[0] != "/metrics":
-            self.send_error(404, "only /metrics is served")
+        path = self.path.split("?")[0]
+        snapshot = getattr(self.server, "snapshot", None)
+        if path == "/moemeter/experts" and snapshot is not None:
+            body, content_type = snapshot(), "application/json"
+        elif path == "/metrics":
+            body, content_type = self.server.page().encode(), CONTENT_TYPE  # type: ignore[attr-defined]
+        else:
+            self.send_error(404, "only /metrics (and /moemeter/experts on EPLB instances) is served")
             return
-        body = self.server.page().encode()  # type: ignore[attr-defined]
         self.send_response(200)
-        self.send_header("Content-Type", CONTENT_TYPE)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)

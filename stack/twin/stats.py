@@ -59,8 +59,10 @@ class Histogram:
         series = np.broadcast_to(np.asarray(series), values.shape)
         weights = np.broadcast_to(np.asarray(weights, dtype=float), values.shape)
         idx = np.searchsorted(self.bounds, values, side="left")
-        np.add.at(self.counts, (series, idx), weights)
-        np.add.at(self.sums, series, values * weights)
+        width = self.counts.shape[1]
+        flat = (series * width + idx).ravel()
+        self.counts += np.bincount(flat, weights.ravel(), minlength=self.counts.size).reshape(self.counts.shape)
+        self.sums += np.bincount(series.ravel(), (values * weights).ravel(), minlength=self.sums.size)
 
     def cumulative(self) -> np.ndarray:
         return np.cumsum(self.counts, axis=1)

@@ -1,0 +1,47 @@
+"""Pull per-expert snapshots (GET <target>/moemeter/experts) from EPLB instances.
+
+Only prefill and decode targets are asked, every few rounds; a target that answers 404 has no
+moemeter plugin and is asked again much later, so it costs nothing in between.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from warehouse.experts import ExpertSnapshot, SnapshotError
+from warehouse.ingest import TargetInfo
+
+from .scrape import Fetch, ScrapeError
+
+SNAPSHOT_PATH = "/moemeter/experts"
+
+
+def snapshot_url(target: TargetInfo) -> str:
+    base = target.url[: -len("/metrics")] if target.url.endswith("/metrics") else target.url.rstrip("/")
+    return base + SNAPSHOT_PATH
+
+
+@dataclass
+class SnapshotResult:
+    target: TargetInfo
+    snapshot: ExpertSnapshot | None
+    error: str | None = None
+    absent: bool = False  # 404: the target has no snapshot endpoint
+
+
+async def fetch_snapshot(target: TargetInfo, fetch: Fetch, timeout: float) -> SnapshotResult:
+    try:
+        resp = await fetch(snapshot_url(target), timeout)
+    except ScrapeError as exc:
+        return SnapshotResult(target, None, str(exc))
+    if resp.status == 404:
+        return SnapshotResult(target, None, "no snapshot endpoint", absent=True)
+    if resp.status != 200:
+        return SnapshotResult(target, None, f"HTTP {resp.status}")
+    try:
+        return SnapshotResult(target, ExpertSnapshot.from_json(json.loads(resp.body)))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return SnapshotResult(target, None, f"snapshot is not JSON: {exc}")
+    except SnapshotError as exc:
+        return SnapshotResult(target, None, str(exc))

@@ -1,0 +1,123 @@
+"""Per-expert snapshots into the warehouse: increases of the logical-expert counters between
+snapshots, the placement whenever it changes, and rebalance events (once each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from .db import insert_arrow
+
+
+class SnapshotError(ValueError):
+    """A snapshot body does not follow schema moemeter.experts/1."""
+
+
+@dataclass(frozen=True)
+class RebalanceEvent:
+    at: datetime
+    duration_seconds: float
+    moved_replicas: int
+    balancedness_before: list[float]
+    balancedness_planned: list[float]
+
+
+@dataclass(frozen=True)
+class ExpertSnapshot:
+    logical_tokens_total: np.ndarray  # [layers, experts] cumulative
+    phy2log: np.ndarray  # [layers, slots]
+    ranks: int
+    rebalances: list[RebalanceEvent] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: object) -> ExpertSnapshot:
+        if not isinstance(data, dict) or data.get("schema") != "moemeter.experts/1":
+            raise SnapshotError("not a moemeter.experts/1 snapshot")
+        try:
+            load = np.asarray(data["logical_tokens_total"], dtype=np.float64)
+            phy2log = np.asarray(data["phy2log"], dtype=np.int64)
+            ranks = int(data["ranks"])
+            events = [RebalanceEvent(datetime.fromtimestamp(float(r["time"]), UTC).replace(tzinfo=None),
+                                     float(r["duration_seconds"]), int(r["moved_replicas"]),
+                                     [float(x) for x in r["balancedness_before"]],
+                                     [float(x) for x in r["balancedness_planned"]])
+                      for r in data.get("rebalances", [])]  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError(f"malformed snapshot: {exc}") from exc
+        layers = load.shape[0] if load.ndim == 2 else -1
+        if load.ndim != 2 or phy2log.ndim != 2 or phy2log.shape[0] != layers or layers == 0:
+            raise SnapshotError(f"matrix shapes disagree: load {load.shape}, phy2log {phy2log.shape}")
+        if ranks <= 0 or phy2log.shape[1] % ranks:
+            raise SnapshotError(f"{phy2log.shape[1]} slots do not divide over {ranks} ranks")
+        if not np.isfinite(load).all() or (load < 0).any():
+            raise SnapshotError("expert token counters must be finite and non-negative")
+        if ((phy2log < 0) | (phy2log >= load.shape[1])).any():
+            raise SnapshotError("phy2log names an expert that does not exist")
+        return cls(load, phy2log, ranks, events)
+
+
+class ExpertIngestor:
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[datetime, np.ndarray]] = {}
+        self._placement: dict[str, np.ndarray] = {}
+
+    def write(self, con: duckdb.DuckDBPyConnection, target: str, ts: datetime, snap: ExpertSnapshot) -> int:
+        """Store one snapshot inside the caller's transaction; returns expert_load rows written."""
+        layers, experts = snap.logical_tokens_total.shape
+        prev = self._last.get(target)
+        seconds = reset = None
+        rows = 0
+        if prev is not None and ts > prev[0] and prev[1].shape == snap.logical_tokens_total.shape:
+            delta = snap.logical_tokens_total - prev[1]
+            reset = bool((delta < 0).any())
+            if reset:  # a restarted engine: its counters start again from zero
+                delta = snap.logical_tokens_total
+            seconds = (ts - prev[0]).total_seconds()
+            layer_idx, expert_idx = np.indices(delta.shape)
+            insert_arrow(con, "expert_load", {
+                "ts": pa.array([ts] * delta.size, type=pa.timestamp("us")),
+                "target": pa.array([target] * delta.size, type=pa.string()),
+                "layer": pa.array(layer_idx.ravel(), type=pa.int16()),
+                "expert": pa.array(expert_idx.ravel(), type=pa.int16()),
+                "tokens": pa.array(delta.ravel(), type=pa.float64()),
+            })  # fmt: skip
+            rows = delta.size
+        if prev is None or ts > prev[0]:
+            self._last[target] = (ts, snap.logical_tokens_total)
+        con.execute("INSERT INTO expert_snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [ts, target, seconds, layers, experts, snap.phy2log.shape[1], snap.ranks, bool(reset)])  # fmt: skip
+        self._store_placement(con, target, ts, snap)
+        for ev in snap.rebalances:
+            for layer, (before, planned) in enumerate(zip(ev.balancedness_before, ev.balancedness_planned)):
+                con.execute("INSERT INTO eplb_rebalances VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                            [ev.at, target, ev.duration_seconds, ev.moved_replicas, layer, before, planned])  # fmt: skip
+        return rows
+
+    def _store_placement(self, con: duckdb.DuckDBPyConnection, target: str, ts: datetime, snap: ExpertSnapshot) -> None:
+        known = self._placement.get(target)
+        if known is None:  # after a restart: the latest placement stored for this target
+            df = con.execute("""SELECT layer, slot, expert FROM expert_placement
+                                WHERE target = ? AND ts = (SELECT max(ts) FROM expert_placement WHERE target = ?)""",
+                             [target, target]).df()  # fmt: skip
+            rows, cols = snap.phy2log.shape
+            if len(df) == rows * cols and df["layer"].max() < rows and df["slot"].max() < cols:
+                known = np.full((rows, cols), -1, dtype=np.int64)
+                known[df["layer"].to_numpy(), df["slot"].to_numpy()] = df["expert"].to_numpy()
+        if known is not None and known.shape == snap.phy2log.shape and (known == snap.phy2log).all():
+            return
+        layer_idx, slot_idx = np.indices(snap.phy2log.shape)
+        per_rank = snap.phy2log.shape[1] // snap.ranks
+        n = snap.phy2log.size
+        insert_arrow(con, "expert_placement", {
+            "ts": pa.array([ts] * n, type=pa.timestamp("us")),
+            "target": pa.array([target] * n, type=pa.string()),
+            "layer": pa.array(layer_idx.ravel(), type=pa.int16()),
+            "slot": pa.array(slot_idx.ravel(), type=pa.int16()),
+            "rank": pa.array(slot_idx.ravel() // per_rank, type=pa.int16()),
+            "expert": pa.array(snap.phy2log.ravel(), type=pa.int16()),
+        })  # fmt: skip
+        self._placement[target] = snap.phy2log.copy()
