@@ -99,11 +99,8 @@ class ExpertModel:
         sigma = e.drift_per_minute * np.sqrt(dt / 60.0)
         noise = self.rng.normal(0.0, sigma, self.log_pop[gated].shape)
         self.log_pop[gated] += noise - (self.log_pop[gated] - self.base_log[gated]) * min(1.0, dt / 1800.0)
-        load = (
-            self.rng.poisson(self.popularity() * tokens * k).astype(float)
-            if tokens > 0
-            else np.zeros_like(self.log_pop)
-        )
+        routed = int(round(tokens)) * k  # every token goes to top_k experts in every layer
+        load = np.stack([self.rng.multinomial(routed, row) for row in self.popularity()]).astype(float)
         st = self.state
         st.logical_tokens += load
         st.last_load = load

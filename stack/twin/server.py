@@ -115,7 +115,7 @@ class Twin:
             if ep.hostname:
                 entry["hostname"] = ep.hostname
             targets.append(entry)
-            threading.Thread(target=srv.serve_forever, name=f"twin-{ep.name}", daemon=True).start()
+            threading.Thread(target=srv.serve_forever, args=(0.1,), name=f"twin-{ep.name}", daemon=True).start()
             self._servers.append(srv)
         self._thread = threading.Thread(target=self._clock, name="twin-clock", daemon=True)
         self._thread.start()
@@ -155,8 +155,12 @@ class Twin:
 
     def close(self) -> None:
         self._stop.set()
+        stoppers = [threading.Thread(target=srv.shutdown) for srv in self._servers]  # each waits a poll
+        for t in stoppers:
+            t.start()
+        for t in stoppers:
+            t.join()
         for srv in self._servers:
-            srv.shutdown()
             srv.server_close()
 
 

@@ -1,0 +1,39 @@
+"""Snapshot pulls: the URL next to /metrics, 404 means no plugin, bad bodies are reasons."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from collectors.experts import fetch_snapshot, snapshot_url
+from collectors.scrape import http_fetcher
+from tests.conftest import reply
+from warehouse.ingest import TargetInfo
+
+GOOD = {"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 1]], "ranks": 1}
+
+
+def test_snapshot_url_sits_beside_metrics():
+    assert snapshot_url(TargetInfo("d", "http://h:1/metrics", "decode", 1)) == "http://h:1/moemeter/experts"
+    assert snapshot_url(TargetInfo("d", "http://h:1/", "decode", 1)) == "http://h:1/moemeter/experts"
+
+
+def test_fetch_outcomes(http_server):
+    base, routes = http_server
+    routes["/a/moemeter/experts"] = reply(json.dumps(GOOD).encode(), content_type="application/json")
+    routes["/b/moemeter/experts"] = reply(b"not found", status=404)
+    routes["/c/moemeter/experts"] = reply(b"{oops", content_type="application/json")
+    routes["/d/moemeter/experts"] = reply(json.dumps({**GOOD, "ranks": 0}).encode())
+
+    async def go():
+        async with httpx.AsyncClient() as client:
+            f = http_fetcher(client)
+            return [await fetch_snapshot(TargetInfo(n, f"{base}/{n}/metrics", "decode", 1), f, 2.0) for n in "abcd"]
+
+    a, b, c, d = asyncio.run(go())
+    assert a.snapshot is not None and a.error is None
+    assert b.absent and b.snapshot is None
+    assert "not JSON" in c.error
+    assert "do not divide" in d.error
