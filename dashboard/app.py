@@ -10,5 +10,8 @@ import streamlit as st
 PAGES = Path(__file__).parent / "pages"
 
 st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")
-nav = st.navigation([st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True)])
+nav = st.navigation([
+    st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
+    st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
+])  # fmt: skip
 nav.run()

@@ -76,6 +76,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     from collectors.parse import parse_page
     from stack.twin.server import Twin
     from warehouse.db import Warehouse
+    from warehouse.experts import ExpertIngestor, ExpertSnapshot
     from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 
     if not args.db:
@@ -85,10 +86,10 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     start = end - timedelta(seconds=seconds)
     twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120)
     wh = Warehouse(args.db)
-    ingestor = Ingestor()
+    ingestor, experts = Ingestor(), ExpertIngestor()
     twin.pages(start.timestamp())  # warm up to the first scrape
     roles = {ep.name: ep for ep in twin.endpoints()}
-    t, n, began = 0.0, 0, time.perf_counter()
+    t, n, rounds, began = 0.0, 0, 0, time.perf_counter()
     while t <= seconds:
         ts = start + timedelta(seconds=t)
         pages = twin.pages(start.timestamp() + t)
@@ -96,8 +97,19 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
                                           f"twin:{profile.name}", roles[name].hostname),
                                ts, True, 0.0, parse_page(text.encode()), bytes=len(text))
                    for name, text in pages.items()]  # fmt: skip
-        n += wh.write(lambda con, b=batches: sum(ingestor.write(con, x) for x in b))
+        # Expert snapshots every 12 rounds, as the collector pulls them.
+        snaps = [(name, ExpertSnapshot.from_json(ep.snapshot())) for name, ep in roles.items()
+                 if ep.snapshot is not None and rounds % 12 == 0]  # fmt: skip
+
+        def job(con, b=batches, s=snaps, at=ts):  # type: ignore[no-untyped-def]
+            stored = sum(ingestor.write(con, x) for x in b)
+            for name, snap in s:
+                experts.write(con, name, at, snap)
+            return stored
+
+        n += wh.write(job)
         t += args.interval
+        rounds += 1
     wh.close()
     print(
         json.dumps(

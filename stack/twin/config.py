@@ -149,7 +149,7 @@ class EplbSpec:
     """Smallest Zipf exponent of a layer's expert popularity (layers differ in skew)."""
     skew_max: float = 1.25
     """Largest Zipf exponent of a layer's expert popularity."""
-    drift_per_minute: float = 0.08
+    drift_per_minute: float = 0.05
     """Standard deviation of a gated layer's log-popularity random walk per minute (hot experts drift)."""
     vocabulary: int = 129_280
     """Token vocabulary; hash-routed layers send token t to expert hash(t) mod experts."""

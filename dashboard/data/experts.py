@@ -1,0 +1,139 @@
+"""Queries behind the Experts page (EPLB hot spots): pure functions of a query callable.
+
+Rank load comes from the plugin's `moemeter_expert_rank_tokens_total` increments; logical
+expert load and placement from the /moemeter/experts snapshots (warehouse/experts.py).
+Balancedness is DESIGN.md's: mean over ranks / max over ranks of rank load, per layer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .live import Query, Window
+
+RANK_SQL = """
+SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket,
+       json_extract_string(s.labels, '$.layer')::INTEGER AS layer, s.engine::INTEGER AS rank, sum(i.delta) AS tokens
+FROM increments i JOIN series s USING (series_id)
+WHERE i.ts > ?::TIMESTAMP AND i.ts <= ?::TIMESTAMP AND s.target = ? AND s.metric = 'moemeter_expert_rank_tokens_total'
+GROUP BY ALL ORDER BY bucket, layer, rank
+"""
+
+
+def eplb_targets(q: Query) -> list[str]:
+    """Targets that export per-rank expert load or expert snapshots."""
+    df = q("""SELECT DISTINCT target FROM series WHERE metric = 'moemeter_expert_rank_tokens_total'
+              UNION SELECT DISTINCT target FROM expert_snapshots ORDER BY 1""", None)  # fmt: skip
+    return df["target"].tolist()
+
+
+def rank_steps(q: Query, w: Window, target: str) -> pd.DataFrame:
+    """Tokens each rank's slots received per step and layer: bucket, layer, rank, tokens."""
+    return q(RANK_SQL, [w.step_seconds, w.start, w.end, target])
+
+
+def rank_matrix(steps: pd.DataFrame) -> pd.DataFrame:
+    """Layer x rank load over the whole window, as a ratio to the layer's mean rank load."""
+    if steps.empty:
+        return pd.DataFrame()
+    m = steps.pivot_table(index="layer", columns="rank", values="tokens", aggfunc="sum").fillna(0.0)
+    return m.div(m.mean(axis=1).replace(0, np.nan), axis=0)
+
+
+def balancedness_over_time(steps: pd.DataFrame) -> pd.DataFrame:
+    """bucket, layer, balancedness (mean/max over ranks), imbalance (max/mean)."""
+    if steps.empty:
+        return pd.DataFrame(columns=["bucket", "layer", "balancedness", "imbalance"])
+    g = steps.groupby(["bucket", "layer"])["tokens"]
+    out = pd.DataFrame({"mean": g.mean(), "max": g.max()}).reset_index()
+    out = out[out["max"] > 0]
+    out["balancedness"] = out["mean"] / out["max"]
+    out["imbalance"] = out["max"] / out["mean"]
+    return out[["bucket", "layer", "balancedness", "imbalance"]]
+
+
+EXPERT_SQL = """
+SELECT layer, expert, sum(tokens) AS tokens FROM expert_load
+WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL ORDER BY layer, expert
+"""
+
+
+def expert_share(q: Query, w: Window, target: str) -> pd.DataFrame:
+    """layer, expert, tokens, share of the layer's tokens in the window."""
+    df = q(EXPERT_SQL, [w.start, w.end, target])
+    if df.empty:
+        return df.assign(share=pd.Series(dtype=float))
+    total = df.groupby("layer")["tokens"].transform("sum")
+    return df.assign(share=df["tokens"] / total.where(total > 0))
+
+
+def hot_experts(shares: pd.DataFrame, trend: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """Top n (layer, expert) by share of their layer, with their share per snapshot (trend)."""
+    if shares.empty:
+        return pd.DataFrame(columns=["layer", "expert", "share", "trend"])
+    top = shares.nlargest(n, "share")[["layer", "expert", "share"]].reset_index(drop=True)
+    series = {k: g.sort_values("ts")["share"].round(4).tolist() for k, g in trend.groupby(["layer", "expert"])}
+    top["trend"] = [series.get((r.layer, r.expert), []) for r in top.itertuples()]
+    return top
+
+
+def share_trend(q: Query, w: Window, target: str) -> pd.DataFrame:
+    """ts, layer, expert, share of its layer at each snapshot."""
+    return q("""SELECT ts, layer, expert, tokens / nullif(sum(tokens) OVER (PARTITION BY ts, layer), 0) AS share
+                FROM expert_load WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ?""",
+             [w.start, w.end, target])  # fmt: skip
+
+
+def rebalances(q: Query, w: Window, target: str) -> pd.DataFrame:
+    """One row per rebalance: ts, duration, moved replicas, mean planned-on balancedness before and planned."""
+    return q("""SELECT ts, any_value(duration_seconds) AS duration_seconds, any_value(moved_replicas) AS moved_replicas,
+                       avg(balancedness_before) AS planned_before, avg(balancedness_planned) AS planned_after,
+                       min(balancedness_before) AS worst_layer_before
+                FROM eplb_rebalances WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ?
+                GROUP BY ts ORDER BY ts""", [w.start, w.end, target])  # fmt: skip
+
+
+def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.5) -> pd.DataFrame:
+    """Measured mean balancedness (over layers and steps) in the steps that end before each event
+    and in those that start after it, `minutes` each side; a step that straddles the event counts
+    for neither."""
+    if events.empty:
+        return events.assign(measured_before=pd.Series(dtype=float), measured_after=pd.Series(dtype=float))
+    span = pd.Timedelta(minutes=minutes)
+    buckets = bal["bucket"].drop_duplicates().sort_values()
+    step = buckets.diff().min() if len(buckets) > 1 else pd.Timedelta(0)
+    before, after = [], []
+    for ts in events["ts"]:
+        b = bal[(bal["bucket"] + step <= ts) & (bal["bucket"] + step > ts - span)]["balancedness"]
+        a = bal[(bal["bucket"] >= ts) & (bal["bucket"] < ts + span)]["balancedness"]
+        before.append(b.mean() if len(b) else np.nan)
+        after.append(a.mean() if len(a) else np.nan)
+    return events.assign(measured_before=before, measured_after=after)
+
+
+def placement(q: Query, w: Window, target: str, layer: int) -> pd.DataFrame:
+    """The placement in force at the window's end for one layer: slot, rank, expert, replicas."""
+    df = q("""SELECT slot, rank, expert FROM expert_placement
+              WHERE target = ? AND layer = ? AND ts = (SELECT max(ts) FROM expert_placement
+                                                       WHERE target = ? AND ts <= ?::TIMESTAMP)
+              ORDER BY slot""", [target, layer, target, w.end])  # fmt: skip
+    return df.assign(replicas=df.groupby("expert")["slot"].transform("count")) if len(df) else df
+
+
+def current_placement(q: Query, w: Window, target: str) -> tuple[np.ndarray, int] | None:
+    """[layers, slots] placement at the window's end, and the number of ranks."""
+    df = q("""SELECT layer, slot, rank, expert FROM expert_placement
+              WHERE target = ? AND ts = (SELECT max(ts) FROM expert_placement WHERE target = ? AND ts <= ?::TIMESTAMP)""",
+           [target, target, w.end])  # fmt: skip
+    if df.empty:
+        return None
+    m = np.zeros((int(df["layer"].max()) + 1, int(df["slot"].max()) + 1), dtype=np.int64)
+    m[df["layer"].to_numpy(), df["slot"].to_numpy()] = df["expert"].to_numpy()
+    return m, int(df["rank"].max()) + 1
+
+
+def load_matrix(shares: pd.DataFrame) -> np.ndarray:
+    """[layers, experts] tokens from expert_share's rows."""
+    m = shares.pivot_table(index="layer", columns="expert", values="tokens", aggfunc="sum").fillna(0.0)
+    return m.to_numpy()

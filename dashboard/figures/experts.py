@@ -1,0 +1,92 @@
+"""Experts page figures: DataFrames from dashboard.data.experts in, Plotly figures out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from .live import _layout
+
+
+def expert_heatmap(shares: pd.DataFrame) -> go.Figure:
+    """Layer x logical expert: share of the layer's tokens."""
+    if shares.empty:
+        return _layout(go.Figure(), "Layer x expert: share of tokens")
+    m = shares.pivot_table(index="layer", columns="expert", values="share", aggfunc="sum").fillna(0.0)
+    fig = go.Figure(go.Heatmap(z=m.to_numpy() * 100, x=list(m.columns), y=list(m.index), colorscale="Inferno",
+                               colorbar=dict(title="% of layer"),
+                               hovertemplate="layer %{y} expert %{x}: %{z:.2f}%<extra></extra>"))  # fmt: skip
+    fig.update_xaxes(title_text="logical expert")
+    fig.update_yaxes(title_text="layer", autorange="reversed")
+    return _layout(fig, "Layer x expert: share of the layer's tokens", height=460)
+
+
+def rank_heatmap(matrix: pd.DataFrame) -> go.Figure:
+    """Layer x rank: load as a multiple of the layer's mean rank load (1.0 = even)."""
+    if matrix.empty:
+        return _layout(go.Figure(), "Layer x rank load")
+    fig = go.Figure(go.Heatmap(z=matrix.to_numpy(), x=list(matrix.columns), y=list(matrix.index), colorscale="RdBu_r",
+                               zmid=1.0, colorbar=dict(title="x mean"),
+                               hovertemplate="layer %{y} rank %{x}: %{z:.2f}x mean<extra></extra>"))  # fmt: skip
+    fig.update_xaxes(title_text="EP rank")
+    fig.update_yaxes(title_text="layer", autorange="reversed")
+    return _layout(fig, "Layer x rank: load / layer mean", height=460)
+
+
+def balancedness_figure(bal: pd.DataFrame, events: pd.DataFrame) -> go.Figure:
+    """Layer x time heatmap of balancedness, rebalances as vertical lines."""
+    if bal.empty:
+        return _layout(go.Figure(), "Balancedness per layer over time")
+    m = bal.pivot_table(index="layer", columns="bucket", values="balancedness")
+    fig = go.Figure(go.Heatmap(z=m.to_numpy(), x=list(m.columns), y=list(m.index), colorscale="RdYlGn", zmin=0.5, zmax=1.0,
+                               colorbar=dict(title="mean/max"),
+                               hovertemplate="layer %{y} at %{x}: %{z:.3f}<extra></extra>"))  # fmt: skip
+    for ts in events.get("ts", []):
+        fig.add_vline(x=ts, line_dash="dash", line_color="black")
+    fig.update_yaxes(title_text="layer", autorange="reversed")
+    return _layout(fig, "Balancedness per layer over time (dashed: EPLB rebalances)", height=460)
+
+
+def balancedness_summary_figure(bal: pd.DataFrame, events: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    if not bal.empty:
+        g = bal.groupby("bucket")
+        fig.add_trace(go.Scatter(x=list(g.groups), y=g["balancedness"].mean(), name="mean over layers", mode="lines+markers",
+                                 marker=dict(size=4)))  # fmt: skip
+        fig.add_trace(go.Scatter(x=list(g.groups), y=g["balancedness"].min(), name="worst layer", mode="lines+markers",
+                                 marker=dict(size=4)))  # fmt: skip
+        fig.add_trace(go.Scatter(x=list(g.groups), y=g["imbalance"].max(), name="max/mean (worst layer)",
+                                 mode="lines", yaxis="y2", line=dict(dash="dot")))  # fmt: skip
+    for ts in events.get("ts", []):
+        fig.add_vline(x=ts, line_dash="dash", line_color="black")
+    fig.update_layout(yaxis=dict(title="balancedness", range=[0, 1.05]),
+                      yaxis2=dict(title="max/mean", overlaying="y", side="right", rangemode="tozero"))  # fmt: skip
+    return _layout(fig, "Balancedness and imbalance")
+
+
+def placement_figure(pl: pd.DataFrame, ranks: int) -> go.Figure:
+    """Rank x slot grid of the logical expert each slot holds; redundant replicas marked *."""
+    if pl.empty:
+        return _layout(go.Figure(), "Physical placement")
+    per_rank = len(pl) // ranks
+    expert = pl["expert"].to_numpy().reshape(ranks, per_rank)
+    text = np.where(pl["replicas"].to_numpy().reshape(ranks, per_rank) > 1, np.char.add(expert.astype(str), "*"),
+                    expert.astype(str))  # fmt: skip
+    redundant = (pl["replicas"].to_numpy().reshape(ranks, per_rank) > 1).astype(float)
+    fig = go.Figure(go.Heatmap(z=redundant, text=text, texttemplate="%{text}", x=[f"slot {i}" for i in range(per_rank)],
+                               y=[f"rank {r}" for r in range(ranks)], colorscale=[[0, "#f0f0f0"], [1, "#fdae6b"]],
+                               showscale=False, hovertemplate="%{y} %{x}: expert %{text}<extra></extra>"))  # fmt: skip
+    fig.update_yaxes(autorange="reversed")
+    return _layout(fig, "Physical placement (expert id per slot; * = replicated expert)", height=max(360, 14 * ranks))
+
+
+def what_if_figure(df: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(x=df["layer"], y=df["current_balancedness"], name="current placement", mode="lines+markers")
+    )
+    fig.add_trace(go.Scatter(x=df["layer"], y=df["planned_balancedness"], name="planned", mode="lines+markers"))
+    fig.update_xaxes(title_text="layer")
+    fig.update_yaxes(title_text="balancedness", range=[0, 1.05])
+    return _layout(fig, "What-if: predicted balancedness per layer on the observed load")

@@ -1,0 +1,122 @@
+"""Experts page: where are the EPLB hot spots, did the last rebalance help, what would? (MoE engineer)"""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import pandas as pd
+import streamlit as st
+import yaml
+
+from dashboard.data import experts as data
+from dashboard.data import live
+from dashboard.figures import experts as figures
+from dashboard.source import api_url, query
+from warehouse.alerts import AlertRules, evaluate_alerts, prometheus_rules
+from warehouse.eplb import what_if
+
+RULES = AlertRules()
+
+
+def _pct(v: float) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def render() -> None:
+    latest = live.latest_scrape_time(query)
+    targets = data.eplb_targets(query)
+    if latest is None or not targets:
+        st.info(f"No expert data in the warehouse behind {api_url()} yet: it comes from instances running the moemeter "
+                "plugin (or the twin's decode instance) once the collectors have scraped them.")  # fmt: skip
+        return
+    c = st.columns([2, 3])
+    target = c[0].selectbox("Instance", targets, key="target")
+    choice = c[1].segmented_control("Time range", list(live.RANGES), default="1 h", key="exp_range") or "1 h"
+    w = live.Window.ending(latest, live.RANGES[choice])
+    steps = data.rank_steps(query, w, target)
+    bal = data.balancedness_over_time(steps)
+    events = data.measured_around(data.rebalances(query, w, target), bal)
+    shares = data.expert_share(query, w, target)
+
+    now_bal = bal[bal["bucket"] == bal["bucket"].max()] if len(bal) else bal
+    worst = now_bal.nsmallest(1, "balancedness") if len(now_bal) else now_bal
+    firing = evaluate_alerts(RULES, steps, events["ts"].max() if len(events) else None, pd.Timestamp(latest))
+    m = st.columns(5)
+    m[0].metric(
+        "Balancedness now (mean over layers)", _pct(now_bal["balancedness"].mean() if len(now_bal) else math.nan)
+    )
+    if len(worst):
+        m[1].metric("Worst layer now", f"layer {int(worst['layer'].iloc[0])}", f"{worst['balancedness'].iloc[0]:.3f}",
+                    delta_color="off")  # fmt: skip
+    rm = data.rank_matrix(steps[steps["bucket"] == steps["bucket"].max()]) if len(steps) else pd.DataFrame()
+    if not rm.empty:
+        layer, rank = rm.stack().idxmax()
+        m[2].metric(
+            "Hottest rank now", f"layer {layer} · rank {rank}", f"{rm.loc[layer, rank]:.2f}x mean", delta_color="off"
+        )
+    if len(events):
+        last = events.iloc[-1]
+        m[3].metric("Last rebalance", f"{last['ts']:%H:%M:%S}",
+                    f"{_pct(last['measured_before'])} → {_pct(last['measured_after'])} measured", delta_color="off")  # fmt: skip
+    m[4].metric("Alerts firing", str(len(firing)))
+
+    h1, h2 = st.columns(2)
+    h1.plotly_chart(figures.expert_heatmap(shares), key="expert_heatmap")
+    h2.plotly_chart(figures.rank_heatmap(data.rank_matrix(steps)), key="rank_heatmap")
+    st.plotly_chart(figures.balancedness_figure(bal, events), key="balancedness")
+    st.plotly_chart(figures.balancedness_summary_figure(bal, events), key="balancedness_summary")
+
+    t1, t2 = st.columns(2)
+    with t1:
+        st.subheader("Hot experts")
+        hot = data.hot_experts(shares, data.share_trend(query, w, target))
+        st.dataframe(hot, hide_index=True, key="hot", column_config={
+            "share": st.column_config.ProgressColumn("share of layer", format="%.3f", min_value=0.0, max_value=float(
+                max(hot["share"].max(), 1e-9)) if len(hot) else 1.0),
+            "trend": st.column_config.LineChartColumn("share per snapshot")})  # fmt: skip
+    with t2:
+        st.subheader("Rebalances")
+        st.dataframe(events, hide_index=True, key="events")
+
+    st.subheader("Alerts")
+    if firing:
+        st.dataframe(pd.DataFrame([f.__dict__ for f in firing]), hide_index=True, key="alerts")
+    else:
+        st.success("No EPLB alert is firing.")
+    rules_yaml = yaml.safe_dump(prometheus_rules(RULES), sort_keys=False)
+    st.download_button(
+        "Prometheus alerting rules (same thresholds)", rules_yaml, "moemeter-eplb.rules.yml", key="rules"
+    )
+
+    current = data.current_placement(query, w, target)
+    if current is None:
+        st.info("No placement snapshot stored yet.")
+        return
+    phy2log, ranks = current
+    st.subheader("Physical placement")
+    layer = st.number_input("Layer", 0, phy2log.shape[0] - 1, 0, key="layer")
+    st.plotly_chart(figures.placement_figure(data.placement(query, w, target, int(layer)), ranks), key="placement")
+
+    st.subheader("What-if")
+    if shares.empty:
+        st.info("The window holds no expert snapshots to plan on.")
+        return
+    load = data.load_matrix(shares)
+    experts = load.shape[1]
+    f = st.columns(3)
+    redundant = f[0].slider(
+        "Redundant experts", 0, 2 * experts, int(phy2log.shape[1] - experts), step=ranks, key="redundant"
+    )
+    policy = f[1].radio("Policy", ["vllm", "refined"], horizontal=True, key="policy")
+    result = what_if(load, phy2log, ranks, redundant, policy)
+    f[2].metric("Mean balancedness: current → planned",
+                f"{result['current_balancedness'].mean():.3f} → {result['planned_balancedness'].mean():.3f}")  # fmt: skip
+    st.plotly_chart(figures.what_if_figure(result), key="what_if")
+
+
+st.title("Experts")
+try:
+    render()
+except (httpx.HTTPError, RuntimeError) as exc:
+    st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")

@@ -1,0 +1,115 @@
+"""Experts page data on a warehouse seeded from the twin's plugin families and snapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from collectors.parse import parse_page
+from dashboard.data import experts as data
+from dashboard.data.live import Window
+from stack.twin.config import load_profile
+from stack.twin.exposition import expert_snapshot, render_plugin
+from stack.twin.model import RackModel
+from warehouse.api import LocalQuery
+from warehouse.db import apply_migrations
+from warehouse.eplb import what_if
+from warehouse.experts import ExpertIngestor, ExpertSnapshot
+from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+
+T0 = datetime(2026, 11, 30, 12, 0, 0)
+TARGET = TargetInfo("decode-0", "http://twin/decode-0/metrics", "decode", 64, "twin:test")
+
+
+def seed(con: duckdb.DuckDBPyConnection, minutes: float = 4.0, scrape: float = 5.0, snapshot_every: int = 6):
+    """Scrape the twin decode instance's plugin families every 5 s and its snapshot every 30 s."""
+    p = load_profile("deepseek-v4.1-flash").with_workload(agents=1500)
+    p = dataclasses.replace(p, eplb=dataclasses.replace(p.eplb, rebalance_interval_seconds=90.0, window_seconds=60.0))
+    start = T0.timestamp()
+    m = RackModel(p, seed=5, start=start - 30)
+    ing, exp = Ingestor(), ExpertIngestor()
+    history = []
+    for k in range(int(minutes * 60 / scrape) + 1):
+        m.advance(start + k * scrape)
+        ts = T0 + timedelta(seconds=k * scrape)
+        page = render_plugin(m.experts.state, p.model.name)
+        ing.write(con, ScrapeBatch(TARGET, ts, True, 0.01, parse_page(page.encode())))
+        if k % snapshot_every == 0:
+            exp.write(
+                con, TARGET.name, ts, ExpertSnapshot.from_json(expert_snapshot(m.experts.state, p.model.name, m.now))
+            )
+        history.append((ts, m.experts.state.rank_tokens.copy()))
+    return m, history
+
+
+@pytest.fixture(scope="module")
+def seeded():
+    con = duckdb.connect()
+    apply_migrations(con)
+    m, history = seed(con)
+    return LocalQuery(con), m, history
+
+
+def window(minutes: float = 4.0, step: int = 30) -> Window:
+    return Window(T0, T0 + timedelta(minutes=minutes), step)
+
+
+def test_balancedness_is_mean_over_max_of_rank_load_from_the_counters(seeded):
+    q, m, history = seeded
+    steps = data.rank_steps(q, window(), "decode-0")
+    bal = data.balancedness_over_time(steps)
+    # the step ending 12:00:30 holds the scrapes at :05..:30 -> counters from :00 to :30 (whole bucket 12:00:00)
+    first = {ts: r for ts, r in history}
+    expected_load = first[T0 + timedelta(seconds=25)] - first[T0]
+    b0 = bal[bal["bucket"] == pd.Timestamp(T0)].set_index("layer")["balancedness"]
+    exp = expected_load.mean(axis=1) / expected_load.max(axis=1)
+    assert np.allclose(b0.sort_index().to_numpy(), exp, rtol=1e-9)
+    assert set(steps["rank"]) == set(range(64)) and steps["layer"].nunique() == 40
+
+
+def test_rebalances_are_listed_and_measured_to_help(seeded):
+    q, m, _ = seeded
+    steps = data.rank_steps(q, window(step=10), "decode-0")
+    events = data.measured_around(data.rebalances(q, window(), "decode-0"), data.balancedness_over_time(steps))
+    assert len(events) == len(m.experts.state.rebalances) == 2
+    assert (events["planned_after"] > events["planned_before"]).all()
+    assert (events["measured_after"] > events["measured_before"]).all()
+
+
+def test_expert_shares_and_hot_experts(seeded):
+    q, _, _ = seeded
+    shares = data.expert_share(q, window(), "decode-0")
+    assert np.allclose(shares.groupby("layer")["share"].sum(), 1.0)
+    hot = data.hot_experts(shares, data.share_trend(q, window(), "decode-0"), n=5)
+    assert hot["share"].iloc[0] == pytest.approx(shares["share"].max())
+    assert all(len(t) >= 5 for t in hot["trend"])  # one point per snapshot interval
+
+
+def test_placement_marks_redundant_replicas(seeded):
+    q, m, _ = seeded
+    pl = data.placement(q, window(), "decode-0", 3)
+    assert len(pl) == 448 and pl["rank"].max() == 63
+    assert pl["expert"].tolist() == m.experts.state.phy2log[3].tolist()
+    assert (pl["replicas"] > 1).sum() >= 64  # 64 redundant slots make at least 64 replicated slots
+    placed, ranks = data.current_placement(q, window(), "decode-0")
+    assert placed.shape == (40, 448) and ranks == 64
+
+
+def test_what_if_predicts_with_the_planner_on_observed_load(seeded):
+    q, _, _ = seeded
+    shares = data.expert_share(q, window(), "decode-0")
+    load = data.load_matrix(shares)
+    placed, ranks = data.current_placement(q, window(), "decode-0")
+    same = what_if(load, placed, ranks, 64, "vllm")
+    assert same["slots"].iloc[0] == 448
+    assert same["planned_balancedness"].mean() >= same["current_balancedness"].mean() - 1e-9
+    more = what_if(load, placed, ranks, 128, "refined")
+    assert more["slots"].iloc[0] == 512
+    assert more["planned_balancedness"].mean() > same["planned_balancedness"].mean()
+    none = what_if(load, placed, ranks, 0, "vllm")
+    assert none["slots"].iloc[0] == 384

@@ -1,0 +1,109 @@
+"""EPLB hot-spot alert rules: one definition, evaluated over the warehouse and exported as a
+Prometheus alerting-rules file for users who run Prometheus against the plugin's metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class AlertRules:
+    hot_rank_factor: float = 1.5
+    """A rank is hot when its load in a layer exceeds this many times the layer's mean rank load."""
+    hot_rank_minutes: float = 10.0
+    """...for at least this long, minutes."""
+    min_balancedness: float = 0.7
+    """A layer is unbalanced when its balancedness (mean/max rank load) is below this."""
+    unbalanced_minutes: float = 10.0
+    """...for at least this long, minutes."""
+    max_rebalance_gap_seconds: float = 900.0
+    """No EPLB rebalance for longer than this, seconds (3x the default interval)."""
+
+
+@dataclass(frozen=True)
+class Firing:
+    rule: str
+    subject: str  # e.g. "layer 7 rank 12"
+    value: float
+    since: pd.Timestamp | None
+    message: str
+
+
+def evaluate_alerts(rules: AlertRules, rank_steps: pd.DataFrame, last_rebalance: pd.Timestamp | None,
+                    now: pd.Timestamp) -> list[Firing]:  # fmt: skip
+    """rank_steps: bucket, layer, rank, tokens (one row per step, layer and rank)."""
+    out: list[Firing] = []
+    if not rank_steps.empty:
+        df = rank_steps.copy()
+        layer_mean = df.groupby(["bucket", "layer"])["tokens"].transform("mean")
+        df["ratio"] = df["tokens"] / layer_mean.where(layer_mean > 0)
+        end = df["bucket"].max()
+
+        def trailing(frame: pd.DataFrame, minutes: float) -> pd.DataFrame | None:
+            """The last `minutes` of steps, or None when the data does not span them yet."""
+            span = frame[frame["bucket"] > end - pd.Timedelta(minutes=minutes)]
+            step = frame["bucket"].drop_duplicates().sort_values().diff().min()
+            ok = pd.notna(step) and span["bucket"].max() - span["bucket"].min() + step >= pd.Timedelta(minutes=minutes)
+            return span if ok else None
+
+        # hot rank: every step of the trailing span above the factor
+        span = trailing(df, rules.hot_rank_minutes)
+        if span is not None:
+            hot = span.groupby(["layer", "rank"])["ratio"].min()
+            for (layer, rank), ratio in hot[hot > rules.hot_rank_factor].sort_values(ascending=False).items():
+                since = _since(
+                    df[(df["layer"] == layer) & (df["rank"] == rank)], "ratio", lambda r: r > rules.hot_rank_factor
+                )
+                out.append(Firing("EPLBRankHot", f"layer {layer} rank {rank}", float(ratio), since,
+                                  f"rank {rank} carries at least {ratio:.2f}x the mean load of layer {layer}"))  # fmt: skip
+        bal = df.groupby(["bucket", "layer"])["tokens"].agg(lambda s: s.mean() / s.max() if s.max() > 0 else 1.0)
+        bal = bal.rename("balancedness").reset_index()
+        span_b = trailing(bal, rules.unbalanced_minutes)
+        if span_b is not None:
+            worst = span_b.groupby("layer")["balancedness"].max()
+            for layer, b in worst[worst < rules.min_balancedness].sort_values().items():
+                since = _since(bal[bal["layer"] == layer], "balancedness", lambda v: v < rules.min_balancedness)
+                out.append(Firing("EPLBLayerUnbalanced", f"layer {layer}", float(b), since,
+                                  f"layer {layer} balancedness stayed below {rules.min_balancedness} (best {b:.2f})"))  # fmt: skip
+    if last_rebalance is not None:
+        gap = (now - last_rebalance).total_seconds()
+        if gap > rules.max_rebalance_gap_seconds:
+            out.append(Firing("EPLBNoRebalance", "instance", gap, last_rebalance,
+                              f"no EPLB rebalance for {gap / 60:.0f} min (expected within {rules.max_rebalance_gap_seconds / 60:.0f})"))  # fmt: skip
+    return out
+
+
+def _since(series: pd.DataFrame, column: str, condition) -> pd.Timestamp | None:  # type: ignore[no-untyped-def]
+    """Start of the trailing run of steps where the condition holds."""
+    s = series.sort_values("bucket")
+    ok = s[column].map(condition).to_numpy()
+    if not len(ok) or not ok[-1]:
+        return None
+    i = len(ok) - 1
+    while i > 0 and ok[i - 1]:
+        i -= 1
+    return pd.Timestamp(s["bucket"].iloc[i])
+
+
+def prometheus_rules(rules: AlertRules) -> dict[str, object]:
+    """The same rules as a Prometheus alerting-rules file (YAML-serialisable)."""
+    rate = "sum by (model_name, layer, engine) (rate(moemeter_expert_rank_tokens_total[5m]))"
+    mean = f"avg by (model_name, layer) ({rate})"
+    return {"groups": [{"name": "moemeter-eplb", "rules": [
+        {"alert": "EPLBRankHot",
+         "expr": f"{rate} / on (model_name, layer) group_left {mean} > {rules.hot_rank_factor}",
+         "for": f"{rules.hot_rank_minutes:g}m", "labels": {"severity": "warning"},
+         "annotations": {"summary": "EPLB hot spot: rank {{ $labels.engine }} of layer {{ $labels.layer }} carries "
+                                    "{{ $value | humanize }}x the layer's mean load"}},
+        {"alert": "EPLBLayerUnbalanced",
+         "expr": f"avg_over_time(moemeter_eplb_balancedness[5m]) < {rules.min_balancedness}",
+         "for": f"{rules.unbalanced_minutes:g}m", "labels": {"severity": "warning"},
+         "annotations": {"summary": "Layer {{ $labels.layer }} balancedness {{ $value | humanize }} (mean/max rank load)"}},
+        {"alert": "EPLBNoRebalance",
+         "expr": f"moemeter_eplb_last_rebalance_timestamp_seconds > 0 and "
+                 f"time() - moemeter_eplb_last_rebalance_timestamp_seconds > {rules.max_rebalance_gap_seconds:g}",
+         "labels": {"severity": "info"},
+         "annotations": {"summary": "No EPLB rebalance for {{ $value | humanizeDuration }}"}},
+    ]}]}  # fmt: skip
