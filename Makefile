@@ -19,11 +19,13 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/moemeter up
 
-## Debian's chromium for the browser test (skipped if already there or not root).
+## Debian packages the tests use: chromium (browser test), prometheus (promtool checks the rules file).
 system-deps:
-	@if ! command -v chromium >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium >/dev/null; \
-	  else echo "chromium missing and not root: the browser test will fail; apt-get install chromium"; fi; fi
+	@missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "missing Debian packages:$$missing (not root: tests that need them are skipped)"; fi; fi
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

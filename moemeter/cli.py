@@ -265,6 +265,20 @@ def cmd_eplb_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eplb_rules(args: argparse.Namespace) -> int:
+    import yaml
+
+    from warehouse.alerts import AlertRules, prometheus_rules
+
+    text = yaml.safe_dump(prometheus_rules(AlertRules()), sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0
+
+
 # ----------------------------------------------------------------------------- up
 def cmd_up(args: argparse.Namespace) -> int:
     """twin + serve + dashboard as child processes; Ctrl-C stops all three."""
@@ -393,6 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--policy", choices=["vllm", "refined"], default="vllm", help="placement policy")
     s.add_argument("--json", action="store_true", help="print phy2log, rank_load and balancedness as JSON")
     s.set_defaults(func=cmd_eplb_plan)
+    s = eplb.add_parser("rules", help="print the EPLB hot-spot alerts as a Prometheus alerting-rules file")
+    s.add_argument("--out", help="write to this file instead of stdout")
+    s.set_defaults(func=cmd_eplb_rules)
 
     s = sub.add_parser("query", help="run one SELECT on the warehouse and print it")
     s.add_argument("sql", help="a single SELECT statement")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from moemeter.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SUBCOMMANDS = ["up", "serve", "dashboard", "twin", "ingest", "query", "eplb", "eplb plan"]
+SUBCOMMANDS = ["up", "serve", "dashboard", "twin", "ingest", "query", "eplb", "eplb plan", "eplb rules"]
 
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS)
@@ -92,3 +93,15 @@ def test_eplb_plan_refuses_bad_input_with_the_constraint(tmp_path, capsys):
     assert "do not divide into num_groups=2" in capsys.readouterr().err
     bad.write_text("{")
     assert main(["eplb", "plan", "--input", str(bad)]) == 2
+
+
+def test_eplb_rules_file_passes_promtool(tmp_path, capsys):
+    out = tmp_path / "rules.yml"
+    assert main(["eplb", "rules", "--out", str(out)]) == 0
+    assert "EPLBRankHot" in out.read_text()
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool (Debian's prometheus package, installed by make test) is not here")
+    check = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: 3 rules found" in check.stdout

@@ -41,6 +41,21 @@ def rank_matrix(steps: pd.DataFrame) -> pd.DataFrame:
     return m.div(m.mean(axis=1).replace(0, np.nan), axis=0)
 
 
+def hottest_since(steps: pd.DataFrame, layer: int, rank: int) -> pd.Timestamp | None:
+    """Start of the trailing run of steps in which `rank` carried the most load of `layer`."""
+    s = steps[steps["layer"] == layer]
+    if s.empty:
+        return None
+    top = s.loc[s.groupby("bucket")["tokens"].idxmax()].sort_values("bucket")
+    is_top = (top["rank"] == rank).to_numpy()
+    if not is_top[-1]:
+        return None
+    i = len(is_top) - 1
+    while i > 0 and is_top[i - 1]:
+        i -= 1
+    return pd.Timestamp(top["bucket"].iloc[i])
+
+
 def balancedness_over_time(steps: pd.DataFrame) -> pd.DataFrame:
     """bucket, layer, balancedness (mean/max over ranks), imbalance (max/mean)."""
     if steps.empty:

@@ -52,9 +52,10 @@ def render() -> None:
     rm = data.rank_matrix(steps[steps["bucket"] == steps["bucket"].max()]) if len(steps) else pd.DataFrame()
     if not rm.empty:
         layer, rank = rm.stack().idxmax()
-        m[2].metric(
-            "Hottest rank now", f"layer {layer} · rank {rank}", f"{rm.loc[layer, rank]:.2f}x mean", delta_color="off"
-        )
+        since = data.hottest_since(steps, layer, rank)
+        m[2].metric("Hottest rank now", f"layer {layer} · rank {rank}",
+                    f"{rm.loc[layer, rank]:.2f}x mean" + (f" · top since {since:%H:%M:%S}" if since is not None else ""),
+                    delta_color="off")  # fmt: skip
     if len(events):
         last = events.iloc[-1]
         m[3].metric("Last rebalance", f"{last['ts']:%H:%M:%S}",
@@ -62,7 +63,10 @@ def render() -> None:
     m[4].metric("Alerts firing", str(len(firing)))
 
     h1, h2 = st.columns(2)
-    h1.plotly_chart(figures.expert_heatmap(shares), key="expert_heatmap")
+    if shares.empty:
+        h1.info("Per-expert load needs two expert snapshots in the window (the collectors take one a minute).")
+    else:
+        h1.plotly_chart(figures.expert_heatmap(shares), key="expert_heatmap")
     h2.plotly_chart(figures.rank_heatmap(data.rank_matrix(steps)), key="rank_heatmap")
     st.plotly_chart(figures.balancedness_figure(bal, events), key="balancedness")
     st.plotly_chart(figures.balancedness_summary_figure(bal, events), key="balancedness_summary")

@@ -91,6 +91,11 @@ def test_moemeter_up_shows_live_numbers_in_chromium(stack):
             f"!document.body.innerText.includes({first['Rack tok/s per GPU (logical)']!r})", timeout=60_000)  # fmt: skip
         second = headline(page)
         page.screenshot(path=str(shots / "live.png"), full_page=True)
+        # The Experts page of the same stack: the decode instance's EPLB hot spots.
+        page.goto(url + "/experts", wait_until="networkidle")
+        page.get_by_text("Hottest rank now").first.wait_for(timeout=90_000)
+        page.get_by_text("Layer x rank: load / layer mean").first.wait_for(timeout=30_000)
+        page.screenshot(path=str(shots / "experts.png"), full_page=True)
         browser.close()
     assert second["Targets up"] == "24/24"
     for label in ("Rack tok/s per GPU (logical)", "Decode tok/s per GPU", "P90 per-user tok/s"):

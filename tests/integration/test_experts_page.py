@@ -35,7 +35,7 @@ def test_experts_page_shows_hot_spots_rebalances_placement_and_what_if(api, monk
     metrics = {m.label: m for m in at.metric}
     assert 0.5 < float(metrics["Balancedness now (mean over layers)"].value) <= 1.0
     assert metrics["Worst layer now"].value.startswith("layer ")
-    assert "rank" in metrics["Hottest rank now"].value
+    assert "rank" in metrics["Hottest rank now"].value and "top since" in metrics["Hottest rank now"].delta
     assert "measured" in metrics["Last rebalance"].delta
     current, planned = metrics["Mean balancedness: current → planned"].value.split(" → ")
     assert float(planned) >= float(current)
