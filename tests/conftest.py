@@ -58,3 +58,18 @@ def http_server() -> Iterator[tuple[str, dict[str, Behaviour]]]:
     yield f"http://127.0.0.1:{srv.server_address[1]}", srv.routes  # type: ignore[attr-defined]
     srv.shutdown()
     srv.server_close()
+
+
+@pytest.fixture
+def empty_api(tmp_path, monkeypatch) -> Iterator[str]:
+    """A query API over a freshly migrated, empty warehouse; MOEMETER_API points at it."""
+    from warehouse.api import QueryServer
+    from warehouse.db import Warehouse
+
+    wh = Warehouse(tmp_path / "empty.duckdb")
+    srv = QueryServer(wh)
+    srv.start()
+    monkeypatch.setenv("MOEMETER_API", srv.url)
+    yield srv.url
+    srv.shutdown()
+    wh.close()

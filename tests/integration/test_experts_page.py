@@ -48,16 +48,8 @@ def test_experts_page_shows_hot_spots_rebalances_placement_and_what_if(api, monk
     assert at.get("download_button")
 
 
-def test_experts_page_without_expert_data_says_where_it_comes_from(tmp_path, monkeypatch):
-    wh = Warehouse(tmp_path / "empty.duckdb")
-    srv = QueryServer(wh)
-    srv.start()
-    try:
-        monkeypatch.setenv("MOEMETER_API", srv.url)
-        at = AppTest.from_file(PAGE, default_timeout=60)
-        at.run()
-        assert not at.exception
-        assert "moemeter plugin" in at.info[0].value
-    finally:
-        srv.shutdown()
-        wh.close()
+def test_experts_page_without_expert_data_says_where_it_comes_from(empty_api):
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.run()
+    assert not at.exception
+    assert "moemeter plugin" in at.info[0].value

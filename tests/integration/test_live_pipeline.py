@@ -91,16 +91,8 @@ def test_live_page_says_so_when_the_api_is_unreachable(monkeypatch):
     assert "Cannot reach the warehouse query API" in at.error[0].value
 
 
-def test_live_page_waits_for_a_first_scrape(tmp_path, monkeypatch):
-    wh = Warehouse(tmp_path / "empty.duckdb")
-    api = QueryServer(wh)
-    api.start()
-    try:
-        monkeypatch.setenv("MOEMETER_API", api.url)
-        at = AppTest.from_file(PAGE, default_timeout=30)
-        at.run()
-        assert not at.exception
-        assert "No scrapes stored yet" in at.info[0].value
-    finally:
-        api.shutdown()
-        wh.close()
+def test_live_page_waits_for_a_first_scrape(empty_api):
+    at = AppTest.from_file(PAGE, default_timeout=30)
+    at.run()
+    assert not at.exception
+    assert "No scrapes stored yet" in at.info[0].value
