@@ -216,16 +216,18 @@ class RackModel:
             h["vllm:request_prompt_tokens"].observe(e, prompt[sel])
             h["vllm:request_prefill_kv_computed_tokens"].observe(e, computed[sel])
             h["vllm:iteration_tokens_total"].observe(e, computed[sel])
+            ones, zeros = np.ones(sel.sum()), np.zeros(sel.sum())
             for fam in ("vllm:request_generation_tokens", "vllm:request_max_num_generation_tokens",
-                        "vllm:request_params_n", "vllm:request_params_max_tokens", "vllm:request_num_preemptions"):  # fmt: skip
-                h[fam].observe(e, np.ones(sel.sum()) if fam != "vllm:request_num_preemptions" else np.zeros(sel.sum()))
+                        "vllm:request_params_n", "vllm:request_params_max_tokens"):  # fmt: skip
+                h[fam].observe(e, ones)  # a prefill request asks for max_tokens 1 and gets one token
+            h["vllm:request_num_preemptions"].observe(e, zeros)
             h["vllm:time_to_first_token_seconds"].observe(e, ttft[sel])
-            h["vllm:request_time_per_output_token_seconds"].observe(e, np.zeros(sel.sum()))
+            h["vllm:request_time_per_output_token_seconds"].observe(e, zeros)
             h["vllm:e2e_request_latency_seconds"].observe(e, ttft[sel])
             h["vllm:request_queue_time_seconds"].observe(e, queue[sel])
             h["vllm:request_inference_time_seconds"].observe(e, service[sel])
             h["vllm:request_prefill_time_seconds"].observe(e, service[sel])
-            h["vllm:request_decode_time_seconds"].observe(e, np.zeros(sel.sum()))
+            h["vllm:request_decode_time_seconds"].observe(e, zeros)
             inst.http_requests += sel.sum()
         self.totals["prompt_tokens"] += prompt.sum()
         # KV hand-over to the least loaded decode rank (the decode instance's DP balancer).
@@ -256,9 +258,9 @@ class RackModel:
             h["vllm:nixl_post_time_seconds"].observe(e, np.full(sel.sum(), perf.kv_transfer_latency_seconds * 0.4))
             h["vllm:nixl_bytes_transferred"].observe(e, kv_bytes[sel])
             h["vllm:nixl_num_descriptors"].observe(e, blocks[sel])
-        self.router_requests(done, pf_global, self.dc_engine[done], xfer)
+        self._router_requests(done, pf_global, self.dc_engine[done], xfer)
 
-    def router_requests(
+    def _router_requests(
         self, agents: np.ndarray, pf_global: np.ndarray, dc_global: np.ndarray, xfer: np.ndarray
     ) -> None:
         r, topo = self.router, self.profile.topology
