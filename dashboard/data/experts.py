@@ -15,8 +15,8 @@ from .live import Query, Window
 RANK_SQL = """
 SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket,
        json_extract_string(s.labels, '$.layer')::INTEGER AS layer, s.engine::INTEGER AS rank, sum(i.delta) AS tokens
-FROM increments i JOIN series s USING (series_id)
-WHERE i.ts > ?::TIMESTAMP AND i.ts <= ?::TIMESTAMP AND s.target = ? AND s.metric = 'moemeter_expert_rank_tokens_total'
+FROM {inc} i JOIN series s USING (series_id)
+WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.target = ? AND s.metric = 'moemeter_expert_rank_tokens_total'
 GROUP BY ALL ORDER BY bucket, layer, rank
 """
 
@@ -30,7 +30,7 @@ def eplb_targets(q: Query) -> list[str]:
 
 def rank_steps(q: Query, w: Window, target: str) -> pd.DataFrame:
     """Tokens each rank's slots received per step and layer: bucket, layer, rank, tokens."""
-    return q(RANK_SQL, [w.step_seconds, w.start, w.end, target])
+    return q(RANK_SQL.format(**w.tables), [w.step_seconds, w.start, w.end, target])
 
 
 def rank_matrix(steps: pd.DataFrame) -> pd.DataFrame:

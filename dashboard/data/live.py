@@ -18,6 +18,7 @@ Query = Callable[[str, list[Any] | None], pd.DataFrame]
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
 POINTS = 120  # points per chart
+ROLLUP_SECONDS = 60  # steps of whole minutes read the per-minute rollups
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,23 @@ class Window:
     def ending(cls, end: datetime, seconds: float, scrape_interval: float = 5.0) -> Window:
         """A window of `seconds` up to `end`, with a step that gives ~POINTS points and never
         less than two scrape intervals (so every step holds at least one increase)."""
-        step = max(int(2 * scrape_interval), int(seconds // POINTS))
-        return cls(end - timedelta(seconds=seconds), end, step)
+        return cls.between(end - timedelta(seconds=seconds), end, scrape_interval)
+
+    @classmethod
+    def between(cls, start: datetime, end: datetime, scrape_interval: float = 5.0) -> Window:
+        step = max(int(2 * scrape_interval), int((end - start).total_seconds() // POINTS))
+        if step >= ROLLUP_SECONDS:  # whole minutes, so the per-minute rollups serve it
+            step = -(-step // ROLLUP_SECONDS) * ROLLUP_SECONDS
+        return cls(start, end, step)
+
+    @property
+    def tables(self) -> dict[str, str]:
+        """Raw tables for steps under a minute, the per-minute rollups otherwise (same columns)."""
+        if self.step_seconds >= ROLLUP_SECONDS and self.step_seconds % ROLLUP_SECONDS == 0:
+            # a rollup row is stamped with its minute's start: the window's first minute counts whole
+            return {"inc": "increments_1m", "smp": "samples_1m", "max": "x.max",
+                    "after": ">= time_bucket(INTERVAL 1 MINUTE, ?::TIMESTAMP)"}  # fmt: skip
+        return {"inc": "increments", "smp": "samples", "max": "x.value", "after": "> ?::TIMESTAMP"}
 
 
 def _params(w: Window) -> list[Any]:
@@ -67,8 +83,8 @@ WITH per_series AS (
     SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, s.target, s.role, s.metric,
            json_extract_string(s.labels, '$.source') AS source,
            sum(i.delta) AS delta, sum(i.seconds) AS seconds
-    FROM increments i JOIN series_targets s USING (series_id)
-    WHERE i.ts > ?::TIMESTAMP AND i.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
+    FROM {inc} i JOIN series_targets s USING (series_id)
+    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
       AND s.metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
     GROUP BY ALL
 ), per_target AS (
@@ -89,7 +105,7 @@ FROM per_target WHERE seconds > 0 GROUP BY ALL ORDER BY bucket, role
 
 def token_rates(q: Query, w: Window) -> pd.DataFrame:
     """Per bucket and pool: prompt, cached-prompt and generated tokens per second."""
-    return q(TOKEN_SQL, _params(w))
+    return q(TOKEN_SQL.format(**w.tables), _params(w))
 
 
 def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
@@ -127,15 +143,15 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
 # --------------------------------------------------------------------- histograms
 HIST_SQL = """
 SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, s.role, s.le, sum(i.delta) AS count
-FROM increments i JOIN series_targets s USING (series_id)
-WHERE i.ts > ?::TIMESTAMP AND i.ts <= ?::TIMESTAMP AND s.metric = ? AND s.role IN ('prefill', 'decode')
+FROM {inc} i JOIN series_targets s USING (series_id)
+WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.metric = ? AND s.role IN ('prefill', 'decode')
 GROUP BY ALL ORDER BY bucket, role, le
 """
 
 
 def histogram_counts(q: Query, w: Window, family: str) -> pd.DataFrame:
     """Bucket increases of a vLLM histogram family, summed over engines, per step and pool."""
-    return q(HIST_SQL, [*_params(w), f"{family}_bucket"])
+    return q(HIST_SQL.format(**w.tables), [*_params(w), f"{family}_bucket"])
 
 
 def histogram_quantile(quantile: float, les: np.ndarray, cumulative: np.ndarray) -> float:
@@ -188,9 +204,9 @@ WITH per_ts AS (
            sum(x.value) FILTER (WHERE s.metric = 'vllm:num_requests_running') AS running,
            sum(x.value) FILTER (WHERE s.metric = 'vllm:num_requests_waiting') AS waiting,
            avg(x.value) FILTER (WHERE s.metric = 'vllm:kv_cache_usage_perc') AS kv_mean,
-           max(x.value) FILTER (WHERE s.metric = 'vllm:kv_cache_usage_perc') AS kv_max
-    FROM samples x JOIN series_targets s USING (series_id)
-    WHERE x.ts > ?::TIMESTAMP AND x.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
+           max({max}) FILTER (WHERE s.metric = 'vllm:kv_cache_usage_perc') AS kv_max
+    FROM {smp} x JOIN series_targets s USING (series_id)
+    WHERE x.ts {after} AND x.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
       AND s.metric IN ('vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc')
     GROUP BY ALL
 )
@@ -202,7 +218,7 @@ FROM per_ts GROUP BY ALL ORDER BY bucket, role
 
 def queue_and_kv(q: Query, w: Window) -> pd.DataFrame:
     """Running and waiting requests (sum over engines) and KV-cache use (mean, max) per pool."""
-    return q(GAUGE_SQL, [w.start, w.end, w.step_seconds])
+    return q(GAUGE_SQL.format(**w.tables), [w.start, w.end, w.step_seconds])
 
 
 # --------------------------------------------------------------------------- GPUs
@@ -216,7 +232,7 @@ SELECT s.target, s.hostname, json_extract_string(s.labels, '$.gpu')::INTEGER AS 
        max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_MEMORY_TEMP') AS memory_temp_c,
        max(x.ts) AS ts
 FROM samples x JOIN series_targets s USING (series_id) JOIN last l ON l.target = s.target AND l.ts = x.ts
-WHERE s.role = 'gpu' AND x.ts > ?::TIMESTAMP
+WHERE s.role = 'gpu' AND x.ts >= (SELECT min(ts) FROM last) AND x.ts > ?::TIMESTAMP
 GROUP BY ALL ORDER BY s.target, gpu
 """
 
@@ -231,8 +247,8 @@ SELECT time_bucket(to_seconds(?::BIGINT), x.ts) AS bucket,
        avg(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_GPU_UTIL') AS util_pct,
        sum(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_POWER_USAGE')
          / count(DISTINCT x.ts) AS power_watts
-FROM samples x JOIN series_targets s USING (series_id)
-WHERE x.ts > ?::TIMESTAMP AND x.ts <= ?::TIMESTAMP AND s.role = 'gpu'
+FROM {smp} x JOIN series_targets s USING (series_id)
+WHERE x.ts {after} AND x.ts <= ?::TIMESTAMP AND s.role = 'gpu'
   AND s.metric IN ('DCGM_FI_DEV_GPU_UTIL', 'DCGM_FI_DEV_POWER_USAGE')
 GROUP BY ALL ORDER BY bucket
 """
@@ -240,7 +256,7 @@ GROUP BY ALL ORDER BY bucket
 
 def gpus_over_time(q: Query, w: Window) -> pd.DataFrame:
     """Mean GPU utilisation and total rack power per step."""
-    return q(GPU_TIME_SQL, _params(w))
+    return q(GPU_TIME_SQL.format(**w.tables), _params(w))
 
 
 # ------------------------------------------------------------------------- health

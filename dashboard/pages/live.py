@@ -40,7 +40,7 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}: waiting for the first collector round.")
         return
     if choice == "Custom" and start and end:
-        w = data.Window(start, end, max(10, int((end - start).total_seconds() // data.POINTS)))
+        w = data.Window.between(start, end)
     else:
         w = data.Window.ending(latest, data.RANGES.get(choice, 900))
     tgts = data.targets(query)

@@ -47,7 +47,7 @@ def seeded():
 
 
 def window() -> live.Window:
-    return live.Window(T0, T0 + timedelta(seconds=20), 60)  # one step holds both intervals
+    return live.Window(T0, T0 + timedelta(seconds=20), 30)  # one raw step holds both intervals
 
 
 def test_pool_gpus_come_from_the_targets(seeded):
