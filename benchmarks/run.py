@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -112,23 +111,27 @@ def bench_live_page(tmp: Path) -> dict[str, float]:
         q = LocalQuery(cur)
         end = live.latest_scrape_time(q)
         assert end is not None
-        w = live.Window.ending(end, 900)
-        times = []
-        for _ in range(QUERY_REPEATS):
-            s = time.perf_counter()
-            live_queries(q, w)
-            times.append(time.perf_counter() - s)
+        result: dict[str, object] = {}
+        for label, seconds in (("15min_raw", 900), ("6h_rollups", 6 * 3600)):
+            w = live.Window.ending(end, seconds)
+            times = []
+            for _ in range(QUERY_REPEATS):
+                s = time.perf_counter()
+                live_queries(q, w)
+                times.append(time.perf_counter() - s)
+            times.sort()
+            result[f"live_page_{label}_p50_seconds"] = round(statistics.median(times), 3)
+            result[f"live_page_{label}_p95_seconds"] = round(times[int(0.95 * (len(times) - 1))], 3)
+            result[f"live_page_{label}_tables"] = w.tables["inc"]
         rows = cur.execute("SELECT count(*) FROM samples").fetchall()[0][0]
     wh.close()
-    times.sort()
     return {
         "history_minutes": 15,
         "history_samples": rows,
         "history_fast_forward_wall_seconds": round(history_wall, 1),
         "db_megabytes": round(db.stat().st_size / 1e6, 1),
-        "live_page_queries_p50_seconds": round(statistics.median(times), 3),
-        "live_page_queries_p95_seconds": round(times[int(0.95 * (len(times) - 1))], 3),
-        "window": str(timedelta(seconds=w.seconds)),
+        **result,
+        "note": "a day of history is not generated here: the fast-forward runs at ~3.5x real time",
     }
 
 
