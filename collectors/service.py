@@ -58,7 +58,13 @@ class Collector:
                     self.expert_ingestor.write(con, r.target.name, ts, r.snapshot)
             return n
 
-        return self.warehouse.write(job)
+        try:
+            return self.warehouse.write(job)
+        except Exception:
+            # The transaction rolled back: forget what the ingestors believe was stored, so
+            # they reload series and last values from the database instead of trusting memory.
+            self.ingestor, self.expert_ingestor = Ingestor(), ExpertIngestor()
+            raise
 
     async def _snapshots(self, targets: list[TargetInfo], fetch: Fetch) -> list[SnapshotResult]:
         due = [
