@@ -236,6 +236,35 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- export
+def cmd_export(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from warehouse.api import LocalQuery, QueryClient
+    from warehouse.export import DIMENSION_TABLES, FACT_TABLES, ExportError, export_parquet
+
+    start, end = _parse_time(args.from_), _parse_time(args.to)
+    tables = tuple(args.tables.split(",")) if args.tables else FACT_TABLES + DIMENSION_TABLES
+    try:
+        if args.api:
+            done = export_parquet(QueryClient(args.api, timeout=300), Path(args.out), start, end, tables)
+        else:
+            try:
+                con = duckdb.connect(args.db, read_only=True)
+            except duckdb.Error as exc:
+                raise CliError(f"cannot open {args.db} ({exc}); while `moemeter serve` holds it, export through "
+                               f"its API: --api http://127.0.0.1:{DEFAULT_API_PORT}") from exc  # fmt: skip
+            with con:
+                done = export_parquet(LocalQuery(con), Path(args.out), start, end, tables)
+    except ExportError as exc:
+        raise CliError(str(exc)) from exc
+    for e in done:
+        print(f"{e.table:16s} {e.day.isoformat() if e.day else 'all':10s} {e.rows:>12,d} rows  {e.path}")
+    if not any(e.day for e in done):
+        print(f"no rows between {start.isoformat()} and {end.isoformat()}")
+    return 0
+
+
 # --------------------------------------------------------------------------- eplb
 def cmd_eplb_plan(args: argparse.Namespace) -> int:
     from stack.eplb.policy import PlanError, PlanInput, plan
@@ -410,6 +439,15 @@ def build_parser() -> argparse.ArgumentParser:
     s = eplb.add_parser("rules", help="print the EPLB hot-spot alerts as a Prometheus alerting-rules file")
     s.add_argument("--out", help="write to this file instead of stdout")
     s.set_defaults(func=cmd_eplb_rules)
+
+    s = sub.add_parser("export", help="export the warehouse to Parquet, partitioned by day")
+    s.add_argument("--out", required=True, help="directory; files go to <out>/<table>/day=YYYY-MM-DD/part-0.parquet")
+    s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601 (UTC if no offset)")
+    s.add_argument("--to", required=True, help="end (exclusive), ISO 8601")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
+    s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
+    s.add_argument("--tables", help="comma-separated tables (default: all)")
+    s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("query", help="run one SELECT on the warehouse and print it")
     s.add_argument("sql", help="a single SELECT statement")

@@ -1,0 +1,64 @@
+"""Parquet export by day reconciles exactly with the warehouse, and reads back in DuckDB."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import duckdb
+import pytest
+
+from collectors.parse import parse_page
+from moemeter.cli import main
+from warehouse.api import LocalQuery
+from warehouse.db import apply_migrations
+from warehouse.export import ExportError, export_parquet
+from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+
+T0 = datetime(2026, 11, 30, 23, 58, 0)  # two minutes before midnight: the export spans two days
+TARGET = TargetInfo("decode-0", "http://x/metrics", "decode", 1)
+
+
+def seed(path: str) -> None:
+    con = duckdb.connect(path)
+    apply_migrations(con)
+    ing = Ingestor()
+    for k in range(60):  # every 5 s for 5 minutes
+        text = f'# TYPE a_total counter\na_total{{engine="0"}} {10 * k}\n# TYPE g gauge\ng {k % 3}\n'
+        ing.write(con, ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.01, parse_page(text.encode())))
+    con.close()
+
+
+def test_export_by_day_reads_back_exactly(tmp_path):
+    db = str(tmp_path / "w.duckdb")
+    seed(db)
+    out = tmp_path / "parquet"
+    with duckdb.connect(db, read_only=True) as con:
+        done = export_parquet(LocalQuery(con), out, T0, T0 + timedelta(minutes=10), chunk=timedelta(minutes=1))
+        want_samples = con.execute("SELECT count(*), sum(value) FROM samples").fetchall()[0]
+        want_delta = con.execute("SELECT sum(delta) FROM increments").fetchall()[0][0]
+    days = sorted({e.day.isoformat() for e in done if e.table == "samples"})
+    assert days == ["2026-11-30", "2026-12-01"]
+    reader = duckdb.connect()
+    got = reader.execute(
+        f"SELECT count(*), sum(value) FROM read_parquet('{out}/samples/*/*.parquet', hive_partitioning = true)"
+    ).fetchall()[0]
+    assert got == want_samples
+    delta = reader.execute(f"SELECT sum(delta) FROM read_parquet('{out}/increments/*/*.parquet')").fetchall()[0][0]
+    assert delta == want_delta == 590.0
+    joined = reader.execute(f"""SELECT s.metric, count(*) FROM read_parquet('{out}/samples/*/*.parquet') x
+                                JOIN read_parquet('{out}/series/all.parquet') s USING (series_id) GROUP BY 1 ORDER BY 1""").fetchall()  # fmt: skip
+    assert joined == [("a_total", 60), ("g", 60)]
+
+
+def test_export_errors(tmp_path, capsys):
+    with pytest.raises(ExportError, match="unknown tables"):
+        export_parquet(lambda s, p: None, tmp_path, T0, T0 + timedelta(hours=1), ("secrets",))  # type: ignore[arg-type,return-value]
+    with pytest.raises(ExportError, match="empty window"):
+        export_parquet(lambda s, p: None, tmp_path, T0, T0)  # type: ignore[arg-type,return-value]
+    db = str(tmp_path / "w.duckdb")
+    seed(db)
+    assert main(["export", "--db", db, "--out", str(tmp_path / "o"), "--from", "2026-11-30T23:58:00",
+                 "--to", "2026-12-01T00:10:00", "--tables", "samples,series"]) == 0  # fmt: skip
+    assert "2026-12-01" in capsys.readouterr().out
+    assert main(["export", "--db", db, "--out", str(tmp_path / "o"), "--from", "2026-11-30T10:00",
+                 "--to", "2026-11-30T09:00"]) == 2  # fmt: skip
