@@ -205,6 +205,19 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 # -------------------------------------------------------------------------- query
+def _open_read_only(db: str):  # type: ignore[no-untyped-def]
+    """A read-only connection to the file, or a CliError that says to use the API instead."""
+    import duckdb
+
+    if not Path(db).exists():
+        raise CliError(f"no database at {db}")
+    try:
+        return duckdb.connect(db, read_only=True)
+    except duckdb.Error as exc:
+        raise CliError(f"cannot open {db} ({exc}); while `moemeter serve` holds it, go through its query API: "
+                       f"--api http://127.0.0.1:{DEFAULT_API_PORT}") from exc  # fmt: skip
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
     import pandas as pd
@@ -215,14 +228,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         if args.api:
             df = QueryClient(args.api)(args.sql)
         else:
-            if not Path(args.db).exists():
-                raise CliError(f"no database at {args.db}")
-            try:
-                con = duckdb.connect(args.db, read_only=True)
-            except duckdb.Error as exc:
-                raise CliError(f"cannot open {args.db} ({exc}); while `moemeter serve` holds it, "
-                               f"query through its API: --api http://127.0.0.1:{DEFAULT_API_PORT}") from exc  # fmt: skip
-            with con:
+            with _open_read_only(args.db) as con:
                 df = LocalQuery(con)(args.sql)
     except QueryRefused as exc:
         raise CliError(f"refused: {exc}") from exc
@@ -238,8 +244,6 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- export
 def cmd_export(args: argparse.Namespace) -> int:
-    import duckdb
-
     from warehouse.api import LocalQuery, QueryClient
     from warehouse.export import DIMENSION_TABLES, FACT_TABLES, ExportError, export_parquet
 
@@ -249,12 +253,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if args.api:
             done = export_parquet(QueryClient(args.api, timeout=300), Path(args.out), start, end, tables)
         else:
-            try:
-                con = duckdb.connect(args.db, read_only=True)
-            except duckdb.Error as exc:
-                raise CliError(f"cannot open {args.db} ({exc}); while `moemeter serve` holds it, export through "
-                               f"its API: --api http://127.0.0.1:{DEFAULT_API_PORT}") from exc  # fmt: skip
-            with con:
+            with _open_read_only(args.db) as con:
                 done = export_parquet(LocalQuery(con), Path(args.out), start, end, tables)
     except ExportError as exc:
         raise CliError(str(exc)) from exc

@@ -73,3 +73,14 @@ def empty_api(tmp_path, monkeypatch) -> Iterator[str]:
     yield srv.url
     srv.shutdown()
     wh.close()
+
+
+def run_page(page: str, api_url: str, monkeypatch: pytest.MonkeyPatch, timeout: float = 60):  # type: ignore[no-untyped-def]
+    """Render one dashboard page with AppTest against a query API; it must not raise."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("MOEMETER_API", api_url)
+    at = AppTest.from_file(page, default_timeout=timeout)
+    at.run()
+    assert not at.exception, at.exception
+    return at

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from tests.conftest import run_page
 from tests.dashboard.test_data_experts import seed
 from warehouse.api import QueryServer
 from warehouse.db import Warehouse
@@ -28,10 +28,7 @@ def api(tmp_path_factory):
 
 def test_experts_page_shows_hot_spots_rebalances_placement_and_what_if(api, monkeypatch):
     srv, model = api
-    monkeypatch.setenv("MOEMETER_API", srv.url)
-    at = AppTest.from_file(PAGE, default_timeout=120)
-    at.run()
-    assert not at.exception, at.exception
+    at = run_page(PAGE, srv.url, monkeypatch, timeout=120)
     metrics = {m.label: m for m in at.metric}
     assert 0.5 < float(metrics["Balancedness now (mean over layers)"].value) <= 1.0
     assert metrics["Worst layer now"].value.startswith("layer ")
@@ -48,8 +45,6 @@ def test_experts_page_shows_hot_spots_rebalances_placement_and_what_if(api, monk
     assert at.get("download_button")
 
 
-def test_experts_page_without_expert_data_says_where_it_comes_from(empty_api):
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.run()
-    assert not at.exception
+def test_experts_page_without_expert_data_says_where_it_comes_from(empty_api, monkeypatch):
+    at = run_page(PAGE, empty_api, monkeypatch)
     assert "moemeter plugin" in at.info[0].value

@@ -13,6 +13,7 @@ from collectors.scrape import http_fetcher
 from collectors.service import Collector
 from stack.twin.config import load_profile
 from stack.twin.server import Twin, write_targets
+from tests.conftest import run_page
 from warehouse.api import QueryServer
 from warehouse.db import Warehouse
 
@@ -62,10 +63,7 @@ def test_every_target_was_scraped_healthy(pipeline):
 
 def test_live_page_shows_the_twins_numbers(pipeline, monkeypatch):
     wh, api = pipeline
-    monkeypatch.setenv("MOEMETER_API", api.url)
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.run()
-    assert not at.exception, at.exception
+    at = run_page(PAGE, api.url, monkeypatch)
     assert metric(at, "Targets up") == "24/24"
     assert "72 in the rack" in at.caption[0].value and "twin:deepseek-v4.1-flash" in at.caption[0].value
     # Expected from the raw counters the twin served: decode generated tokens / seconds / 64 GPUs.
@@ -84,15 +82,10 @@ def test_live_page_shows_the_twins_numbers(pipeline, monkeypatch):
 
 
 def test_live_page_says_so_when_the_api_is_unreachable(monkeypatch):
-    monkeypatch.setenv("MOEMETER_API", "http://127.0.0.1:9")
-    at = AppTest.from_file(PAGE, default_timeout=30)
-    at.run()
-    assert not at.exception
+    at = run_page(PAGE, "http://127.0.0.1:9", monkeypatch)
     assert "Cannot reach the warehouse query API" in at.error[0].value
 
 
-def test_live_page_waits_for_a_first_scrape(empty_api):
-    at = AppTest.from_file(PAGE, default_timeout=30)
-    at.run()
-    assert not at.exception
+def test_live_page_waits_for_a_first_scrape(empty_api, monkeypatch):
+    at = run_page(PAGE, empty_api, monkeypatch)
     assert "No scrapes stored yet" in at.info[0].value
