@@ -16,6 +16,7 @@ import httpx
 from warehouse.db import Warehouse
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.rollup import Retention
 
 from .experts import SnapshotResult, fetch_snapshot
 from .scrape import Fetch, http_fetcher, scrape_all
@@ -26,12 +27,14 @@ log = logging.getLogger(__name__)
 
 class Collector:
     def __init__(self, warehouse: Warehouse, targets_path: str | Path, interval: float = 5.0,
-                 timeout: float | None = None, snapshot_every: int = 12) -> None:  # fmt: skip
+                 timeout: float | None = None, snapshot_every: int = 12,
+                 retention: Retention | None = None) -> None:  # fmt: skip
         self.warehouse = warehouse
         self.targets_path = Path(targets_path)
         self.interval = interval
         self.timeout = timeout if timeout is not None else max(0.5, interval * 0.8)
-        self.ingestor = Ingestor()
+        self.retention = retention or Retention()
+        self.ingestor = Ingestor(self.retention)
         self.expert_ingestor = ExpertIngestor()
         self.snapshot_every = snapshot_every  # rounds between per-expert snapshots (60 s at 5 s)
         self._snapshot_due: dict[str, int] = {}
@@ -63,7 +66,7 @@ class Collector:
         except Exception:
             # The transaction rolled back: forget what the ingestors believe was stored, so
             # they reload series and last values from the database instead of trusting memory.
-            self.ingestor, self.expert_ingestor = Ingestor(), ExpertIngestor()
+            self.ingestor, self.expert_ingestor = Ingestor(self.retention), ExpertIngestor()
             raise
 
     async def _snapshots(self, targets: list[TargetInfo], fetch: Fetch) -> list[SnapshotResult]:

@@ -144,7 +144,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"cannot bind the query API on {args.api_host}:{args.api_port}: {exc}") from exc
     api.start()
     print(f"warehouse {args.db}; query API {api.url}; scraping {args.targets} every {args.interval:g}s", flush=True)
-    collector = Collector(wh, args.targets, args.interval)
+    from warehouse.rollup import Retention
+
+    retention = Retention(args.keep_raw_days, args.keep_minute_days, args.keep_hour_days)
+    collector = Collector(wh, args.targets, args.interval, retention=retention)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -408,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-host", default="127.0.0.1", help="query API address (keep it on loopback)")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
     s.add_argument("--wait-targets", type=float, default=0.0, help="wait this long for the targets file to appear")
+    s.add_argument("--keep-raw-days", type=float, default=2.0, help="days raw samples are kept (then minute rollups)")
+    s.add_argument("--keep-minute-days", type=float, default=30.0, help="days per-minute rollups are kept")
+    s.add_argument("--keep-hour-days", type=float, default=365.0, help="days per-hour rollups are kept")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("dashboard", help="run the Streamlit dashboard")

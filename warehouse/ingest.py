@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from .db import insert_arrow
-from .rollup import Rollups
+from .rollup import Retention, Rollups
 
 # Sample names that carry monotonic counts, by family kind.
 _MONOTONIC_SUFFIXES = {
@@ -86,11 +86,11 @@ def is_monotonic(sample: Sample) -> bool:
 class Ingestor:
     """Turns batches into rows. Keeps the last value of every monotonic series in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, retention: Retention | None = None) -> None:
         self._known: set[int] = set()
         self._last: dict[int, tuple[datetime, float]] = {}
         self._loaded = False
-        self.rollups = Rollups()
+        self.rollups = Rollups(retention)
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
         """After a restart: known series, and the last value of each series seen in the last hour."""
@@ -106,7 +106,7 @@ class Ingestor:
         """Write one batch inside the caller's transaction; returns samples stored."""
         if not self._loaded:
             self._load(con)
-        self.rollups.advance(con, batch.ts)  # a batch of a new minute closes the previous ones
+        self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
         t = batch.target
         con.execute(
             """INSERT INTO targets VALUES (?, ?, ?, ?, ?, ?, ?, ?)

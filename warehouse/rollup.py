@@ -1,64 +1,115 @@
-"""Per-minute rollups, maintained by the writer as minutes close.
+"""Rollups and retention, maintained by the writer as minutes and hours close.
 
-A minute is rolled up once the first batch of a later minute arrives; raw rows stay where
-they are (retention is a separate step). Counters roll up as sums of increases, gauges as
-mean and max.
+Raw samples and increments roll up into per-minute rows once a later minute arrives, minutes
+into hours once a later hour arrives. Counters roll up as sums of increases (and interval
+seconds), gauges as mean and max, so anything computed from a rollup reconciles exactly with
+the raw counters. Retention then drops raw rows after `raw_days`, minute rows after
+`minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import duckdb
 
-NAME = "1m"
+GAUGE_KINDS = ("gauge", "unknown", "untyped", "info", "stateset")
 
 
-def minute_floor(ts: datetime) -> datetime:
+@dataclass(frozen=True)
+class Retention:
+    raw_days: float = 2.0
+    """Days raw samples and increments are kept."""
+    minute_days: float = 30.0
+    """Days per-minute rollups (and per-expert load) are kept."""
+    hour_days: float = 365.0
+    """Days per-hour rollups are kept."""
+
+
+def floor(ts: datetime, unit: timedelta) -> datetime:
+    if unit == timedelta(hours=1):
+        return ts.replace(minute=0, second=0, microsecond=0)
     return ts.replace(second=0, microsecond=0)
 
 
+# (state name, unit, source increments, source samples, target suffix, sample aggregation)
+_LEVELS = (
+    ("1m", timedelta(minutes=1), "increments", "samples", "1m"),
+    ("1h", timedelta(hours=1), "increments_1m", "samples_1m", "1h"),
+)
+
+
 class Rollups:
-    def __init__(self) -> None:
-        self._through: datetime | None = None
+    def __init__(self, retention: Retention | None = None) -> None:
+        self.retention = retention or Retention()
+        self._through: dict[str, datetime | None] = {}
         self._loaded = False
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
-        rows = con.execute("SELECT through FROM rollup_state WHERE name = ?", [NAME]).fetchall()
-        if rows:
-            self._through = rows[0][0]
-        else:  # start at the oldest data, so a database from before rollups is covered too
-            first = con.execute("SELECT min(ts) FROM samples").fetchall()[0][0]
-            self._through = minute_floor(first) if first is not None else None
+        stored = dict(con.execute("SELECT name, through FROM rollup_state").fetchall())
+        first = con.execute("SELECT min(ts) FROM samples").fetchall()[0][0]
+        for name, unit, *_ in _LEVELS:
+            # start at the oldest data, so a database from before rollups is covered too
+            self._through[name] = stored.get(name) or (floor(first, unit) if first is not None else None)
         self._loaded = True
 
-    def advance(self, con: duckdb.DuckDBPyConnection, now: datetime) -> datetime | None:
-        """Roll up every whole minute before `now`'s minute; returns the new `through`."""
+    def advance(self, con: duckdb.DuckDBPyConnection, now: datetime) -> None:
+        """Roll up every whole minute and hour before `now`; apply retention when an hour closes."""
         if not self._loaded:
             self._load(con)
-        until = minute_floor(now)
-        if self._through is None:
-            self._through = until
-        if until <= self._through:
-            return self._through
-        start = self._through
-        con.execute(
-            """INSERT INTO increments_1m
-               SELECT time_bucket(INTERVAL 1 MINUTE, ts), series_id, sum(delta), sum(seconds), count(*) FILTER (WHERE reset)
-               FROM increments WHERE ts >= ? AND ts < ? GROUP BY ALL""",
-            [start, until],
-        )
-        con.execute(
-            """INSERT INTO samples_1m
-               SELECT time_bucket(INTERVAL 1 MINUTE, x.ts), x.series_id, avg(x.value), max(x.value), count(x.value)
-               FROM samples x JOIN series s USING (series_id)
-               WHERE x.ts >= ? AND x.ts < ? AND s.kind IN ('gauge', 'unknown', 'untyped', 'info', 'stateset')
-               GROUP BY ALL""",
-            [start, until],
-        )
-        con.execute(
-            "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
-            [NAME, until],
-        )
-        self._through = until
-        return until
+        hour_closed = False
+        for name, unit, inc, smp, suffix in _LEVELS:
+            until = floor(now, unit)
+            start = self._through.get(name) or until
+            if until <= start:
+                self._through[name] = start
+                continue
+            self._roll(con, unit, inc, smp, suffix, start, until)
+            con.execute(
+                "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
+                [name, until],
+            )
+            self._through[name] = until
+            hour_closed |= name == "1h"
+        if hour_closed:
+            self.apply_retention(con, now)
+
+    @staticmethod
+    def _roll(con: duckdb.DuckDBPyConnection, unit: timedelta, inc: str, smp: str, suffix: str,
+              start: datetime, until: datetime) -> None:  # fmt: skip
+        width = f"INTERVAL {int(unit.total_seconds())} SECOND"
+        resets = "count(*) FILTER (WHERE reset)" if inc == "increments" else "sum(resets)"
+        con.execute(f"""INSERT INTO increments_{suffix}
+                        SELECT time_bucket({width}, ts), series_id, sum(delta), sum(seconds), {resets}
+                        FROM {inc} WHERE ts >= ? AND ts < ? GROUP BY ALL""", [start, until])  # fmt: skip
+        if smp == "samples":
+            values = "avg(x.value), max(x.value), count(x.value)"
+            kinds = f"AND s.kind IN {GAUGE_KINDS}"
+        else:  # from minutes: the mean weighted by samples, the max of maxima
+            values = "sum(x.value * x.n) / nullif(sum(x.n), 0), max(x.max), sum(x.n)"
+            kinds = ""
+        con.execute(f"""INSERT INTO samples_{suffix}
+                        SELECT time_bucket({width}, x.ts), x.series_id, {values}
+                        FROM {smp} x JOIN series s USING (series_id)
+                        WHERE x.ts >= ? AND x.ts < ? {kinds} GROUP BY ALL""", [start, until])  # fmt: skip
+
+    def apply_retention(self, con: duckdb.DuckDBPyConnection, now: datetime) -> dict[str, int]:
+        """Delete what is past its retention and already rolled up; returns rows deleted per table."""
+        r, through = self.retention, self._through
+        plan = [
+            ("samples", now - timedelta(days=r.raw_days), through.get("1m")),
+            ("increments", now - timedelta(days=r.raw_days), through.get("1m")),
+            ("samples_1m", now - timedelta(days=r.minute_days), through.get("1h")),
+            ("increments_1m", now - timedelta(days=r.minute_days), through.get("1h")),
+            ("expert_load", now - timedelta(days=r.minute_days), None),
+            ("samples_1h", now - timedelta(days=r.hour_days), None),
+            ("increments_1h", now - timedelta(days=r.hour_days), None),
+        ]
+        deleted = {}
+        for table, cutoff, rolled in plan:
+            if rolled is not None:
+                cutoff = min(cutoff, rolled)
+            n = con.execute(f"DELETE FROM {table} WHERE ts < ?", [cutoff]).fetchall()[0][0]
+            deleted[table] = int(n)
+        return deleted

@@ -40,17 +40,21 @@ class Window:
     @classmethod
     def between(cls, start: datetime, end: datetime, scrape_interval: float = 5.0) -> Window:
         step = max(int(2 * scrape_interval), int((end - start).total_seconds() // POINTS))
-        if step >= ROLLUP_SECONDS:  # whole minutes, so the per-minute rollups serve it
-            step = -(-step // ROLLUP_SECONDS) * ROLLUP_SECONDS
+        for unit in (3600, ROLLUP_SECONDS):  # whole hours or minutes, so the rollups serve it
+            if step >= unit:
+                step = -(-step // unit) * unit
+                break
         return cls(start, end, step)
 
     @property
     def tables(self) -> dict[str, str]:
-        """Raw tables for steps under a minute, the per-minute rollups otherwise (same columns)."""
-        if self.step_seconds >= ROLLUP_SECONDS and self.step_seconds % ROLLUP_SECONDS == 0:
-            # a rollup row is stamped with its minute's start: the window's first minute counts whole
-            return {"inc": "increments_1m", "smp": "samples_1m", "max": "x.max",
-                    "after": ">= time_bucket(INTERVAL 1 MINUTE, ?::TIMESTAMP)"}  # fmt: skip
+        """Raw tables for steps under a minute, the per-minute or per-hour rollups otherwise
+        (same columns). A rollup row is stamped with its period's start, so the window's first
+        period counts whole."""
+        for unit, suffix, width in ((3600, "1h", "1 HOUR"), (ROLLUP_SECONDS, "1m", "1 MINUTE")):
+            if self.step_seconds >= unit and self.step_seconds % unit == 0:
+                return {"inc": f"increments_{suffix}", "smp": f"samples_{suffix}", "max": "x.max",
+                        "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)"}  # fmt: skip
         return {"inc": "increments", "smp": "samples", "max": "x.value", "after": "> ?::TIMESTAMP"}
 
 

@@ -12,6 +12,7 @@ from dashboard.data import live
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.rollup import Retention
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 DECODE = TargetInfo("decode-0", "http://x/metrics", "decode", 2, "test")
@@ -76,3 +77,51 @@ def test_window_steps_of_a_minute_or_more_are_whole_minutes():
     w = live.Window.between(T0, T0 + timedelta(hours=3, minutes=7))
     assert w.step_seconds % 60 == 0 and w.tables["smp"] == "samples_1m"
     assert live.Window.ending(T0, 900).tables["inc"] == "increments"
+
+
+def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
+    c = duckdb.connect()
+    apply_migrations(c)
+    ing = Ingestor(Retention(raw_days=1 / 24, minute_days=2 / 24, hour_days=30))
+    start = datetime(2026, 11, 30, 10, 0, 0)
+    gen = 0.0
+    for k in range(0, 3 * 3600 + 60, 60):  # one scrape a minute for three hours
+        gen += 60.0
+        ing.write(
+            c,
+            ScrapeBatch(
+                DECODE, start + timedelta(seconds=k), True, 0.01, parse_page(page(gen, (k // 60) % 5).encode())
+            ),
+        )
+    hours = c.execute("SELECT ts, sum(delta), sum(seconds) FROM increments_1h GROUP BY ts ORDER BY ts").fetchall()
+    # 10:00 holds 59 intervals (the first scrape has no increase), 11:00 and 12:00 sixty each; x3 for both engines.
+    assert hours == [(start, 59 * 60.0 * 3, 59 * 60.0 * 2), (start + timedelta(hours=1), 60 * 60.0 * 3, 60 * 60.0 * 2),
+                     (start + timedelta(hours=2), 60 * 60.0 * 3, 60 * 60.0 * 2)]  # fmt: skip
+    raw_total = 3 * 3600 / 60 * 60.0 * 3  # every increase since the first scrape, both engines
+    rolled = c.execute("SELECT sum(delta) FROM increments_1h").fetchall()[0][0]
+    not_yet = c.execute("SELECT sum(delta) FROM increments WHERE ts >= '2026-11-30 13:00'").fetchall()[0][0]
+    assert rolled + not_yet == raw_total  # hours + the open minute reconcile with every raw increase
+    # Retention ran when 13:00 closed hour 12: raw older than an hour is gone, newer kept.
+    oldest_raw = c.execute("SELECT min(ts) FROM increments").fetchall()[0][0]
+    assert start + timedelta(hours=1, minutes=59) <= oldest_raw <= start + timedelta(hours=2)
+    oldest_minute = c.execute("SELECT min(ts) FROM increments_1m").fetchall()[0][0]
+    assert oldest_minute >= start + timedelta(minutes=59)
+    gauge = c.execute("""SELECT x.value, x.max, x.n FROM samples_1h x JOIN series s USING (series_id)
+                         WHERE s.metric = 'vllm:num_requests_running' ORDER BY x.ts LIMIT 1""").fetchall()[0]  # fmt: skip
+    assert gauge == (pytest.approx(sum(m % 5 for m in range(60)) / 60), 4.0, 60)
+
+
+def test_retention_never_drops_rows_that_are_not_rolled_up():
+    c = duckdb.connect()
+    apply_migrations(c)
+    ing = Ingestor()
+    for k in range(3):
+        ing.write(c, ScrapeBatch(DECODE, T0 + timedelta(seconds=5 * k), True, 0.01, parse_page(page(k, 1).encode())))
+    deleted = ing.rollups.apply_retention(c, T0 + timedelta(days=400))
+    assert deleted["increments"] == 0 and deleted["samples"] == 0  # nothing of this minute is rolled up yet
+    assert c.execute("SELECT count(*) FROM samples").fetchall()[0][0] == 9
+
+
+def test_day_ranges_read_hours():
+    assert live.Window.ending(T0, 7 * 86400).tables["inc"] == "increments_1h"
+    assert live.Window.ending(T0, 86400).tables["inc"] == "increments_1m"
