@@ -245,6 +245,38 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- pull
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
+    from collectors.promapi import PromAPIError, http_get, pull_range
+    from collectors.targets import TargetsError, load_targets
+    from warehouse.db import Warehouse, WarehouseError
+    from warehouse.ingest import Ingestor
+
+    try:
+        targets = load_targets(args.targets)
+    except TargetsError as exc:
+        raise CliError(str(exc)) from exc
+    start, end = _parse_time(args.from_), _parse_time(args.to)
+    if end <= start:
+        raise CliError("--to must be after --from")
+    try:
+        batches = pull_range(http_get(args.prometheus), targets, start, end, args.step)
+    except PromAPIError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        wh = Warehouse(args.db)
+    except WarehouseError as exc:
+        raise CliError(str(exc)) from exc
+    ingestor = Ingestor()
+    try:
+        n = wh.write(lambda con: sum(ingestor.write(con, b) for b in batches), timeout=None)
+    finally:
+        wh.close()
+    print(f"pulled {n} samples in {len(batches)} target-steps from {args.prometheus} into {args.db}")
+    return 0
+
+
 # ------------------------------------------------------------------------- export
 def cmd_export(args: argparse.Namespace) -> int:
     from warehouse.api import LocalQuery, QueryClient
@@ -444,6 +476,17 @@ def build_parser() -> argparse.ArgumentParser:
     s = eplb.add_parser("rules", help="print the EPLB hot-spot alerts as a Prometheus alerting-rules file")
     s.add_argument("--out", help="write to this file instead of stdout")
     s.set_defaults(func=cmd_eplb_rules)
+
+    s = sub.add_parser("pull", help="backfill from a Prometheus-compatible HTTP API (query_range)")
+    s.add_argument(
+        "--prometheus", required=True, help="base URL, e.g. http://127.0.0.1:9090 (Thanos, Mimir, VM work too)"
+    )
+    s.add_argument("--targets", required=True, help="targets file; series map to targets by their instance label")
+    s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601")
+    s.add_argument("--to", required=True, help="end, ISO 8601")
+    s.add_argument("--step", type=float, default=5.0, help="evaluation step, seconds (the scrape interval)")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
+    s.set_defaults(func=cmd_pull)
 
     s = sub.add_parser("export", help="export the warehouse to Parquet, partitioned by day")
     s.add_argument("--out", required=True, help="directory; files go to <out>/<table>/day=YYYY-MM-DD/part-0.parquet")

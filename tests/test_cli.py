@@ -13,7 +13,19 @@ import pytest
 from moemeter.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SUBCOMMANDS = ["up", "serve", "dashboard", "twin", "ingest", "query", "export", "eplb", "eplb plan", "eplb rules"]
+SUBCOMMANDS = [
+    "up",
+    "serve",
+    "dashboard",
+    "twin",
+    "ingest",
+    "query",
+    "export",
+    "pull",
+    "eplb",
+    "eplb plan",
+    "eplb rules",
+]
 
 
 @pytest.mark.parametrize("sub", SUBCOMMANDS)
