@@ -12,7 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from warehouse.ingest import Sample
 
 MAX_PAGE_BYTES = 64 * 1024 * 1024
-MAX_SAMPLES = 2_000_000
+MAX_SAMPLES = 500_000  # a DP64 decode instance with the plugin serves ~36,000
+MAX_LABEL_VALUE_BYTES = 4096  # label values are names and URLs, not payloads
 
 
 class ExpositionError(ValueError):
@@ -39,6 +40,9 @@ def parse_page(body: bytes, content_type: str = "text/plain", max_samples: int =
     try:
         for fam in parser(text):
             for s in fam.samples:
+                for key, value in s.labels.items():
+                    if len(value) > MAX_LABEL_VALUE_BYTES:
+                        raise ExpositionError(f"label {key} of {s.name} has a {len(value)}-character value: refused")
                 out.append(Sample(s.name, tuple(sorted(s.labels.items())), float(s.value), fam.name, fam.type))
                 if len(out) > max_samples:
                     raise ExpositionError(f"more than {max_samples} samples: refused")

@@ -137,7 +137,8 @@ class Ingestor:
                 continue
             ids.append(sid)
             values.append(v)
-            if is_monotonic(s) and not math.isnan(v):
+            # A counter is finite and never negative; anything else is kept raw but adds no increase.
+            if is_monotonic(s) and math.isfinite(v) and v >= 0:
                 prev = self._last.get(sid)
                 if prev is not None and batch.ts <= prev[0]:
                     continue  # out of order or duplicate scrape time: no increase

@@ -112,3 +112,10 @@ def test_an_unhealthy_scrape_is_stored_as_data(con):
     ing = Ingestor()
     ing.write(con, ScrapeBatch(TARGET, T0, False, 4.0, error="timeout after 4s"))
     assert con.execute("SELECT target, up, error FROM scrapes").fetchall() == [("decode-0", False, "timeout after 4s")]
+
+
+def test_negative_or_infinite_counter_values_add_no_increase(con):
+    ing = Ingestor()
+    for i, v in enumerate(["5", "-1", "+Inf", "+Inf", "9"]):
+        ingest(con, ing, page(v), T0 + timedelta(seconds=5 * i))  # type: ignore[arg-type]
+    assert increments(con, "vllm:generation_tokens_total") == [(4.0, False)]  # 5 -> 9 only
