@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -345,7 +344,7 @@ def cmd_eplb_rules(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- up
 def cmd_up(args: argparse.Namespace) -> int:
     """twin + serve + dashboard as child processes; Ctrl-C stops all three."""
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="moemeter-"))
+    workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     targets = workdir / "targets.json"
     targets.unlink(missing_ok=True)
@@ -417,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--profile", default="deepseek-v4.1-flash", help="twin profile name or TOML path")
     s.add_argument("--seed", type=int, default=0, help="twin random seed")
     s.add_argument("--db", help="DuckDB file (default: a new one in the work directory)")
-    s.add_argument("--workdir", help="where the targets file and database go (default: a new temp directory)")
+    s.add_argument("--workdir", default=".moemeter", help="where the targets file and the database go; the database "
+                   "is kept between runs, so history survives a restart")  # fmt: skip
     s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="dashboard port")
     s.add_argument("--host", default="127.0.0.1", help="dashboard address")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
