@@ -131,12 +131,11 @@ class Ingestor:
             if sid not in self._known:
                 new_series.append(self._series_row(sid, t.name, s))
             v = s.value
-            if is_dcgm_blank(s.name, v):
-                ids.append(sid)
-                values.append(None)  # stored as NULL: "no value", not a reading
-                continue
+            blank = is_dcgm_blank(s.name, v)
             ids.append(sid)
-            values.append(v)
+            values.append(None if blank else v)  # a blank is stored as NULL: "no value", not a reading
+            if blank:
+                continue
             # A counter is finite and never negative; anything else is kept raw but adds no increase.
             if is_monotonic(s) and math.isfinite(v) and v >= 0:
                 prev = self._last.get(sid)
