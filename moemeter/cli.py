@@ -142,11 +142,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         wh.close()
         raise CliError(f"cannot bind the query API on {args.api_host}:{args.api_port}: {exc}") from exc
     api.start()
-    print(f"warehouse {args.db}; query API {api.url}; scraping {args.targets} every {args.interval:g}s", flush=True)
+    source = f"reading {args.prometheus} for" if args.prometheus else "scraping"
+    print(f"warehouse {args.db}; query API {api.url}; {source} {args.targets} every {args.interval:g}s", flush=True)
     from warehouse.rollup import Retention
 
     retention = Retention(args.keep_raw_days, args.keep_minute_days, args.keep_hour_days)
-    collector = Collector(wh, args.targets, args.interval, retention=retention)
+    collector = Collector(wh, args.targets, args.interval, retention=retention, prometheus=args.prometheus)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -443,6 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api-host", default="127.0.0.1", help="query API address (keep it on loopback)")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
     s.add_argument("--wait-targets", type=float, default=0.0, help="wait this long for the targets file to appear")
+    s.add_argument("--prometheus", metavar="URL", help="read the targets' series from this Prometheus-compatible API "
+                   "(query_range) instead of scraping them")  # fmt: skip
     s.add_argument("--keep-raw-days", type=float, default=2.0, help="days raw samples are kept (then minute rollups)")
     s.add_argument("--keep-minute-days", type=float, default=30.0, help="days per-minute rollups are kept")
     s.add_argument("--keep-hour-days", type=float, default=365.0, help="days per-hour rollups are kept")

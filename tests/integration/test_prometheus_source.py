@@ -105,3 +105,37 @@ def test_api_errors_are_clear():
     assert family_of("vllm:x_seconds_bucket", {"vllm:x_seconds": "histogram"}) == ("vllm:x_seconds", "histogram")
     assert family_of("vllm:a_total", {"vllm:a_total": "counter"}) == ("vllm:a_total", "counter")
     assert family_of("other", {}) == ("other", "unknown")
+
+
+def test_serve_reads_continuously_from_the_api_instead_of_scraping(prometheus, tmp_path):
+    import asyncio
+
+    from collectors.service import Collector
+    from warehouse.db import Warehouse
+
+    url, targets_file, _ = prometheus
+    wh = Warehouse(tmp_path / "w.duckdb")
+    c = Collector(wh, targets_file, interval=2.0, prometheus=url)
+
+    async def rounds() -> None:
+        for i in range(3):
+            if i:
+                await asyncio.sleep(2.0)
+            await c.round(None)  # type: ignore[arg-type]  # no scraping in this mode
+
+    asyncio.run(rounds())
+    scrapes = wh.query_df(
+        "SELECT target, count(*) AS n, bool_and(up) AS up FROM scrapes GROUP BY target ORDER BY target"
+    )
+    assert scrapes["target"].tolist() == ["decode-0", "gpu-tray-03", "prefill-0"] and scrapes["up"].all()
+    dup = wh.query_df("SELECT count(*) AS n FROM (SELECT ts, series_id FROM samples GROUP BY ALL HAVING count(*) > 1)")
+    assert dup["n"][0] == 0  # consecutive rounds ask for consecutive evaluation points, never twice
+    inc = wh.query_df("""SELECT count(*) AS n FROM increments i JOIN series s USING (series_id)
+                         WHERE s.metric = 'vllm:generation_tokens_total'""")  # fmt: skip
+    assert inc["n"][0] >= 64
+    wh.close()
+    down = Collector(Warehouse(tmp_path / "d.duckdb"), targets_file, interval=2.0, prometheus="http://127.0.0.1:9")
+    down._pulled_until = None
+    batches = down._pull(down.refresh_targets())
+    assert batches and all(not b.up and "prometheus API" in b.error for b in batches)
+    down.warehouse.close()
