@@ -74,7 +74,6 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     """Generate history through the real ingest path: twin pages -> parser -> warehouse."""
     from collectors.parse import parse_page
     from stack.twin.server import Twin
-    from warehouse.db import Warehouse
     from warehouse.experts import ExpertIngestor, ExpertSnapshot
     from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 
@@ -84,7 +83,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     end = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     start = end - timedelta(seconds=seconds)
     twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120)
-    wh = Warehouse(args.db)
+    wh = _open_warehouse(args.db)
     ingestor, experts = Ingestor(), ExpertIngestor()
     twin.pages(start.timestamp())  # warm up to the first scrape
     roles = {ep.name: ep for ep in twin.endpoints()}
@@ -123,7 +122,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from collectors.service import Collector
     from collectors.targets import TargetsError, load_targets
     from warehouse.api import QueryServer
-    from warehouse.db import Warehouse, WarehouseError
 
     deadline = time.monotonic() + args.wait_targets
     while not Path(args.targets).exists() and time.monotonic() < deadline:
@@ -132,10 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         load_targets(args.targets)
     except TargetsError as exc:
         raise CliError(str(exc)) from exc
-    try:
-        wh = Warehouse(args.db)
-    except WarehouseError as exc:
-        raise CliError(str(exc)) from exc
+    wh = _open_warehouse(args.db)
     try:
         api = QueryServer(wh, args.api_host, args.api_port)
     except OSError as exc:
@@ -179,7 +174,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from collectors.parse import ExpositionError, parse_page
     from collectors.targets import ROLES
-    from warehouse.db import Warehouse, WarehouseError
     from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 
     if args.role not in ROLES:
@@ -194,10 +188,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         raise CliError(f"{args.file}: {exc}") from exc
     at = _parse_time(args.at)
     target = TargetInfo(args.target, f"file://{Path(args.file).resolve()}", args.role, args.gpus, args.stack)
-    try:
-        wh = Warehouse(args.db)
-    except WarehouseError as exc:
-        raise CliError(str(exc)) from exc
+    wh = _open_warehouse(args.db)
     try:
         ingestor = Ingestor()
         n = wh.write(lambda con: ingestor.write(con, ScrapeBatch(target, at, True, 0.0, samples, bytes=len(body))))
@@ -250,7 +241,6 @@ def cmd_pull(args: argparse.Namespace) -> int:
     """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
     from collectors.promapi import PromAPIError, http_get, pull_range
     from collectors.targets import TargetsError, load_targets
-    from warehouse.db import Warehouse, WarehouseError
     from warehouse.ingest import Ingestor
 
     try:
@@ -264,10 +254,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
         batches = pull_range(http_get(args.prometheus), targets, start, end, args.step)
     except PromAPIError as exc:
         raise CliError(str(exc)) from exc
-    try:
-        wh = Warehouse(args.db)
-    except WarehouseError as exc:
-        raise CliError(str(exc)) from exc
+    wh = _open_warehouse(args.db)
     ingestor = Ingestor()
     try:
         n = wh.write(lambda con: sum(ingestor.write(con, b) for b in batches), timeout=None)
@@ -404,6 +391,16 @@ def _wait_for_signal() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
     done.wait()
+
+
+def _open_warehouse(db: str):  # type: ignore[no-untyped-def]
+    """The read-write warehouse on `db`, or a CliError saying why it cannot be opened."""
+    from warehouse.db import Warehouse, WarehouseError
+
+    try:
+        return Warehouse(db)
+    except WarehouseError as exc:
+        raise CliError(str(exc)) from exc
 
 
 # ---------------------------------------------------------------------------- main
