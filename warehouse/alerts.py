@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 
@@ -75,16 +76,20 @@ def evaluate_alerts(rules: AlertRules, rank_steps: pd.DataFrame, last_rebalance:
     return out
 
 
+def trailing_run_start(buckets: pd.Series, holds: np.ndarray) -> pd.Timestamp | None:
+    """First bucket of the trailing run where `holds` is true (buckets sorted); None if the last is false."""
+    if not len(holds) or not holds[-1]:
+        return None
+    i = len(holds) - 1
+    while i > 0 and holds[i - 1]:
+        i -= 1
+    return pd.Timestamp(buckets.iloc[i])
+
+
 def _since(series: pd.DataFrame, column: str, condition) -> pd.Timestamp | None:  # type: ignore[no-untyped-def]
     """Start of the trailing run of steps where the condition holds."""
     s = series.sort_values("bucket")
-    ok = s[column].map(condition).to_numpy()
-    if not len(ok) or not ok[-1]:
-        return None
-    i = len(ok) - 1
-    while i > 0 and ok[i - 1]:
-        i -= 1
-    return pd.Timestamp(s["bucket"].iloc[i])
+    return trailing_run_start(s["bucket"], s[column].map(condition).to_numpy())
 
 
 def prometheus_rules(rules: AlertRules) -> dict[str, object]:

@@ -33,7 +33,7 @@ def floor(ts: datetime, unit: timedelta) -> datetime:
     return ts.replace(second=0, microsecond=0)
 
 
-# (state name, unit, source increments, source samples, target suffix, sample aggregation)
+# (state name, unit, source increments, source samples, target table suffix)
 _LEVELS = (
     ("1m", timedelta(minutes=1), "increments", "samples", "1m"),
     ("1h", timedelta(hours=1), "increments_1m", "samples_1m", "1h"),

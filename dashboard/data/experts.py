@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from warehouse.alerts import trailing_run_start
+
 from .live import Query, Window
 
 RANK_SQL = """
@@ -47,13 +49,7 @@ def hottest_since(steps: pd.DataFrame, layer: int, rank: int) -> pd.Timestamp | 
     if s.empty:
         return None
     top = s.loc[s.groupby("bucket")["tokens"].idxmax()].sort_values("bucket")
-    is_top = (top["rank"] == rank).to_numpy()
-    if not is_top[-1]:
-        return None
-    i = len(is_top) - 1
-    while i > 0 and is_top[i - 1]:
-        i -= 1
-    return pd.Timestamp(top["bucket"].iloc[i])
+    return trailing_run_start(top["bucket"], (top["rank"] == rank).to_numpy())
 
 
 def balancedness_over_time(steps: pd.DataFrame) -> pd.DataFrame:

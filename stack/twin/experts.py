@@ -56,11 +56,12 @@ class ExpertModel:
         self.log_pop = self.base_log.copy()
         self.window: list[tuple[float, np.ndarray]] = []
         self.next_rebalance = start + e.rebalance_interval_seconds
-        self.state_phy2log = self._plan(self.popularity())
+        self._shares_for: np.ndarray | None = None  # the placement _slot_share was computed for
+        self._slot_share = np.ones((self.layers, self.slots))
         self.state = ExpertState(
             logical_tokens=np.zeros((self.layers, self.experts)),
             rank_tokens=np.zeros((self.layers, self.ranks)),
-            phy2log=self.state_phy2log,
+            phy2log=self._plan(self.popularity()),
             balancedness=np.ones(self.layers),
             last_load=np.zeros((self.layers, self.experts)),
         )
@@ -81,14 +82,16 @@ class ExpertModel:
     def _plan(self, load: np.ndarray) -> np.ndarray:
         e = self.profile.eplb
         inp = PlanInput(load, self.slots, e.expert_groups, e.nodes, self.ranks).validated()
-        phy2log = plan(inp, e.policy).phy2log
-        # Per-slot share of its expert's tokens, fixed until the next rebalance.
-        count = np.stack([np.bincount(row, minlength=self.experts) for row in phy2log])
-        self._slot_share = 1.0 / np.take_along_axis(count, phy2log, axis=1)
-        return phy2log
+        return plan(inp, e.policy).phy2log
 
     def _rank_load(self, load: np.ndarray) -> np.ndarray:
-        slot_load = np.take_along_axis(load, self.state_phy2log, axis=1) * self._slot_share
+        phy2log = self.state.phy2log
+        if self._shares_for is not phy2log:
+            # Per-slot share of its expert's tokens, fixed until the placement changes.
+            count = np.stack([np.bincount(row, minlength=self.experts) for row in phy2log])
+            self._slot_share = 1.0 / np.take_along_axis(count, phy2log, axis=1)
+            self._shares_for = phy2log
+        slot_load = np.take_along_axis(load, phy2log, axis=1) * self._slot_share
         return slot_load.reshape(self.layers, self.ranks, -1).sum(axis=2)
 
     def step(self, tokens: float, t0: float, t1: float) -> None:
@@ -121,7 +124,7 @@ class ExpertModel:
         if window.sum() <= 0:
             return
         before = evaluate(window, st.phy2log, self.ranks)[1]
-        new = self._plan(window)  # also switches the slot shares to the new placement
+        new = self._plan(window)
         after = evaluate(window, new, self.ranks)[1]
         moved = int((new != st.phy2log).sum())
         duration = 0.05 + moved * e.expert_bytes / e.migration_bytes_per_second
@@ -129,7 +132,7 @@ class ExpertModel:
             Rebalance(at, duration, moved, np.nan_to_num(before).tolist(), np.nan_to_num(after).tolist())
         )
         st.rebalances = st.rebalances[-50:]
-        st.phy2log = self.state_phy2log = new
+        st.phy2log = new
 
     @property
     def mean_balancedness(self) -> float:
