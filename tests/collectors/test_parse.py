@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.parse import ExpositionError, parse_page
+from collectors.parse import MAX_SAMPLES, ExpositionError, _parse_plain_text, parse_page, parse_reference
 
 CAPTURES = ["vllm-0.32.0-cpu-tiny-deepseek.metrics.txt", "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt",
             "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", "vllm-router-0.1.17-pd.metrics.txt"]  # fmt: skip
@@ -58,3 +58,37 @@ def test_arbitrary_bytes_either_parse_or_raise_exposition_error(body):
         parse_page(body)
     except ExpositionError:
         pass
+
+
+# ---------------------------------------------------------------- the fast path agrees with the reference
+PIECES = st.sampled_from([
+    "# TYPE a counter", "# TYPE a_total counter", "# TYPE h histogram", "# TYPE s summary", "# TYPE g gauge",
+    "# TYPE a", "# HELP a some \"quoted\" help", "# HELP g", "# HELP", "# comment", "#", '# TYPE "a" counter',
+    "# TYPE g\xa0gauge", "# TYPE a counter extra", "# HELP a_total x",
+    "a_total 1", "a 2", "a_total{x=\"1\"} 3", "a_total{x=\"1\",y=\"2\"} 4 1700000000000", "g 1.5", "g{} 2",
+    "g{x=\"a,b}c\"} 3", "g{x=\"\\\"q\\\"\"} 4", "g{x=\"1\",} 5", "g{ x=\"1\"} 6", "g {x=\"1\"} 7", "g{x=\"1\"}8",
+    "g{x=\"1\",x=\"2\"} 9", "g{__x=\"1\"} 1", "g{__name__=\"g\"} 1", "g{a:b=\"1\"} 1", "g 1_000", "g 1 1_0", "g 1 zz",
+    "g NaN", "g +Inf", "g -inf", "g nan", "g 0x10", "g 1e3", "g 12345678901234567890123", "g\t1", "g 1\t2",
+    "g 1 2 3", "g 1 # {t=\"1\"} 2", "h_bucket{le=\"1\"} 1", "h_bucket{le=\"+Inf\"} 2", "h_count 2", "h_sum 3",
+    "h 4", "s 1", "s_count 1", "s_sum 2", "s{quantile=\"0.5\"} 1", "other 1", "  g   1  ", "\u00e9 1", "g \u2003 1",
+    "g{x=\"\u00e9\"} 1", "g\x1c1", "",
+])  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(PIECES, max_size=12))
+def test_fast_path_agrees_with_the_reference_parser(lines):
+    text = "\n".join(lines) + "\n"
+    def comparable(parse) -> object:  # type: ignore[no-untyped-def]  # NaN compares by its text
+        try:
+            return [(s.name, s.labels, repr(s.value), s.family, s.kind) for s in parse()]
+        except ExpositionError:
+            return ExpositionError
+
+    assert comparable(lambda: parse_page(text.encode())) == comparable(lambda: parse_reference(text, openmetrics=False))
+
+
+def test_fast_path_takes_the_real_pages(capture):
+    """The captures are plain: no fallback to the slow reference scan."""
+    for name in CAPTURES:
+        assert _parse_plain_text(capture(name), MAX_SAMPLES)
