@@ -82,12 +82,15 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     seconds = _parse_duration(args.fast_forward)
     end = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     start = end - timedelta(seconds=seconds)
-    twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120)
+    if not 0.01 <= args.tick <= args.interval:
+        raise CliError(f"--tick must be between 0.01 s and the interval ({args.interval:g} s)")
+    twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120, tick=args.tick)
     wh = _open_warehouse(args.db)
     ingestor, experts = Ingestor(), ExpertIngestor()
     twin.pages(start.timestamp())  # warm up to the first scrape
     roles = {ep.name: ep for ep in twin.endpoints()}
     t, n, rounds, began = 0.0, 0, 0, time.perf_counter()
+    snapshot_every = max(1, round(60 / args.interval))
     while t <= seconds:
         ts = start + timedelta(seconds=t)
         pages = twin.pages(start.timestamp() + t)
@@ -95,9 +98,9 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
                                           f"twin:{profile.name}", roles[name].hostname),
                                ts, True, 0.0, parse_page(text.encode()), bytes=len(text))
                    for name, text in pages.items()]  # fmt: skip
-        # Expert snapshots every 12 rounds, as the collector pulls them.
+        # Expert snapshots once a minute, as the collector pulls them.
         snaps = [(name, ExpertSnapshot.from_json(ep.snapshot())) for name, ep in roles.items()
-                 if ep.snapshot is not None and rounds % 12 == 0]  # fmt: skip
+                 if ep.snapshot is not None and rounds % snapshot_every == 0]  # fmt: skip
 
         def job(con, b=batches, s=snaps, at=ts):  # type: ignore[no-untyped-def]
             stored = sum(ingestor.write(con, x) for x in b)
@@ -432,6 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "history ending now into --db through the ingest path")  # fmt: skip
     s.add_argument("--db", help="DuckDB file for --fast-forward")
     s.add_argument("--interval", type=float, default=5.0, help="scrape interval for --fast-forward, seconds")
+    s.add_argument("--tick", type=float, default=1.0, help="simulation step for --fast-forward, seconds (serving "
+                   "uses 0.1 s; 1 s runs ~4x faster and gives ~3%% fewer tokens)")  # fmt: skip
     s.set_defaults(func=cmd_twin)
 
     s = sub.add_parser("serve", help="run the collectors, the warehouse writer and the query API")

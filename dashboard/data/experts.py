@@ -84,16 +84,26 @@ def hot_experts(shares: pd.DataFrame, trend: pd.DataFrame, n: int = 10) -> pd.Da
     if shares.empty:
         return pd.DataFrame(columns=["layer", "expert", "share", "trend"])
     top = shares.nlargest(n, "share")[["layer", "expert", "share"]].reset_index(drop=True)
-    series = {k: g.sort_values("ts")["share"].round(4).tolist() for k, g in trend.groupby(["layer", "expert"])}
+    mine = trend.merge(top[["layer", "expert"]], on=["layer", "expert"])
+    series = {k: g.sort_values("ts")["share"].round(4).tolist() for k, g in mine.groupby(["layer", "expert"])}
     top["trend"] = [series.get((r.layer, r.expert), []) for r in top.itertuples()]
     return top
 
 
-def share_trend(q: Query, w: Window, target: str) -> pd.DataFrame:
-    """ts, layer, expert, share of its layer at each snapshot."""
-    return q("""SELECT ts, layer, expert, tokens / nullif(sum(tokens) OVER (PARTITION BY ts, layer), 0) AS share
-                FROM expert_load WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ?""",
-             [w.start, w.end, target])  # fmt: skip
+def share_trend(q: Query, w: Window, target: str, experts: pd.DataFrame | None = None) -> pd.DataFrame:
+    """ts, layer, expert, share of its layer at each snapshot; only for `experts` (rows of layer,
+    expert) when given, so a day of snapshots is not read back for ten sparklines."""
+    params: list[object] = [w.start, w.end, target] * 2
+    pick = ""
+    if experts is not None:  # (layer, expert) as one key: layer * 2^20 + expert
+        pick = "AND list_contains(?::BIGINT[], e.layer::BIGINT * 1048576 + e.expert)"
+        params.append([int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()])
+    sql = f"""WITH total AS (SELECT ts, layer, sum(tokens) AS tokens FROM expert_load
+                             WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL)
+              SELECT e.ts, e.layer, e.expert, e.tokens / nullif(t.tokens, 0) AS share
+              FROM expert_load e JOIN total t USING (ts, layer)
+              WHERE e.ts > ?::TIMESTAMP AND e.ts <= ?::TIMESTAMP AND e.target = ? {pick}"""
+    return q(sql, params)
 
 
 def rebalances(q: Query, w: Window, target: str) -> pd.DataFrame:

@@ -74,7 +74,8 @@ def render() -> None:
     t1, t2 = st.columns(2)
     with t1:
         st.subheader("Hot experts")
-        hot = data.hot_experts(shares, data.share_trend(query, w, target))
+        top = shares.nlargest(10, "share")
+        hot = data.hot_experts(shares, data.share_trend(query, w, target, top))
         st.dataframe(hot, hide_index=True, key="hot", column_config={
             "share": st.column_config.ProgressColumn("share of layer", format="%.3f", min_value=0.0, max_value=float(
                 max(hot["share"].max(), 1e-9)) if len(hot) else 1.0),

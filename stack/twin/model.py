@@ -60,8 +60,10 @@ class RackModel:
     """State of the whole rack; `advance(t)` moves it forward to time t (epoch seconds)."""
 
     def __init__(self, profile: TwinProfile, seed: int = 0, start: float = 0.0,
-                 prefill_urls: list[str] | None = None, decode_urls: list[str] | None = None) -> None:  # fmt: skip
+                 prefill_urls: list[str] | None = None, decode_urls: list[str] | None = None,
+                 tick: float = TICK_SECONDS) -> None:  # fmt: skip
         self.profile = profile
+        self.tick = tick
         self.rng = np.random.default_rng(seed)
         self.now = start
         topo, wl = profile.topology, profile.workload
@@ -115,9 +117,9 @@ class RackModel:
     # ------------------------------------------------------------------ time
     def advance(self, until: float) -> None:
         """Run whole ticks up to `until`."""
-        while self.now + TICK_SECONDS <= until:
-            self._tick(self.now, self.now + TICK_SECONDS)
-            self.now += TICK_SECONDS
+        while self.now + self.tick <= until:
+            self._tick(self.now, self.now + self.tick)
+            self.now += self.tick
 
     def _tick(self, t0: float, t1: float) -> None:
         self._admit(t0, t1)
@@ -286,16 +288,22 @@ class RackModel:
         batch = np.bincount(self.dc_engine[active], minlength=n_dc).astype(float)
         context = np.bincount(self.dc_engine[active], weights=ctx, minlength=n_dc)
         self.decode_batch, self.decode_context = batch, context
+        # A sequence counts for the part of the tick it is in the batch (long fast-forward ticks
+        # would otherwise charge every step with sequences that join late or leave early).
+        begin = np.maximum(t0, self.kv_ready[active])
+        leave = begin + (self.target_out[active] - self.progress[active]) * self.decode_step_seconds * self.speed[active]
+        share = np.clip((np.minimum(leave, t1) - begin) / (t1 - t0), 0.0, 1.0)
+        busy_batch = np.bincount(self.dc_engine[active], weights=share, minlength=n_dc)
+        busy_context = np.bincount(self.dc_engine[active], weights=ctx * share, minlength=n_dc)
         # All ranks step together: the busiest rank's batch and context, and the MoE part
         # stretched by expert imbalance (the hottest rank's experts gate every layer).
         step = (perf.decode_step_base_seconds
-                + perf.decode_step_per_request_seconds * batch.max(initial=0) / self.experts.mean_balancedness
-                + perf.decode_step_per_context_token_seconds * context.max(initial=0))  # fmt: skip
+                + perf.decode_step_per_request_seconds * busy_batch.max(initial=0) / self.experts.mean_balancedness
+                + perf.decode_step_per_context_token_seconds * busy_context.max(initial=0))  # fmt: skip
         self.decode_step_seconds = step
         if active.size == 0:
             self.experts.step(0.0, t0, t1)
             return
-        begin = np.maximum(t0, self.kv_ready[active])
         itl = step * self.speed[active]
         # The first token comes one step after the KV is in place.
         newly = np.isnan(self.first_token[active])

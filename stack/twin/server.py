@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .config import TwinProfile
 from .exposition import expert_snapshot, render_dcgm, render_plugin, render_router, render_vllm
-from .model import RackModel
+from .model import TICK_SECONDS, RackModel
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -39,8 +39,9 @@ class Twin:
     """The model plus one renderer per endpoint; thread-safe."""
 
     def __init__(self, profile: TwinProfile, seed: int = 0, start: float | None = None,
-                 host: str = "127.0.0.1", ports: list[int] | None = None) -> None:  # fmt: skip
+                 host: str = "127.0.0.1", ports: list[int] | None = None, tick: float = TICK_SECONDS) -> None:  # fmt: skip
         self.profile = profile
+        self.tick = tick  # simulation step; fast-forward may take longer ones
         self.seed = seed
         self.host = host
         topo = profile.topology
@@ -57,7 +58,7 @@ class Twin:
 
     # ---------------------------------------------------------------- pages
     def _build_model(self, prefill_urls: list[str], decode_urls: list[str]) -> None:
-        self.model = RackModel(self.profile, self.seed, self._start, prefill_urls, decode_urls)
+        self.model = RackModel(self.profile, self.seed, self._start, prefill_urls, decode_urls, self.tick)
 
     def endpoints(self) -> list[Endpoint]:
         assert self.model is not None

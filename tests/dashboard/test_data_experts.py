@@ -88,6 +88,9 @@ def test_expert_shares_and_hot_experts(seeded):
     hot = data.hot_experts(shares, data.share_trend(q, window(), "decode-0"), n=5)
     assert hot["share"].iloc[0] == pytest.approx(shares["share"].max())
     assert all(len(t) >= 5 for t in hot["trend"])  # one point per snapshot interval
+    picked = data.share_trend(q, window(), "decode-0", hot)  # only the top experts' rows, same shares
+    assert set(zip(picked["layer"], picked["expert"])) == set(zip(hot["layer"], hot["expert"]))
+    assert data.hot_experts(shares, picked, n=5)["trend"].tolist() == hot["trend"].tolist()
 
 
 def test_placement_marks_redundant_replicas(seeded):
