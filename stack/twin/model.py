@@ -291,7 +291,9 @@ class RackModel:
         # A sequence counts for the part of the tick it is in the batch (long fast-forward ticks
         # would otherwise charge every step with sequences that join late or leave early).
         begin = np.maximum(t0, self.kv_ready[active])
-        leave = begin + (self.target_out[active] - self.progress[active]) * self.decode_step_seconds * self.speed[active]
+        leave = (
+            begin + (self.target_out[active] - self.progress[active]) * self.decode_step_seconds * self.speed[active]
+        )
         share = np.clip((np.minimum(leave, t1) - begin) / (t1 - t0), 0.0, 1.0)
         busy_batch = np.bincount(self.dc_engine[active], weights=share, minlength=n_dc)
         busy_context = np.bincount(self.dc_engine[active], weights=ctx * share, minlength=n_dc)

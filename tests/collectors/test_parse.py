@@ -79,6 +79,7 @@ PIECES = st.sampled_from([
 @given(st.lists(PIECES, max_size=12))
 def test_fast_path_agrees_with_the_reference_parser(lines):
     text = "\n".join(lines) + "\n"
+
     def comparable(parse) -> object:  # type: ignore[no-untyped-def]  # NaN compares by its text
         try:
             return [(s.name, s.labels, repr(s.value), s.family, s.kind) for s in parse()]
