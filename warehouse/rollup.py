@@ -20,11 +20,11 @@ GAUGE_KINDS = ("gauge", "unknown", "untyped", "info", "stateset")
 @dataclass(frozen=True)
 class Retention:
     raw_days: float = 2.0
-    """Days raw samples and increments are kept."""
+    """Days raw samples and increments, and per-snapshot expert load, are kept."""
     minute_days: float = 30.0
-    """Days per-minute rollups (and per-expert load) are kept."""
+    """Days per-minute rollups are kept."""
     hour_days: float = 365.0
-    """Days per-hour rollups are kept."""
+    """Days per-hour rollups (per-expert load included) are kept."""
 
 
 def floor(ts: datetime, unit: timedelta) -> datetime:
@@ -93,6 +93,10 @@ class Rollups:
                         SELECT time_bucket({width}, x.ts), x.series_id, {values}
                         FROM {smp} x JOIN series s USING (series_id)
                         WHERE x.ts >= ? AND x.ts < ? {kinds} GROUP BY ALL""", [start, until])  # fmt: skip
+        if suffix == "1h":
+            con.execute("""INSERT INTO expert_load_1h
+                           SELECT time_bucket(INTERVAL 1 HOUR, ts), target, layer, expert, sum(tokens), count(*)
+                           FROM expert_load WHERE ts >= ? AND ts < ? GROUP BY ALL""", [start, until])  # fmt: skip
 
     def apply_retention(self, con: duckdb.DuckDBPyConnection, now: datetime) -> dict[str, int]:
         """Delete what is past its retention and already rolled up; returns rows deleted per table."""
@@ -102,7 +106,8 @@ class Rollups:
             ("increments", now - timedelta(days=r.raw_days), through.get("1m")),
             ("samples_1m", now - timedelta(days=r.minute_days), through.get("1h")),
             ("increments_1m", now - timedelta(days=r.minute_days), through.get("1h")),
-            ("expert_load", now - timedelta(days=r.minute_days), None),
+            ("expert_load", now - timedelta(days=r.raw_days), through.get("1h")),
+            ("expert_load_1h", now - timedelta(days=r.hour_days), None),
             ("samples_1h", now - timedelta(days=r.hour_days), None),
             ("increments_1h", now - timedelta(days=r.hour_days), None),
         ]

@@ -64,15 +64,16 @@ def balancedness_over_time(steps: pd.DataFrame) -> pd.DataFrame:
     return out[["bucket", "layer", "balancedness", "imbalance"]]
 
 
+# Per-snapshot load, or its hourly downsampling for windows stepped in hours ({exp}).
 EXPERT_SQL = """
-SELECT layer, expert, sum(tokens) AS tokens FROM expert_load
-WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL ORDER BY layer, expert
+SELECT layer, expert, sum(tokens) AS tokens FROM {exp}
+WHERE ts {after} AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL ORDER BY layer, expert
 """
 
 
 def expert_share(q: Query, w: Window, target: str) -> pd.DataFrame:
     """layer, expert, tokens, share of the layer's tokens in the window."""
-    df = q(EXPERT_SQL, [w.start, w.end, target])
+    df = q(EXPERT_SQL.format(**w.tables), [w.start, w.end, target])
     if df.empty:
         return df.assign(share=pd.Series(dtype=float))
     total = df.groupby("layer")["tokens"].transform("sum")
@@ -91,18 +92,20 @@ def hot_experts(shares: pd.DataFrame, trend: pd.DataFrame, n: int = 10) -> pd.Da
 
 
 def share_trend(q: Query, w: Window, target: str, experts: pd.DataFrame | None = None) -> pd.DataFrame:
-    """ts, layer, expert, share of its layer at each snapshot; only for `experts` (rows of layer,
-    expert) when given, so a day of snapshots is not read back for ten sparklines."""
+    """ts, layer, expert, share of its layer at each snapshot (each hour for windows stepped in
+    hours); only for `experts` (rows of layer, expert) when given, so a day of snapshots is not
+    read back for ten sparklines."""
     params: list[object] = [w.start, w.end, target] * 2
     pick = ""
     if experts is not None:  # (layer, expert) as one key: layer * 2^20 + expert
         pick = "AND list_contains(?::BIGINT[], e.layer::BIGINT * 1048576 + e.expert)"
         params.append([int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()])
-    sql = f"""WITH total AS (SELECT ts, layer, sum(tokens) AS tokens FROM expert_load
-                             WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL)
+    tb = w.tables
+    sql = f"""WITH total AS (SELECT ts, layer, sum(tokens) AS tokens FROM {tb["exp"]}
+                             WHERE ts {tb["after"]} AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL)
               SELECT e.ts, e.layer, e.expert, e.tokens / nullif(t.tokens, 0) AS share
-              FROM expert_load e JOIN total t USING (ts, layer)
-              WHERE e.ts > ?::TIMESTAMP AND e.ts <= ?::TIMESTAMP AND e.target = ? {pick}"""
+              FROM {tb["exp"]} e JOIN total t USING (ts, layer)
+              WHERE e.ts {tb["after"]} AND e.ts <= ?::TIMESTAMP AND e.target = ? {pick}"""
     return q(sql, params)
 
 

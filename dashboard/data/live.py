@@ -54,8 +54,9 @@ class Window:
         for unit, suffix, width in ((3600, "1h", "1 HOUR"), (ROLLUP_SECONDS, "1m", "1 MINUTE")):
             if self.step_seconds >= unit and self.step_seconds % unit == 0:
                 return {"inc": f"increments_{suffix}", "smp": f"samples_{suffix}", "max": "x.max",
-                        "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)"}  # fmt: skip
-        return {"inc": "increments", "smp": "samples", "max": "x.value", "after": "> ?::TIMESTAMP"}
+                        "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)",
+                        "exp": "expert_load_1h" if suffix == "1h" else "expert_load"}  # fmt: skip
+        return {"inc": "increments", "smp": "samples", "max": "x.value", "after": "> ?::TIMESTAMP", "exp": "expert_load"}
 
 
 def _params(w: Window) -> list[Any]:

@@ -82,3 +82,29 @@ def test_bad_snapshots_are_refused(body, match):
 def test_snapshot_matrices_keep_their_shape():
     s = snap(np.ones((3, 4)).tolist(), [[0, 1, 2, 3, 0, 1]] * 3, ranks=3)
     assert s.logical_tokens_total.shape == (3, 4) and s.phy2log.shape == (3, 6)
+
+
+def test_expert_load_downsamples_to_hours_and_retention_keeps_what_is_not_rolled_up(con):
+    from collectors.parse import parse_page
+    from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+    from warehouse.rollup import Retention
+
+    scrapes, experts = Ingestor(Retention(raw_days=1 / 24)), ExpertIngestor()
+    target = TargetInfo("decode-0", "http://x/metrics", "decode", 2, "test")
+    place, start = [[0, 1, 2, 0], [3, 2, 1, 0]], datetime(2026, 11, 30, 10, 0, 0)
+    for k in range(3 * 60 + 1):  # a snapshot and a scrape every minute, 10:00 .. 13:00
+        at = start + timedelta(minutes=k)
+        experts.write(con, "decode-0", at, snap([[k, 2 * k, 0, 0], [0, 0, 3 * k, 0]], place))
+        scrapes.write(con, ScrapeBatch(target, at, True, 0.01, parse_page(b'# TYPE up gauge\nup{x="1"} 1\n')))
+    hours = con.execute("""SELECT ts, layer, expert, tokens, snapshots FROM expert_load_1h WHERE tokens > 0
+                           ORDER BY ALL""").fetchall()  # fmt: skip
+    h = [start + timedelta(hours=i) for i in range(3)]
+    # 10:00 holds 59 increases (the first snapshot has none), 11:00 and 12:00 sixty each.
+    assert hours == [(h[0], 0, 0, 59.0, 59), (h[0], 0, 1, 118.0, 59), (h[0], 1, 2, 177.0, 59),
+                     (h[1], 0, 0, 60.0, 60), (h[1], 0, 1, 120.0, 60), (h[1], 1, 2, 180.0, 60),
+                     (h[2], 0, 0, 60.0, 60), (h[2], 0, 1, 120.0, 60), (h[2], 1, 2, 180.0, 60)]  # fmt: skip
+    # Retention ran when 13:00 closed hour 12: per-snapshot rows older than an hour are gone.
+    oldest = con.execute("SELECT min(ts) FROM expert_load").fetchall()[0][0]
+    assert start + timedelta(hours=2) <= oldest
+    kept = con.execute("SELECT sum(tokens) FROM expert_load WHERE ts >= '2026-11-30 13:00'").fetchall()[0][0]
+    assert con.execute("SELECT sum(tokens) FROM expert_load_1h").fetchall()[0][0] + kept == 180 * 6.0
