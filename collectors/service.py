@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from warehouse.db import Warehouse
+from warehouse.db import Warehouse, storage_problem
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 from warehouse.rollup import Retention
@@ -124,8 +124,9 @@ class Collector:
             while not stop.is_set():
                 try:
                     await self.round(fetch)
-                except Exception:  # keep collecting; the reason is in the log
-                    log.exception("collector round failed")
+                except Exception as exc:  # keep collecting; the reason is in the log
+                    if storage_problem(exc) is None:  # the warehouse reports disk full or read-only itself
+                        log.exception("collector round failed")
                 next_at += self.interval
                 delay = next_at - time.monotonic()
                 if delay < 0:  # fell behind: skip missed rounds rather than burst

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx
 import pandas as pd
 import streamlit as st
 
@@ -27,3 +28,22 @@ def _cached(url: str, sql: str, params: tuple[Any, ...]) -> pd.DataFrame:
 
 def query(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
     return _cached(api_url(), sql, tuple(params or ()))
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def writer_health(url: str | None = None) -> dict[str, Any] | None:
+    """The warehouse writer's state from GET /health; None when the API does not answer."""
+    try:
+        return dict(httpx.get(f"{url or api_url()}/health", timeout=2).json().get("writer") or {})
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def writer_warning(health: dict[str, Any] | None) -> str | None:
+    """The banner every page shows while the warehouse cannot store new data."""
+    if not health or health.get("ok", True):
+        return None
+    last = health.get("last_write") or "before this run"
+    return (f"The warehouse cannot write ({health.get('problem')}) since {health.get('since')} UTC: "
+            f"{health.get('failed_writes')} rounds lost so far. Pages show what it holds, up to {last}. "
+            f"Its message: {health.get('error')}")  # fmt: skip

@@ -133,7 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         load_targets(args.targets)
     except TargetsError as exc:
         raise CliError(str(exc)) from exc
-    wh = _open_warehouse(args.db)
+    wh = _open_warehouse(args.db, serve_read_only=True)
     try:
         api = QueryServer(wh, args.api_host, args.api_port)
     except OSError as exc:
@@ -141,6 +141,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CliError(f"cannot bind the query API on {args.api_host}:{args.api_port}: {exc}") from exc
     api.start()
     source = f"reading {args.prometheus} for" if args.prometheus else "scraping"
+    if wh.read_only is not None:
+        source = "NOT collecting (the file is read-only), not"
     print(f"warehouse {args.db}; query API {api.url}; {source} {args.targets} every {args.interval:g}s", flush=True)
     from warehouse.rollup import Retention
 
@@ -152,7 +154,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await collector.run(stop)
+        if wh.read_only is None:
+            await collector.run(stop)
+        else:  # serve what it holds until stopped
+            await stop.wait()
 
     asyncio.run(main())
     api.shutdown()
@@ -396,14 +401,23 @@ def _wait_for_signal() -> None:
     done.wait()
 
 
-def _open_warehouse(db: str):  # type: ignore[no-untyped-def]
-    """The read-write warehouse on `db`, or a CliError saying why it cannot be opened."""
-    from warehouse.db import Warehouse, WarehouseError
+def _open_warehouse(db: str, serve_read_only: bool = False):  # type: ignore[no-untyped-def]
+    """The read-write warehouse on `db`, or a CliError saying why it cannot be opened. With
+    `serve_read_only`, an existing file that cannot be written opens read-only instead, so the
+    query API keeps serving what it holds."""
+    from warehouse.db import Warehouse, WarehouseError, storage_problem
 
     try:
         return Warehouse(db)
     except WarehouseError as exc:
-        raise CliError(str(exc)) from exc
+        if not (serve_read_only and storage_problem(exc) == "read-only" and Path(db).is_file()):
+            raise CliError(str(exc)) from exc
+        log.error("%s: serving its queries read-only, NOT collecting; fix the file system or permissions "
+                  "and restart to collect again", exc)  # fmt: skip
+        try:
+            return Warehouse(db, read_only=str(exc))
+        except WarehouseError as again:
+            raise CliError(str(again)) from again
 
 
 # ---------------------------------------------------------------------------- main

@@ -2,7 +2,8 @@
 
 POST /query {"sql": "...", "params": [...], "format": "arrow"|"json"}: exactly one SELECT
 statement (DuckDB's own parser decides), run on a reader cursor. Anything else is refused
-with 400 and the reason. GET /health answers {"ok": true}.
+with 400 and the reason. GET /health answers {"ok": true, "writer": {...}}: whether writes
+succeed, and if not since when, why (disk full, read-only) and how many rounds were lost.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(status, json.dumps({"error": message}).encode(), "application/json")
 
     def do_GET(self) -> None:  # noqa: N802
-        if self.path == "/health":
-            self._reply(200, b'{"ok": true}', "application/json")
+        if self.path == "/health":  # queries answer even when the writer cannot write
+            writer = self.server.warehouse.health.as_json()
+            self._reply(200, json.dumps({"ok": True, "writer": writer}).encode(), "application/json")
         else:
             self._error(404, "GET /health or POST /query")
 

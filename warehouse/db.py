@@ -10,8 +10,11 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +40,34 @@ class WarehouseError(RuntimeError):
     """The database cannot be opened or written."""
 
 
+def storage_problem(exc: BaseException) -> str | None:
+    """'disk full' or 'read-only' when a write failed for want of storage, else None (a bad batch)."""
+    text = str(exc)
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        return "disk full"
+    if "Read-only file system" in text or "Permission denied" in text or "read-only" in text.lower():
+        return "read-only"
+    return None
+
+
+@dataclass
+class WriterHealth:
+    """What the writer thread knows of its last writes (GET /health on the query API)."""
+
+    ok: bool = True
+    problem: str = ""  # "disk full", "read-only", or "" while writes succeed
+    error: str = ""  # the database's own message for the first failure
+    since: str = ""  # ISO time of the first failure in the current run of failures
+    failed_writes: int = 0  # in the current run of failures; each is one lost round
+    last_write: str = ""  # ISO time of the last committed write
+
+    def as_json(self) -> dict[str, object]:
+        return dict(self.__dict__)
+
+
+REMIND_SECONDS = 60.0
+
+
 def migrations() -> list[tuple[int, str, str]]:
     """(version, name, sql) for every numbered migration, in order."""
     out = []
@@ -45,6 +76,15 @@ def migrations() -> list[tuple[int, str, str]]:
         if name.endswith(".sql") and name[:3].isdigit():
             out.append((int(name[:3]), name, entry.read_text()))
     return sorted(out)
+
+
+def pending_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Migrations a database has not had (read-only: without creating anything)."""
+    try:
+        done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    except duckdb.CatalogException:
+        done = set()
+    return [name for version, name, _ in migrations() if version not in done]
 
 
 def apply_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -72,19 +112,30 @@ def apply_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
 class Warehouse:
     """Owns the DuckDB file. `submit` queues a write; `cursor` gives a reader its own connection."""
 
-    def __init__(self, path: str | Path, *, lock_down: bool = True) -> None:
+    def __init__(self, path: str | Path, *, lock_down: bool = True, read_only: str | None = None) -> None:
+        """`read_only`: open without writing, for a file that cannot be written (the reason why);
+        every write then fails at once and /health says so."""
         self.path = str(path)
         try:
-            self._con = duckdb.connect(self.path)
+            self._con = duckdb.connect(self.path, read_only=read_only is not None)
         except duckdb.Error as exc:
             raise WarehouseError(f"cannot open {self.path}: {exc}") from exc
-        applied = apply_migrations(self._con)
-        if applied:
-            log.info("warehouse %s: applied migrations %s", self.path, applied)
+        if read_only is None:
+            applied = apply_migrations(self._con)
+            if applied:
+                log.info("warehouse %s: applied migrations %s", self.path, applied)
+        elif pending := pending_migrations(self._con):
+            log.warning("warehouse %s: read-only with migrations %s not applied; pages that need them fail",
+                        self.path, pending)  # fmt: skip
         if lock_down:
             # Readers share this database instance: no file or network access from SQL.
             self._con.execute("SET enable_external_access = false")
             self._con.execute("SET lock_configuration = true")
+        self.read_only = read_only
+        self.health = WriterHealth()
+        if read_only is not None:
+            self.health = WriterHealth(False, "read-only", read_only, datetime.now(UTC).isoformat(timespec="seconds"))
+        self._reminded = 0.0
         self._jobs: queue.Queue[tuple[Callable[[duckdb.DuckDBPyConnection], Any], Future[Any]] | None] = queue.Queue()
         self._writer = threading.Thread(target=self._run_writer, name="warehouse-writer", daemon=True)
         self._writer.start()
@@ -98,19 +149,51 @@ class Warehouse:
             job, fut = item
             if not fut.set_running_or_notify_cancel():
                 continue
+            if self.read_only is not None:
+                self.health.failed_writes += 1
+                fut.set_exception(WarehouseError(f"{self.path} is open read-only: {self.read_only}"))
+                continue
             try:
                 con.execute("BEGIN")
                 result = job(con)
                 con.execute("COMMIT")
-                fut.set_result(result)
-            except BaseException as exc:  # the writer must outlive a bad batch
+            except BaseException as exc:  # the writer must outlive a bad batch and a full disk
                 try:
                     con.execute("ROLLBACK")
                 except duckdb.Error:
                     pass
-                log.error("warehouse write failed: %s", exc)
+                self._failed(exc)
                 fut.set_exception(exc)
+                continue
+            self._written()
+            fut.set_result(result)
         con.close()
+
+    def _failed(self, exc: BaseException) -> None:
+        problem = storage_problem(exc)
+        if problem is None:
+            log.error("warehouse write failed: %s", exc)
+            return
+        h, now = self.health, time.monotonic()
+        if h.ok:
+            self.health = h = WriterHealth(False, problem, str(exc), datetime.now(UTC).isoformat(timespec="seconds"),
+                                           0, h.last_write)  # fmt: skip
+            log.error("warehouse %s: cannot write (%s): %s. Queries still answer from what it holds; "
+                      "each round is retried and lost until writes succeed.", self.path, problem, exc)  # fmt: skip
+            self._reminded = now
+        elif now - self._reminded >= REMIND_SECONDS:
+            log.error("warehouse %s: still cannot write (%s) since %s: %d rounds lost",
+                      self.path, problem, h.since, h.failed_writes + 1)  # fmt: skip
+            self._reminded = now
+        h.failed_writes += 1
+
+    def _written(self) -> None:
+        h = self.health
+        if not h.ok:
+            log.warning("warehouse %s: writes resumed after %d failed (%s since %s)",
+                        self.path, h.failed_writes, h.problem, h.since)  # fmt: skip
+            self.health = h = WriterHealth()
+        h.last_write = datetime.now(UTC).isoformat(timespec="seconds")
 
     def submit(self, job: Callable[[duckdb.DuckDBPyConnection], T]) -> Future[T]:
         """Queue a write; it runs in its own transaction on the writer thread."""

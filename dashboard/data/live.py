@@ -56,7 +56,13 @@ class Window:
                 return {"inc": f"increments_{suffix}", "smp": f"samples_{suffix}", "max": "x.max",
                         "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)",
                         "exp": "expert_load_1h" if suffix == "1h" else "expert_load"}  # fmt: skip
-        return {"inc": "increments", "smp": "samples", "max": "x.value", "after": "> ?::TIMESTAMP", "exp": "expert_load"}
+        return {
+            "inc": "increments",
+            "smp": "samples",
+            "max": "x.value",
+            "after": "> ?::TIMESTAMP",
+            "exp": "expert_load",
+        }
 
 
 def _params(w: Window) -> list[Any]:

@@ -66,4 +66,5 @@ def test_json_format_and_bad_requests(server):
     assert r.status_code == 400 and "bad request" in r.json()["error"]
     r = httpx.post(f"{server.url}/query", json={"sql": "SELECT * FROM no_such_table"})
     assert r.status_code == 400 and "query failed" in r.json()["error"]
-    assert httpx.get(f"{server.url}/health").json() == {"ok": True}
+    health = httpx.get(f"{server.url}/health").json()
+    assert health["ok"] and health["writer"]["ok"] and health["writer"]["failed_writes"] == 0
