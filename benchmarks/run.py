@@ -5,7 +5,9 @@
    prometheus_client's parser alone.
 2. Live page: every Live query over a 15-minute window of fast-forwarded twin history
    (the page's default range), repeated; p50 and p95.
-3. History: the twin fast-forwards a day (MOEMETER_BENCH_HISTORY, default 24h) of the whole
+3. Against Prometheus: the whole rack scraped by Debian's Prometheus, then by `moemeter serve`,
+   CPU per 1,000 samples and peak memory of each.
+4. History: the twin fast-forwards a day (MOEMETER_BENCH_HISTORY, default 24h) of the whole
    rack, expert snapshots included, through the ingest path at a 60 s scrape interval: wall
    time, file size, peak memory; then every Live and Experts page query over 1 h and 24 h.
 Results go to benchmarks/results/latest.json and are printed.
@@ -89,6 +91,82 @@ def _cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
+    """The same rack scraped every 5 s by Debian's Prometheus and by `moemeter serve`, one after
+    the other for `seconds` each: CPU-seconds per 1,000 samples and peak memory of each process."""
+    import shutil
+
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        return {"skipped": "no prometheus binary (Debian package prometheus)"}
+    targets = tmp / "vs.json"
+    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    out: dict[str, object] = {"seconds_each": seconds, "scrape_interval_seconds": 5}
+    try:
+        while not targets.exists():
+            time.sleep(0.2)
+        hosts = [t.url.split("//")[1].split("/")[0] for t in load_targets(targets)]
+        config = {"global": {"scrape_interval": "5s", "scrape_timeout": "5s"},
+                  "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}]}  # fmt: skip
+        (tmp / "prom.yml").write_text(json.dumps(config))
+        runs = {
+            "prometheus": ([prometheus, f"--config.file={tmp / 'prom.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                            "--web.listen-address=127.0.0.1:19090"], "http://127.0.0.1:19090/-/ready"),
+            "moemeter_collector": ([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db",
+                                    str(tmp / "vs.duckdb"), "--api-port", "18431"], "http://127.0.0.1:18431/health"),
+        }  # fmt: skip
+        for name, (cmd, ready) in runs.items():
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    try:
+                        if httpx.get(ready, timeout=1).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        time.sleep(0.3)
+                time.sleep(12)  # past the first scrapes, which create every series
+                cpu0 = _cpu_seconds(proc.pid)
+                before = _samples_seen(name)
+                time.sleep(seconds)
+                cpu = _cpu_seconds(proc.pid) - cpu0
+                samples = _samples_seen(name) - before
+                out[name] = {"cpu_seconds": round(cpu, 2), "samples": samples,
+                             "cpu_seconds_per_1000_samples": round(1000 * cpu / max(samples, 1), 4),
+                             "peak_rss_megabytes": round(_peak_rss_mb(proc.pid))}  # fmt: skip
+            finally:
+                proc.terminate()
+                proc.wait(30)
+    finally:
+        twin.terminate()
+        twin.wait(10)
+    p, m = out.get("prometheus"), out.get("moemeter_collector")
+    if isinstance(p, dict) and isinstance(m, dict):
+        out["collector_over_prometheus_cpu_per_sample"] = round(
+            m["cpu_seconds_per_1000_samples"] / max(p["cpu_seconds_per_1000_samples"], 1e-9), 2)  # fmt: skip
+        out["collector_over_prometheus_peak_memory"] = round(m["peak_rss_megabytes"] / p["peak_rss_megabytes"], 2)
+    return out
+
+
+def _samples_seen(name: str) -> int:
+    """Samples appended so far: Prometheus' own counter, or the warehouse's scrape log."""
+    if name == "prometheus":
+        page = httpx.get("http://127.0.0.1:19090/metrics").text
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
+                       if line.startswith("prometheus_tsdb_head_samples_appended_total")))  # fmt: skip
+    r = httpx.post("http://127.0.0.1:18431/query",
+                   json={"sql": "SELECT coalesce(sum(samples), 0) FROM scrapes WHERE up", "format": "json"}).json()  # fmt: skip
+    return int(r["rows"][0][0])
 
 
 def live_queries(q: live.Query, w: live.Window) -> None:
@@ -231,7 +309,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         result = {"eplb_planner": bench_planner(), "ingest": bench_ingest(tmp), "live_page": bench_live_page(tmp),
-                  "history": bench_history(tmp)}  # fmt: skip
+                  "vs_prometheus": bench_vs_prometheus(tmp), "history": bench_history(tmp)}  # fmt: skip
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
