@@ -7,11 +7,13 @@ from pathlib import Path
 
 import streamlit as st
 
+from dashboard import login
 from dashboard.source import writer_health, writer_warning
 
 PAGES = Path(__file__).parent / "pages"
 
 st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")
+login.gate()
 nav = st.navigation([
     st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
     st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),

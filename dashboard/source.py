@@ -34,7 +34,8 @@ def query(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
 def writer_health(url: str | None = None) -> dict[str, Any] | None:
     """The warehouse writer's state from GET /health; None when the API does not answer."""
     try:
-        return dict(httpx.get(f"{url or api_url()}/health", timeout=2).json().get("writer") or {})
+        headers = QueryClient(url or api_url()).headers()
+        return dict(httpx.get(f"{url or api_url()}/health", timeout=2, headers=headers).json().get("writer") or {})
     except (httpx.HTTPError, ValueError):
         return None
 

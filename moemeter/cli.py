@@ -124,7 +124,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
 def cmd_serve(args: argparse.Namespace) -> int:
     from collectors.service import Collector
     from collectors.targets import TargetsError, load_targets
-    from warehouse.api import QueryServer
+    from warehouse.api import TOKEN_ENV, QueryServer, is_loopback
 
     deadline = time.monotonic() + args.wait_targets
     while not Path(args.targets).exists() and time.monotonic() < deadline:
@@ -133,9 +133,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         load_targets(args.targets)
     except TargetsError as exc:
         raise CliError(str(exc)) from exc
+    token = _api_token(args)
+    if not token and not is_loopback(args.api_host):
+        raise CliError(f"--api-host {args.api_host} is beyond loopback: the query API then needs a token "
+                       f"({TOKEN_ENV} in the environment, or --api-token-file FILE)")  # fmt: skip
     wh = _open_warehouse(args.db, serve_read_only=True)
     try:
-        api = QueryServer(wh, args.api_host, args.api_port)
+        api = QueryServer(wh, args.api_host, args.api_port, token)
     except OSError as exc:
         wh.close()
         raise CliError(f"cannot bind the query API on {args.api_host}:{args.api_port}: {exc}") from exc
@@ -174,6 +178,16 @@ def _streamlit_cmd(port: int, host: str) -> list[str]:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     env = {**os.environ, "MOEMETER_API": args.api, "PYTHONPATH": str(ROOT)}
+    if args.require_login:
+        import importlib.util
+
+        from dashboard import login
+
+        if problem := login.config_problem(login.secrets_files()):
+            raise CliError(f"--require-login: {problem}; see README, Security")
+        if importlib.util.find_spec("authlib") is None:
+            raise CliError("--require-login needs Authlib (pip install 'Authlib>=1.3.2')")
+        env[login.LOGIN_ENV] = "1"
     print(f"dashboard: http://{args.host}:{args.port}  (query API {args.api})", flush=True)
     return subprocess.call(_streamlit_cmd(args.port, args.host), env=env)
 
@@ -401,6 +415,21 @@ def _wait_for_signal() -> None:
     done.wait()
 
 
+def _api_token(args: argparse.Namespace) -> str | None:
+    """The query API token: --api-token-file, else MOEMETER_API_TOKEN; never from the command line."""
+    from warehouse.api import TOKEN_ENV
+
+    if args.api_token_file:
+        try:
+            token = Path(args.api_token_file).read_text().strip()
+        except OSError as exc:
+            raise CliError(f"cannot read --api-token-file: {exc}") from exc
+        if len(token) < 16:
+            raise CliError("--api-token-file holds fewer than 16 characters: use a long random token")
+        return token
+    return os.environ.get(TOKEN_ENV) or None
+
+
 def _open_warehouse(db: str, serve_read_only: bool = False):  # type: ignore[no-untyped-def]
     """The read-write warehouse on `db`, or a CliError saying why it cannot be opened. With
     `serve_read_only`, an existing file that cannot be written opens read-only instead, so the
@@ -457,7 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--targets", required=True, help="targets file (JSON list of name, url, role, gpus)")
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
     s.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
-    s.add_argument("--api-host", default="127.0.0.1", help="query API address (keep it on loopback)")
+    s.add_argument("--api-host", default="127.0.0.1", help="query API address; beyond loopback it requires a "
+                   "token (MOEMETER_API_TOKEN or --api-token-file)")  # fmt: skip
+    s.add_argument("--api-token-file", help="file holding the query API's token (else MOEMETER_API_TOKEN)")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
     s.add_argument("--wait-targets", type=float, default=0.0, help="wait this long for the targets file to appear")
     s.add_argument("--prometheus", metavar="URL", help="read the targets' series from this Prometheus-compatible API "
@@ -471,6 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api", default=f"http://127.0.0.1:{DEFAULT_API_PORT}", help="query API URL")
     s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="port")
     s.add_argument("--host", default="127.0.0.1", help="address")
+    s.add_argument("--require-login", action="store_true", help="sign-in with Streamlit's OIDC login, configured "
+                   "under [auth] in .streamlit/secrets.toml (README, Security)")  # fmt: skip
     s.set_defaults(func=cmd_dashboard)
 
     s = sub.add_parser("ingest", help="load one exposition snapshot file offline")

@@ -1,5 +1,8 @@
 """The warehouse's read-only query API on loopback, and its client.
 
+Bound beyond loopback it requires a token (MOEMETER_API_TOKEN, or a file) as
+`Authorization: Bearer <token>` on every request; the client sends MOEMETER_API_TOKEN.
+
 POST /query {"sql": "...", "params": [...], "format": "arrow"|"json"}: exactly one SELECT
 statement (DuckDB's own parser decides), run on a reader cursor. Anything else is refused
 with 400 and the reason. GET /health answers {"ok": true, "writer": {...}}: whether writes
@@ -8,11 +11,14 @@ succeed, and if not since when, why (disk full, read-only) and how many rounds w
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
 import logging
 import math
+import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,6 +34,7 @@ from .db import Warehouse
 log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 1 << 20
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+TOKEN_ENV = "MOEMETER_API_TOKEN"
 
 
 class QueryRefused(ValueError):
@@ -80,7 +87,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._reply(status, json.dumps({"error": message}).encode(), "application/json")
 
+    def _authorized(self) -> bool:
+        """The token, when the server has one, compared in constant time; never logged."""
+        want = self.server.token
+        if not want:
+            return True
+        got = self.headers.get("Authorization", "")
+        if hmac.compare_digest(got.encode(), f"Bearer {want}".encode()):
+            return True
+        self._error(401, "missing or wrong token (Authorization: Bearer ...)")
+        return False
+
     def do_GET(self) -> None:  # noqa: N802
+        if not self._authorized():
+            return
         if self.path == "/health":  # queries answer even when the writer cannot write
             writer = self.server.warehouse.health.as_json()
             self._reply(200, json.dumps({"ok": True, "writer": writer}).encode(), "application/json")
@@ -88,6 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(404, "GET /health or POST /query")
 
     def do_POST(self) -> None:  # noqa: N802
+        if not self._authorized():
+            return
         if self.path != "/query":
             self._error(404, "POST /query")
             return
@@ -124,12 +146,26 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("query api: " + format, *args)
 
 
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 class QueryServer(ThreadingHTTPServer):
+    """The API on `host`. Off loopback it requires `token` (Authorization: Bearer), and refuses
+    to start without one."""
+
     daemon_threads = True
 
-    def __init__(self, warehouse: Warehouse, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, warehouse: Warehouse, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+        if not token and not is_loopback(host):
+            raise QueryRefused(f"the query API on {host} (beyond loopback) needs a token: set {TOKEN_ENV} or "
+                               "--api-token-file")  # fmt: skip
         super().__init__((host, port), _Handler)
         self.warehouse = warehouse
+        self.token = token
 
     @property
     def url(self) -> str:
@@ -148,10 +184,15 @@ class QueryClient:
 
     url: str
     timeout: float = 30.0
+    token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None, repr=False)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def __call__(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
         wire = [p.isoformat() if isinstance(p, (datetime, date)) else p for p in params or []]
-        resp = httpx.post(f"{self.url}/query", json={"sql": sql, "params": wire}, timeout=self.timeout)
+        resp = httpx.post(f"{self.url}/query", json={"sql": sql, "params": wire}, timeout=self.timeout,
+                          headers=self.headers())  # fmt: skip
         if resp.status_code != 200:
             try:
                 message = resp.json()["error"]

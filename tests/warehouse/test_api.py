@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import pytest
 
@@ -68,3 +70,45 @@ def test_json_format_and_bad_requests(server):
     assert r.status_code == 400 and "query failed" in r.json()["error"]
     health = httpx.get(f"{server.url}/health").json()
     assert health["ok"] and health["writer"]["ok"] and health["writer"]["failed_writes"] == 0
+
+
+def test_beyond_loopback_the_api_needs_a_token_and_checks_it(tmp_path, monkeypatch, caplog):
+    from warehouse.api import QueryServer
+
+    wh = Warehouse(tmp_path / "t.duckdb")
+    with pytest.raises(QueryRefused, match="needs a token"):
+        QueryServer(wh, "0.0.0.0")
+    secret = "s3cret-token-0123456789"
+    srv = QueryServer(wh, "127.0.0.1", token=secret)
+    srv.start()
+    try:
+        caplog.set_level(logging.DEBUG)
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": secret}):
+            assert httpx.get(f"{srv.url}/health", headers=headers).status_code == 401
+            r = httpx.post(f"{srv.url}/query", json={"sql": "SELECT 1"}, headers=headers)
+            assert r.status_code == 401 and "token" in r.json()["error"]
+        monkeypatch.delenv("MOEMETER_API_TOKEN", raising=False)
+        with pytest.raises(RuntimeError, match="missing or wrong token"):
+            QueryClient(srv.url)("SELECT 1 AS x")
+        monkeypatch.setenv("MOEMETER_API_TOKEN", secret)  # what the dashboard and the CLI send
+        assert QueryClient(srv.url)("SELECT 1 AS x")["x"].tolist() == [1]
+        assert secret not in repr(QueryClient(srv.url))
+        assert all(secret not in r.getMessage() for r in caplog.records)
+    finally:
+        srv.shutdown()
+        wh.close()
+
+
+def test_serve_refuses_to_listen_beyond_loopback_without_a_token(tmp_path, monkeypatch, capsys):
+    from moemeter.cli import main
+
+    monkeypatch.delenv("MOEMETER_API_TOKEN", raising=False)
+    targets = tmp_path / "t.json"
+    targets.write_text("[]")
+    args = ["serve", "--targets", str(targets), "--db", str(tmp_path / "w.duckdb"), "--api-host", "0.0.0.0"]
+    assert main(args) != 0
+    assert "needs a token" in capsys.readouterr().err
+    (tmp_path / "short").write_text("abc\n")
+    assert main([*args, "--api-token-file", str(tmp_path / "short")]) != 0
+    assert "fewer than 16 characters" in capsys.readouterr().err
+    assert not (tmp_path / "w.duckdb").exists()  # refused before anything was opened

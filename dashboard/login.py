@@ -1,0 +1,56 @@
+"""Optional sign-in with Streamlit's built-in OIDC login (st.login).
+
+`moemeter dashboard --require-login` (or MOEMETER_DASHBOARD_LOGIN=1) turns it on; the
+identity provider is configured in Streamlit's secrets file under [auth] (README, Security).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import streamlit as st
+
+LOGIN_ENV = "MOEMETER_DASHBOARD_LOGIN"
+AUTH_KEYS = ("redirect_uri", "cookie_secret", "client_id", "client_secret", "server_metadata_url")
+
+
+def required() -> bool:
+    return os.environ.get(LOGIN_ENV) == "1"
+
+
+def secrets_files(cwd: Path | None = None) -> list[Path]:
+    """Where Streamlit reads secrets: the user's, then the working directory's."""
+    return [Path.home() / ".streamlit" / "secrets.toml", (cwd or Path.cwd()) / ".streamlit" / "secrets.toml"]
+
+
+def config_problem(files: list[Path]) -> str | None:
+    """Why sign-in cannot work with these secrets files, or None. Never echoes a secret."""
+    auth: dict[str, object] = {}
+    for f in files:
+        if f.is_file():
+            try:
+                auth.update(tomllib.loads(f.read_text()).get("auth") or {})
+            except (OSError, tomllib.TOMLDecodeError) as exc:
+                return f"{f}: {exc}"
+    if not auth:
+        return f"no [auth] section in {' or '.join(map(str, files))}"
+    providers = [v for v in auth.values() if isinstance(v, dict)]  # [auth.google] and the like
+    have = set(auth) | ({k for p in providers for k in p} if providers else set())
+    missing = [k for k in AUTH_KEYS if k not in have]
+    return f"[auth] lacks {', '.join(missing)}" if missing else None
+
+
+def gate() -> None:
+    """Stop the page here until the user is signed in, when sign-in is required."""
+    if not required():
+        return
+    if not st.user.get("is_logged_in", False):
+        st.title("moemeter")
+        st.info("Sign in to see the dashboard.")
+        st.button("Log in", on_click=st.login, type="primary")
+        st.stop()
+    with st.sidebar:
+        st.caption(f"Signed in as {st.user.get('email') or st.user.get('name') or 'you'}")
+        st.button("Log out", on_click=st.logout)
