@@ -295,10 +295,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     tables = tuple(args.tables.split(",")) if args.tables else FACT_TABLES + DIMENSION_TABLES
     try:
         if args.api:
-            done = export_parquet(QueryClient(args.api, timeout=300), Path(args.out), start, end, tables)
+            done = export_parquet(
+                QueryClient(args.api, timeout=300), Path(args.out), start, end, tables, rack=args.rack
+            )
         else:
             with _open_read_only(args.db) as con:
-                done = export_parquet(LocalQuery(con), Path(args.out), start, end, tables)
+                done = export_parquet(LocalQuery(con), Path(args.out), start, end, tables, rack=args.rack)
     except ExportError as exc:
         raise CliError(str(exc)) from exc
     for e in done:
@@ -547,6 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
     s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
     s.add_argument("--tables", help="comma-separated tables (default: all)")
+    s.add_argument("--rack", help="partition under rack=NAME/ too, so several racks export into one dataset")
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser("query", help="run one SELECT on the warehouse and print it")

@@ -1,13 +1,17 @@
-"""Parquet export, partitioned by day: the scale-out path (DuckDB or any Parquet engine reads it).
+"""Parquet export, partitioned by day (and by rack): the scale-out path (DuckDB or any Parquet
+engine reads it).
 
 Rows are read through the same SELECT-only contract the dashboard uses (a local read-only
 connection or the query API), one day at a time, and written with pyarrow as
-`<out>/<table>/day=YYYY-MM-DD/part-0.parquet`. Dimension tables (series, targets) are written
-whole. Re-exporting a day replaces that day's file.
+`<out>/<table>/day=YYYY-MM-DD/part-0.parquet`, or `<out>/<table>/rack=NAME/day=.../` when a
+rack is named, so several racks' warehouses export into one dataset (series ids are per rack:
+join on rack and series_id). Dimension tables (series, targets) are written whole.
+Re-exporting a day replaces that day's file.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -19,7 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 Query = Callable[[str, list[Any] | None], pd.DataFrame]
-FACT_TABLES = ("samples", "increments", "scrapes", "increments_1m", "samples_1m", "expert_load", "eplb_rebalances")
+FACT_TABLES = ("samples", "increments", "scrapes", "increments_1m", "samples_1m", "increments_1h", "samples_1h",
+               "expert_load", "expert_load_1h", "eplb_rebalances")  # fmt: skip
+RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIMENSION_TABLES = ("series", "targets", "expert_placement")
 
 
@@ -42,9 +48,11 @@ def _days(start: datetime, end: datetime) -> list[date]:
 
 def export_parquet(q: Query, out: Path, start: datetime, end: datetime,
                    tables: tuple[str, ...] = FACT_TABLES + DIMENSION_TABLES,
-                   chunk: timedelta = timedelta(minutes=10)) -> list[Exported]:  # fmt: skip
+                   chunk: timedelta = timedelta(minutes=10), rack: str | None = None) -> list[Exported]:  # fmt: skip
     """Write [start, end) of every fact table by day (read `chunk` at a time, so memory stays
-    bounded), and the dimension tables whole."""
+    bounded), and the dimension tables whole; under `rack=NAME/` when a rack is named."""
+    if rack is not None and not RACK_NAME.fullmatch(rack):
+        raise ExportError(f"rack name {rack!r}: use 1-64 letters, digits, '.', '_' or '-'")
     unknown = sorted(set(tables) - set(FACT_TABLES) - set(DIMENSION_TABLES))
     if unknown:
         raise ExportError(f"unknown tables {unknown}; known: {sorted(FACT_TABLES + DIMENSION_TABLES)}")
@@ -52,9 +60,10 @@ def export_parquet(q: Query, out: Path, start: datetime, end: datetime,
         raise ExportError(f"empty window: --to {end.isoformat()} is not after --from {start.isoformat()}")
     done: list[Exported] = []
     for table in tables:
+        base = out / table / f"rack={rack}" if rack else out / table
         if table in DIMENSION_TABLES:
             tbl = pa.Table.from_pandas(q(f"SELECT * FROM {table}", None), preserve_index=False)
-            done.append(_write([tbl], out / table / "all.parquet", table, None))
+            done.append(_write([tbl], base / "all.parquet", table, None))
             continue
         for day in _days(start, end):
             lo = max(start, datetime.combine(day, datetime.min.time()))
@@ -68,7 +77,7 @@ def export_parquet(q: Query, out: Path, start: datetime, end: datetime,
                     parts.append(pa.Table.from_pandas(df, preserve_index=False))
                 t = t_next
             if parts:
-                done.append(_write(parts, out / table / f"day={day.isoformat()}" / "part-0.parquet", table, day))
+                done.append(_write(parts, base / f"day={day.isoformat()}" / "part-0.parquet", table, day))
     return done
 
 

@@ -62,3 +62,22 @@ def test_export_errors(tmp_path, capsys):
     assert "2026-12-01" in capsys.readouterr().out
     assert main(["export", "--db", db, "--out", str(tmp_path / "o"), "--from", "2026-11-30T10:00",
                  "--to", "2026-11-30T09:00"]) == 2  # fmt: skip
+
+
+def test_racks_export_into_one_dataset(tmp_path, capsys):
+    out = tmp_path / "fleet"
+    for rack in ("nvl72-a", "nvl72-b"):
+        db = str(tmp_path / f"{rack}.duckdb")
+        seed(db)
+        assert main(["export", "--db", db, "--out", str(out), "--rack", rack, "--from", "2026-11-30T23:58:00",
+                     "--to", "2026-12-01T00:10:00", "--tables", "increments,series"]) == 0  # fmt: skip
+    capsys.readouterr()
+    reader = duckdb.connect()
+    per_rack = reader.execute(f"""SELECT i.rack, s.metric, sum(i.delta)
+        FROM read_parquet('{out}/increments/*/*/*.parquet', hive_partitioning = true) i
+        JOIN read_parquet('{out}/series/*/all.parquet', hive_partitioning = true) s USING (rack, series_id)
+        GROUP BY ALL ORDER BY ALL""").fetchall()  # fmt: skip
+    assert per_rack == [("nvl72-a", "a_total", 590.0), ("nvl72-b", "a_total", 590.0)]
+    assert main(["export", "--db", str(tmp_path / "nvl72-a.duckdb"), "--out", str(out), "--rack", "../etc",
+                 "--from", "2026-11-30T23:58:00", "--to", "2026-12-01T00:10:00"]) == 2  # fmt: skip
+    assert "rack name" in capsys.readouterr().err
