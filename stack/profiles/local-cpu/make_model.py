@@ -1,0 +1,54 @@
+"""Build the local CPU stack's model directory: the tiny DeepSeek-V2-architecture MoE (config
+from real vLLM runs, see tests/fixtures/README.md) with a byte-level BPE tokenizer trained
+here. Weights are not needed: vLLM serves it with --load-format dummy.
+
+Run with the vLLM environment's Python (it has tokenizers and transformers):
+    .vllm-venv/bin/python stack/profiles/local-cpu/make_model.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+CONFIG = HERE / "tiny-deepseek-v2-config.json"
+# A small corpus of its own, so the tokenizer is the same on every machine.
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog. " * 4,
+    "Mixture of experts models route every token to a few experts out of many. ",
+    "Prefill computes the prompt; decode generates one token at a time, using the KV cache. ",
+    "def add(a, b):\n    return a + b\n\nfor i in range(10):\n    print(add(i, i))\n",
+    '{"tool": "search", "arguments": {"query": "expert parallelism load balance"}}',
+    "0123456789 ,.;:!?()[]{}<>/\\|@#$%^&*-_=+'\"`~ \t\n",
+]
+
+
+def build(out: Path) -> Path:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    config = json.loads(CONFIG.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=config["vocab_size"], special_tokens=["<s>", "</s>", "<pad>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tok.train_from_iterator(CORPUS * 50, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = (
+        "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<s>assistant: {% endif %}"
+    )
+    fast.save_pretrained(out)
+    shutil.copy(CONFIG, out / "config.json")
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: make_model.py OUT_DIR")
+    print(build(Path(sys.argv[1])))

