@@ -162,6 +162,27 @@ class EplbSpec:
 
 
 @dataclass(frozen=True)
+class OverheadSpec:
+    """How an engine step's wall time splits into phases (the moemeter plugin's step-phase
+    families); the forward pass (device time) takes the rest."""
+
+    schedule_fraction: float = 0.035
+    """Share of step wall time in Scheduler.schedule."""
+    prepare_inputs_fraction: float = 0.06
+    """Share in the model runner's input preparation (host-side tensors, metadata)."""
+    sample_fraction: float = 0.025
+    """Share in sampling."""
+    update_fraction: float = 0.04
+    """Share in Scheduler.update_from_output (output processing in the engine core)."""
+    api_output_seconds: float = 0.0003
+    """API-server output handling per batch of engine outputs, seconds."""
+
+    def forward_fraction(self) -> float:
+        return 1.0 - (self.schedule_fraction + self.prepare_inputs_fraction + self.sample_fraction
+                      + self.update_fraction)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class TwinProfile:
     name: str
     """Profile name (file stem)."""
@@ -177,6 +198,8 @@ class TwinProfile:
     """Step-time and transfer model."""
     eplb: EplbSpec = field(default_factory=EplbSpec)
     """Expert routing and the decode instance's EPLB."""
+    overhead: OverheadSpec = field(default_factory=OverheadSpec)
+    """Engine-step phases (CPU overhead) as the moemeter plugin measures them."""
     custom_histogram_buckets: dict[str, list[float]] = field(default_factory=dict)
     """vLLM `--custom-histogram-buckets` the stack profile sets (family -> upper bounds, seconds)."""
 
@@ -205,7 +228,7 @@ def load_profile(name_or_path: str) -> TwinProfile:
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
     sections = {"model": ModelSpec, "topology": TopologySpec, "workload": WorkloadSpec,
-                "performance": PerformanceSpec, "eplb": EplbSpec}  # fmt: skip
+                "performance": PerformanceSpec, "eplb": EplbSpec, "overhead": OverheadSpec}  # fmt: skip
     kwargs: dict[str, Any] = {"name": data.pop("name", path.stem), "description": data.pop("description", "")}
     for key, cls in sections.items():
         kwargs[key] = _build(cls, data.pop(key, {}), f"{path}: [{key}]")
@@ -217,6 +240,9 @@ def load_profile(name_or_path: str) -> TwinProfile:
             raise ProfileError(f"{path}: custom_histogram_buckets[{family!r}] must be positive and increasing")
     kwargs["custom_histogram_buckets"] = {k: [float(b) for b in v] for k, v in buckets.items()}
     profile = TwinProfile(**kwargs)
+    fractions = dataclasses.astuple(profile.overhead)[:4]
+    if any(f < 0 for f in fractions) or profile.overhead.forward_fraction() <= 0:
+        raise ProfileError(f"{path}: [overhead] fractions must be non-negative and leave time for the forward pass")
     if profile.eplb.policy not in ("vllm", "refined"):
         raise ProfileError(f"{path}: [eplb] policy must be vllm or refined, got {profile.eplb.policy!r}")
     topo = profile.topology

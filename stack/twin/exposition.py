@@ -12,7 +12,7 @@ from prometheus_client.utils import floatToGoString
 
 from .config import TwinProfile
 from .experts import ExpertState
-from .stats import GpuStats, Histogram, InstanceStats, RouterStats
+from .stats import STEP_BUCKETS, STEP_PHASES, GpuStats, Histogram, InstanceStats, RouterStats
 
 DCGM_INT64_BLANK = 9223372036854775794  # what DCGM reports for a field the GPU does not support
 
@@ -262,6 +262,33 @@ def render_plugin(st: ExpertState, model_name: str) -> str:
         layer, expert = divmod(int(flat), share.shape[1])
         p.sample("moemeter_expert_hot_share", {"expert": str(expert), "layer": str(layer), "model_name": model_name,
                                                 "position": str(pos)}, float(share[layer, expert]))  # fmt: skip
+    return p.text()
+
+
+def render_step_phases(inst: InstanceStats, model_name: str) -> str:
+    """The moemeter plugin's engine-step families (every instance loads the plugin)."""
+    p = _Page()
+
+    def hist(name: str, help_text: str, rows: list[tuple[dict[str, str], np.ndarray, float]]) -> None:
+        p.head(name, "histogram", help_text)
+        for labels, counts, total in rows:
+            cum = np.cumsum(counts)
+            for le, n in zip([*map(repr, STEP_BUCKETS), "+Inf"], cum):
+                p.sample(name + "_bucket", {**labels, "le": le}, float(n))
+            p.sample(name + "_count", labels, float(cum[-1]))
+            p.sample(name + "_sum", labels, float(total))
+
+    ph = inst.phases
+    hist("moemeter_step_phase_seconds", "Engine-step time by phase: schedule, prepare_inputs, forward (device time), "
+         "sample, update (scheduler output processing).",
+         [({"engine": str(e), "model_name": model_name, "phase": phase}, ph[phase].counts[e], ph[phase].sums[e])
+          for e in range(inst.dp) for phase in STEP_PHASES])  # fmt: skip
+    hist("moemeter_step_seconds", "Engine-step wall time (EngineCore.step); CPU overhead = this - forward.",
+         [({"engine": str(e), "model_name": model_name}, ph["step"].counts[e], ph["step"].sums[e])
+          for e in range(inst.dp)])  # fmt: skip
+    hist("moemeter_api_output_seconds", "API-server output handling per batch of engine outputs "
+         "(OutputProcessor.process_outputs).", [({"model_name": model_name}, inst.api_output.counts[0],
+                                                 inst.api_output.sums[0])])  # fmt: skip
     return p.text()
 
 

@@ -64,6 +64,8 @@ class RackModel:
                  tick: float = TICK_SECONDS) -> None:  # fmt: skip
         self.profile = profile
         self.tick = tick
+        self.overhead_rng = np.random.default_rng(seed + 1_000_003)  # apart, so the workload stream is unchanged
+        self.step_carry = np.zeros(profile.topology.decode_instances)
         self.rng = np.random.default_rng(seed)
         self.now = start
         topo, wl = profile.topology, profile.workload
@@ -229,6 +231,7 @@ class RackModel:
             h["vllm:request_queue_time_seconds"].observe(e, queue[sel])
             h["vllm:request_inference_time_seconds"].observe(e, service[sel])
             h["vllm:request_prefill_time_seconds"].observe(e, service[sel])
+            self._step_phases(inst, e, service[sel], 1.0)
             h["vllm:request_decode_time_seconds"].observe(e, zeros)
             inst.http_requests += sel.sum()
         self.totals["prompt_tokens"] += prompt.sum()
@@ -330,6 +333,11 @@ class RackModel:
             np.add.at(inst.counters["estimated_write_bytes"], e, emitted[sel] * m.kv_bytes_per_token)
             inst.histograms["vllm:inter_token_latency_seconds"].observe(e, itl[sel], gaps[sel])
             steps = (t1 - t0) / step
+            # Whole steps only (histogram counts are integers); the remainder carries to the next tick.
+            self.step_carry[i] += steps
+            whole = float(np.floor(self.step_carry[i]))
+            self.step_carry[i] -= whole
+            self._step_phases(inst, np.arange(inst.dp), np.full(inst.dp, step), whole)  # all ranks step together
             eng_batch = batch[i * topo.decode_dp : (i + 1) * topo.decode_dp]
             busy = np.flatnonzero(eng_batch > 0)
             inst.histograms["vllm:iteration_tokens_total"].observe(busy, eng_batch[busy], steps)
@@ -338,6 +346,18 @@ class RackModel:
         done = active[finished]
         if done.size:
             self._finish_decode(done, finish_time[finished])
+
+    def _step_phases(self, inst: InstanceStats, engines: np.ndarray, step: np.ndarray, weight: float) -> None:
+        """The plugin's view of `weight` engine steps of `step` seconds on each of `engines`; the
+        API server handles each step's outputs once."""
+        o = self.profile.overhead
+        shares = {"schedule": o.schedule_fraction, "prepare_inputs": o.prepare_inputs_fraction,
+                  "sample": o.sample_fraction, "update": o.update_fraction, "forward": o.forward_fraction()}  # fmt: skip
+        inst.phases["step"].observe(engines, step, weight)
+        for phase, share in shares.items():
+            inst.phases[phase].observe(engines, step * share, weight)
+        jitter = float(np.exp(self.overhead_rng.normal(0.0, 0.25)))
+        inst.api_output.observe(0, o.api_output_seconds * jitter, weight * len(engines))
 
     def _finish_decode(self, agents: np.ndarray, finish: np.ndarray) -> None:
         topo, wl = self.profile.topology, self.profile.workload

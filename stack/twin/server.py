@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .config import TwinProfile
-from .exposition import expert_snapshot, render_dcgm, render_plugin, render_router, render_vllm
+from .exposition import expert_snapshot, render_dcgm, render_plugin, render_router, render_step_phases, render_vllm
 from .model import TICK_SECONDS, RackModel
 
 log = logging.getLogger(__name__)
@@ -63,11 +63,13 @@ class Twin:
     def endpoints(self) -> list[Endpoint]:
         assert self.model is not None
         m, topo = self.model, self.profile.topology
-        out = [Endpoint(s.name, "prefill", s.dp, lambda s=s: render_vllm(s, self.profile)) for s in m.prefill]
+        out = [Endpoint(s.name, "prefill", s.dp, lambda s=s: render_vllm(s, self.profile)
+                        + render_step_phases(s, self.profile.model.name)) for s in m.prefill]  # fmt: skip
         model = self.profile.model.name
         # The decode instance runs EPLB and the moemeter plugin: its page adds the plugin's families.
         out += [Endpoint(s.name, "decode", s.dp,
-                         lambda s=s: render_vllm(s, self.profile) + render_plugin(m.experts.state, model),
+                         lambda s=s: render_vllm(s, self.profile) + render_plugin(m.experts.state, model)
+                         + render_step_phases(s, model),
                          snapshot=lambda: expert_snapshot(m.experts.state, model, m.now))
                 for s in m.decode]  # fmt: skip
         out.append(Endpoint("router", "router", 0, lambda: render_router(m.router)))

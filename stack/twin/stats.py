@@ -28,6 +28,11 @@ NIXL_BYTES_BUCKETS = (2048, 8192, 32768, 131072, 524288, 2097152, 8388608, 33554
 NIXL_DESCRIPTORS_BUCKETS = (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
 
 
+# The moemeter plugin's step-phase families (stack/vllm_plugin), same phases and buckets.
+STEP_PHASES = ("schedule", "prepare_inputs", "forward", "sample", "update")
+STEP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
 def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:
     """vLLM's `request_tokens` family: 1, 2, 5, 10, 20, 50, ... up to max_value."""
     out: list[float] = []
@@ -135,6 +140,8 @@ class InstanceStats:
     gauges: dict[str, np.ndarray] = field(default_factory=dict)
     http_requests: float = 0.0
     created: float = 0.0
+    phases: dict[str, Histogram] = field(default_factory=dict)  # STEP_PHASES and "step" (wall), per engine
+    api_output: Histogram = field(default_factory=lambda: Histogram.zeros(STEP_BUCKETS, 1))
 
     @classmethod
     def new(cls, name: str, role: str, dp: int, max_model_len: int, custom: dict[str, list[float]],
@@ -145,7 +152,7 @@ class InstanceStats:
         return cls(
             name=name, role=role, dp=dp, histograms=hists,
             counters={c: np.zeros(dp) for c in COUNTERS}, gauges={g: np.zeros(dp) for g in GAUGES},
-            created=created,
+            created=created, phases={p: Histogram.zeros(STEP_BUCKETS, dp) for p in (*STEP_PHASES, "step")},
         )  # fmt: skip
 
 
