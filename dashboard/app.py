@@ -17,6 +17,7 @@ login.gate()
 nav = st.navigation([
     st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
     st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
+    st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
 ])  # fmt: skip
 if warning := writer_warning(writer_health()):
     st.error(warning, icon=":material/database_off:")

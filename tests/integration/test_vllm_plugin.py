@@ -149,4 +149,22 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
     hist = wh.query_df("""SELECT count(*) AS n FROM increments i JOIN series s USING (series_id)
                           WHERE s.metric = 'moemeter_step_phase_seconds_count' AND i.delta > 0""")  # fmt: skip
     assert hist["n"][0] >= 5  # every phase stepped in the interval
-    wh.close()
+    # The CPU overhead page renders the real engine's phases.
+    from streamlit.testing.v1 import AppTest
+
+    from warehouse.api import QueryServer
+
+    api = QueryServer(wh)
+    api.start()
+    try:
+        os.environ["MOEMETER_API"] = api.url
+        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "overhead.py"), default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        labels = {m.label: m.value for m in at.metric}
+        assert "decode: CPU overhead per step" in labels and labels["decode: device idle"].endswith("%")
+        assert "local-cpu" in at.caption[0].value
+    finally:
+        os.environ.pop("MOEMETER_API", None)
+        api.shutdown()
+        wh.close()
