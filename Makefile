@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test unit lint typecheck bench install system-deps vllm-env clean
+.PHONY: run run-vllm test unit lint typecheck bench install system-deps vllm-env router-env clean
 VLLM_VENV := .vllm-venv
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
@@ -32,6 +32,19 @@ $(VLLM_STAMP): stack/vllm_plugin/pyproject.toml $(wildcard stack/vllm_plugin/moe
 
 vllm-env: $(VLLM_STAMP)
 
+## vLLM's own PD router (Rust, with a Python launcher) in a small environment of its own.
+ROUTER_STAMP := .router-venv/.installed
+$(ROUTER_STAMP):
+	test -x .router-venv/bin/python || $(PYTHON) -m venv .router-venv
+	.router-venv/bin/pip install --quiet vllm-router==0.1.17
+	touch $(ROUTER_STAMP)
+
+router-env: $(ROUTER_STAMP)
+
+## make run-vllm: the same as make run, observing real vLLM on this CPU (prefill + decode with NIXL, vllm-router).
+run-vllm: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP)
+	$(BIN)/moemeter up --stack local-cpu
+
 ## make run: start the twin, collectors/warehouse and the dashboard; Ctrl-C stops all.
 run: $(STAMP)
 	$(BIN)/moemeter up
@@ -52,7 +65,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 ## make test: install and run the whole suite (unit, integration, browser).
-test: $(STAMP) $(VLLM_STAMP) system-deps lint typecheck
+test: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) system-deps lint typecheck
 	$(BIN)/pytest
 
 unit: $(STAMP)
@@ -62,4 +75,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VLLM_VENV) .router-venv build .pytest_cache .ruff_cache .mypy_cache

@@ -48,6 +48,19 @@ def http_fetcher(client: httpx.AsyncClient) -> Fetch:
 
     async def fetch(url: str, timeout: float) -> Response:
         try:
+            return await get(url, timeout)
+        except httpx.RemoteProtocolError as exc:
+            # A kept-alive connection the server had just closed (uvicorn drops idle ones): nothing
+            # was sent or received on it, so asking once more on a fresh connection is safe.
+            if "without sending a response" not in str(exc):
+                raise ScrapeError(f"truncated or malformed HTTP response: {exc}") from exc
+            try:
+                return await get(url, timeout)
+            except httpx.RemoteProtocolError as again:
+                raise ScrapeError(f"truncated or malformed HTTP response: {again}") from again
+
+    async def get(url: str, timeout: float) -> Response:
+        try:
             async with client.stream("GET", url, headers={"Accept": ACCEPT}, timeout=timeout) as resp:
                 chunks: list[bytes] = []
                 size = 0
@@ -59,8 +72,8 @@ def http_fetcher(client: httpx.AsyncClient) -> Fetch:
                 return Response(resp.status_code, resp.headers.get("content-type", ""), b"".join(chunks))
         except httpx.TimeoutException as exc:
             raise ScrapeError(f"timeout after {timeout:g}s ({type(exc).__name__})") from exc
-        except httpx.RemoteProtocolError as exc:
-            raise ScrapeError(f"truncated or malformed HTTP response: {exc}") from exc
+        except httpx.RemoteProtocolError:
+            raise
         except httpx.TransportError as exc:
             raise ScrapeError(f"connection failed: {type(exc).__name__}: {exc}") from exc
 

@@ -354,8 +354,38 @@ def cmd_eplb_rules(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- up
+def cmd_localstack(args: argparse.Namespace) -> int:
+    """Real vLLM on CPU: prefill + decode (NIXL) + vllm-router, traffic through it; Ctrl-C stops it."""
+    from stack.localstack import LocalCpuStack, StackError, drive_traffic
+    from stack.twin.server import write_targets
+
+    stack = LocalCpuStack(Path(args.workdir), args.base_port)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        print(f"localstack: starting vLLM prefill + decode (NIXL) and vllm-router; logs in {args.workdir}", flush=True)
+        stack.start()
+        if args.targets_out:
+            write_targets(stack.targets(), Path(args.targets_out))
+        router = f"http://127.0.0.1:{stack.ports['router']}"
+        print(f"localstack: ready; OpenAI API through vllm-router at {router}", flush=True)
+        if args.traffic_sessions:
+            threading.Thread(target=drive_traffic, args=(router, stop, args.traffic_sessions), daemon=True).start()
+        while not stop.wait(1.0):
+            for name, c in stack.children.items():
+                if c.poll() is not None:
+                    raise StackError(f"{name} exited with {c.returncode}; see {Path(args.workdir) / (name + '.log')}")
+    except StackError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        stop.set()
+        stack.stop()
+    return 0
+
+
 def cmd_up(args: argparse.Namespace) -> int:
-    """twin + serve + dashboard as child processes; Ctrl-C stops all three."""
+    """twin (or the local CPU stack) + serve + dashboard as child processes; Ctrl-C stops all."""
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     targets = workdir / "targets.json"
@@ -369,9 +399,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     def start(cmd: list[str]) -> None:
         children.append(subprocess.Popen(cmd, env=env, start_new_session=True))
 
-    start([*me, "twin", "--profile", args.profile, "--seed", str(args.seed), "--targets-out", str(targets)])
+    if args.stack == "local-cpu":
+        start([*me, "localstack", "--workdir", str(workdir / "local-cpu"), "--targets-out", str(targets)])
+    else:
+        start([*me, "twin", "--profile", args.profile, "--seed", str(args.seed), "--targets-out", str(targets)])
     start([*me, "serve", "--targets", str(targets), "--db", db, "--api-port", str(args.api_port),
-           "--interval", str(args.interval), "--wait-targets", "120"])  # fmt: skip
+           "--interval", str(args.interval), "--wait-targets", "600"])  # fmt: skip
     start([*me, "dashboard", "--api", api, "--port", str(args.port), "--host", args.host])
     url = f"http://{args.host}:{args.port}"
     print(f"moemeter up: dashboard {url}  (query API {api}, database {db}); Ctrl-C stops everything", flush=True)
@@ -468,7 +501,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1", help="dashboard address")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
     s.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
+    s.add_argument("--stack", choices=("twin", "local-cpu"), default="twin", help="what to observe: the rack twin, "
+                   "or real vLLM on this CPU (make vllm-env router-env first; `make run-vllm` does it all)")  # fmt: skip
     s.set_defaults(func=cmd_up)
+
+    s = sub.add_parser("localstack", help="real vLLM on CPU: prefill + decode with NIXL, vllm-router, the plugin")
+    s.add_argument("--workdir", default=".moemeter/local-cpu", help="model directory and logs go here")
+    s.add_argument("--targets-out", help="write the targets file here once every part answers")
+    s.add_argument("--base-port", type=int, default=18100, help="router port; vLLM on +1 and +2, router metrics +9")
+    s.add_argument("--traffic-sessions", type=int, default=2, help="agent-like sessions sent through the router "
+                   "(0: none)")  # fmt: skip
+    s.set_defaults(func=cmd_localstack)
 
     s = sub.add_parser("twin", help="serve the simulated GB300 NVL72 rack's metrics endpoints")
     s.add_argument("--profile", default="deepseek-v4.1-flash", help="profile name (stack/twin/profiles) or TOML path")

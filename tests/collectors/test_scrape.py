@@ -11,7 +11,7 @@ import socket
 
 import httpx
 
-from collectors.scrape import http_fetcher, scrape_all
+from collectors.scrape import http_fetcher, scrape_all, scrape_one
 from tests.conftest import reply
 from warehouse.ingest import TargetInfo
 
@@ -63,3 +63,42 @@ def test_a_slow_target_does_not_delay_the_round_beyond_its_timeout(http_server, 
                                    TargetInfo("fast", f"{base}/fast", "router", 0)], timeout=0.5))  # fmt: skip
     assert time.perf_counter() - t0 < 2.0
     assert [b.up for b in batches] == [False, True]
+
+
+def test_a_connection_dropped_before_any_response_is_asked_once_more():
+    """uvicorn (vLLM's server) closes idle kept-alive connections; a scrape that lands on one
+    gets nothing back and is retried on a fresh connection. A second drop is an error."""
+    import socket
+    import threading
+
+    page = b"# TYPE a gauge\na 1\n"
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(page), page)
+
+    def serve(drops: int) -> tuple[str, threading.Thread]:
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+
+        def run() -> None:
+            for k in range(drops + 1):
+                conn, _ = srv.accept()
+                conn.recv(65536)
+                if k >= drops:
+                    conn.sendall(answer)
+                conn.close()
+            srv.close()
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        return f"http://127.0.0.1:{srv.getsockname()[1]}/metrics", t
+
+    async def scrape(url: str):  # type: ignore[no-untyped-def]
+        async with httpx.AsyncClient() as client:
+            return await scrape_one(TargetInfo("t", url, "decode", 1), http_fetcher(client), 5.0)
+
+    url, _ = serve(drops=1)
+    batch = asyncio.run(scrape(url))
+    assert batch.up and [s.name for s in batch.samples] == ["a"]
+    url, _ = serve(drops=2)
+    batch = asyncio.run(scrape(url))
+    assert not batch.up and "without sending a response" in batch.error

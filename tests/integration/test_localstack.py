@@ -1,0 +1,120 @@
+"""The local CPU stack, for real: vLLM prefill + decode (NIXL KV transfer, each on its own
+core, the plugin in both) behind vllm-router, traffic through the router, the collectors
+storing it all, and the Experts and CPU overhead pages rendering it. Needs .vllm-venv and
+.router-venv (`make test` builds both first)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.test_browser import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.fixture(scope="module")
+def localstack(tmp_path_factory):
+    if not (ROOT / ".router-venv" / ".installed").exists():
+        subprocess.run(["make", "router-env"], cwd=ROOT, check=True, timeout=600)
+    if not (ROOT / ".vllm-venv" / ".installed").exists():
+        subprocess.run(["make", "vllm-env"], cwd=ROOT, check=True, timeout=1800)
+    tmp = tmp_path_factory.mktemp("localstack")
+    base = free_port() // 10 * 10 % 50000 + 10000  # a block of ten ports, away from ephemeral ones
+    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "localstack", "--workdir", str(tmp / "work"),
+                             "--targets-out", str(tmp / "targets.json"), "--base-port", str(base)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 400
+        while not (tmp / "targets.json").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read().decode()[-3000:]  # type: ignore[union-attr]
+            time.sleep(1)
+        yield tmp, base, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_pd_through_the_router_is_stored_and_shown(localstack, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from collectors.scrape import http_fetcher
+    from collectors.service import Collector
+    from warehouse.api import QueryServer
+    from warehouse.db import Warehouse
+
+    work, base, _ = localstack
+    wh = Warehouse(tmp_path / "w.duckdb")
+    collector = Collector(wh, work / "targets.json", interval=5.0, snapshot_every=2)
+
+    async def rounds() -> None:
+        async with httpx.AsyncClient() as client:
+            fetch = http_fetcher(client)
+            for i in range(6):  # ~25 s of the built-in traffic
+                if i:
+                    await asyncio.sleep(5.0)
+                await collector.round(fetch)
+
+    asyncio.run(rounds())
+    # Both cores run vLLM: a scrape may time out now and then, and is then recorded as down.
+    up = wh.query_df("""SELECT target, count(*) FILTER (WHERE up) AS up, any_value(error) FILTER (WHERE NOT up) AS why
+                        FROM scrapes GROUP BY target ORDER BY target""")  # fmt: skip
+    assert up["target"].tolist() == ["decode-0", "prefill-0", "router"] and (up["up"] >= 4).all(), up
+
+    def inc(metric: str, target: str, **labels: str) -> float:
+        where = "".join(f" AND json_extract_string(s.labels, '$.{k}') = '{v}'" for k, v in labels.items())
+        df = wh.query_df(f"""SELECT coalesce(sum(i.delta), 0) AS d FROM increments i JOIN series s USING (series_id)
+                             WHERE s.metric = '{metric}' AND s.target = '{target}' {where}""")  # fmt: skip
+        return float(df["d"][0])
+
+    # PD: the prefill instance computes prompts, the decode instance gets them by NIXL and generates.
+    assert inc("vllm:prompt_tokens_by_source_total", "prefill-0", source="local_compute") > 0
+    assert inc("vllm:prompt_tokens_by_source_total", "decode-0", source="local_compute") == 0
+    assert inc("vllm:prompt_tokens_by_source_total", "decode-0", source="external_kv_transfer") > 0
+    assert inc("vllm:nixl_xfer_time_seconds_count", "decode-0") > 0
+    assert inc("vllm_router_pd_decode_requests_total", "router") > 0
+    for target in ("prefill-0", "decode-0"):  # the plugin in both
+        assert inc("moemeter_expert_rank_tokens_total", target) > 0
+        assert inc("moemeter_step_phase_seconds_count", target, phase="forward") > 0
+    snaps = wh.query_df("SELECT target, count(*) AS n FROM expert_snapshots GROUP BY target ORDER BY target")
+    assert snaps["target"].tolist() == ["decode-0", "prefill-0"]
+
+    api = QueryServer(wh)
+    api.start()
+    monkeypatch.setenv("MOEMETER_API", api.url)
+    try:
+        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "overhead.py"), default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        labels = [m.label for m in at.metric]
+        assert "prefill: CPU overhead per step" in labels and "decode: CPU overhead per step" in labels
+        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "experts.py"), default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        assert set(at.selectbox[0].options) == {"decode-0", "prefill-0"}
+    finally:
+        api.shutdown()
+        wh.close()
+
+
+def test_it_stops_cleanly_on_sigterm(localstack):
+    work, base, proc = localstack
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(60) == 0
+    for port in (base, base + 1, base + 2, base + 9):
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
