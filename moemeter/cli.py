@@ -384,6 +384,25 @@ def cmd_localstack(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_launch(args: argparse.Namespace) -> int:
+    """Print a GPU rack profile's launch commands (and write its targets file)."""
+    from stack.launch import LaunchError, commands, load, targets
+    from stack.twin.server import write_targets
+
+    try:
+        profile = load(args.profile)
+        launches = commands(profile)
+    except LaunchError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"# {args.profile}: image {profile['image']}; run each command on its tray")
+    for launch in launches:
+        print(launch.shell())
+    if args.targets_out:
+        write_targets(targets(profile), Path(args.targets_out))
+        print(f"# targets for `moemeter serve`: {args.targets_out}")
+    return 0
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """twin (or the local CPU stack) + serve + dashboard as child processes; Ctrl-C stops all."""
     workdir = Path(args.workdir)
@@ -504,6 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--stack", choices=("twin", "local-cpu"), default="twin", help="what to observe: the rack twin, "
                    "or real vLLM on this CPU (make vllm-env router-env first; `make run-vllm` does it all)")  # fmt: skip
     s.set_defaults(func=cmd_up)
+
+    s = sub.add_parser("launch", help="print a GPU rack profile's vLLM and vllm-router commands")
+    s.add_argument("profile", help="profile directory name in stack/profiles, e.g. gb300-nvl72")
+    s.add_argument("--targets-out", help="also write the targets file the collectors need")
+    s.set_defaults(func=cmd_launch)
 
     s = sub.add_parser("localstack", help="real vLLM on CPU: prefill + decode with NIXL, vllm-router, the plugin")
     s.add_argument("--workdir", default=".moemeter/local-cpu", help="model directory and logs go here")
