@@ -7,7 +7,8 @@
    (the page's default range), repeated; p50 and p95.
 3. Against Prometheus: the whole rack scraped by Debian's Prometheus, then by `moemeter serve`,
    CPU per 1,000 samples and peak memory of each.
-4. History: the twin fast-forwards a day (MOEMETER_BENCH_HISTORY, default 24h) of the whole
+4. Plugin overhead: real vLLM on CPU with and without the moemeter plugin, inter-token latency.
+5. History: the twin fast-forwards a day (MOEMETER_BENCH_HISTORY, default 24h) of the whole
    rack, expert snapshots included, through the ingest path at a 60 s scrape interval: wall
    time, file size, peak memory; then every Live and Experts page query over 1 h and 24 h.
 Results go to benchmarks/results/latest.json and are printed.
@@ -19,6 +20,7 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -269,6 +271,65 @@ def bench_history(tmp: Path) -> dict[str, object]:
     return result
 
 
+def bench_plugin_overhead(tmp: Path, requests: int = 12, tokens: int = 48) -> dict[str, object]:
+    """Real vLLM on CPU, the tiny MoE, one request at a time: the mean inter-token latency
+    (vLLM's own histogram, i.e. the engine step for a batch of one) with the plugin and without
+    it (VLLM_PLUGINS= loads no plugin), the two servers run one after the other, three rounds."""
+    python = ROOT / ".vllm-venv" / "bin" / "python"
+    if not python.exists():
+        return {"skipped": "no .vllm-venv (make vllm-env)"}
+    model = tmp / "tiny-model"
+    subprocess.run([str(python), str(ROOT / "stack/profiles/local-cpu/make_model.py"), str(model)], check=True,
+                   capture_output=True)  # fmt: skip
+    itl: dict[str, list[float]] = {"with_plugin": [], "without_plugin": []}
+    for _ in range(3):
+        for label, plugins in (("with_plugin", "moemeter"), ("without_plugin", "")):
+            env = {**os.environ, "VLLM_PLUGINS": plugins, "VLLM_CPU_KVCACHE_SPACE": "1",
+                   "VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_NO_USAGE_STATS": "1"}  # fmt: skip
+            proc = subprocess.Popen([str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                                     "--served-model-name", "tiny-moe", "--load-format", "dummy", "--enforce-eager",
+                                     "--dtype", "bfloat16", "--max-model-len", "2048", "--port", "18291"], env=env,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+            try:
+                url = "http://127.0.0.1:18291"
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:
+                    try:
+                        if httpx.get(url + "/health", timeout=2).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        time.sleep(1)
+                body = {"model": "tiny-moe", "prompt": "warm up", "max_tokens": 4, "ignore_eos": True}
+                httpx.post(url + "/v1/completions", json=body, timeout=120)
+                before = _itl(url)
+                for i in range(requests):
+                    body = {"model": "tiny-moe", "prompt": f"request {i} about experts", "max_tokens": tokens,
+                            "ignore_eos": True}  # fmt: skip
+                    httpx.post(url + "/v1/completions", json=body, timeout=300)
+                after = _itl(url)
+                itl[label].append((after[0] - before[0]) / (after[1] - before[1]))
+            finally:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(60)
+    med = {k: statistics.median(v) for k, v in itl.items()}
+    return {"requests_per_round": requests, "tokens_per_request": tokens, "rounds": 3,
+            "itl_ms_with_plugin": [round(1000 * x, 3) for x in itl["with_plugin"]],
+            "itl_ms_without_plugin": [round(1000 * x, 3) for x in itl["without_plugin"]],
+            "step_time_with_over_without_median": round(med["with_plugin"] / med["without_plugin"], 4),
+            "gpu": "not measured: no GPU is lent to this project's machines"}  # fmt: skip
+
+
+def _itl(url: str) -> tuple[float, float]:
+    page = httpx.get(url + "/metrics").text
+    total = count = 0.0
+    for line in page.splitlines():
+        if line.startswith("vllm:inter_token_latency_seconds_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm:inter_token_latency_seconds_count"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
 def bench_planner() -> dict[str, object]:
     """Both EPLB policies on the reference shape: 43 layers, 256 experts, 320 slots, 64 GPUs."""
     import numpy as np
@@ -309,7 +370,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         result = {"eplb_planner": bench_planner(), "ingest": bench_ingest(tmp), "live_page": bench_live_page(tmp),
-                  "vs_prometheus": bench_vs_prometheus(tmp), "history": bench_history(tmp)}  # fmt: skip
+                  "vs_prometheus": bench_vs_prometheus(tmp), "plugin_overhead": bench_plugin_overhead(tmp),
+                  "history": bench_history(tmp)}  # fmt: skip
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
     (out / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
