@@ -117,15 +117,8 @@ def read_states(directory: Path) -> list[dict[str, object]]:
 
 
 @dataclass
-class Merged:
+class Merged(ProcessState):
     """All processes' totals, summed."""
-
-    model_name: str = ""
-    phases: dict[tuple[int, str], Hist] = field(default_factory=dict)
-    steps: dict[int, Hist] = field(default_factory=dict)
-    api_output: Hist = field(default_factory=Hist)
-    expert_tokens: dict[int, dict[int, list[int]]] = field(default_factory=dict)  # engine -> layer -> experts
-    num_experts: int = 0
 
     @classmethod
     def of(cls, states: list[dict[str, object]]) -> Merged:
@@ -139,20 +132,20 @@ class Merged:
                 m.steps.setdefault(int(engine), Hist()).merge(Hist.from_json(h))
             m.api_output.merge(Hist.from_json(s["api_output"]))  # type: ignore[arg-type]
             for engine, layer, row in s.get("experts", []):  # type: ignore[attr-defined]
-                layers = m.expert_tokens.setdefault(int(engine), {})
+                layers = m.experts.setdefault(int(engine), {})
                 have = layers.get(int(layer))
                 layers[int(layer)] = [a + b for a, b in zip(have, row)] if have else [int(x) for x in row]
         return m
 
     def layers(self) -> list[int]:
-        return sorted({layer for layers in self.expert_tokens.values() for layer in layers})
+        return sorted({layer for layers in self.experts.values() for layer in layers})
 
     def logical_matrix(self) -> list[list[int]]:
         """[MoE layer][logical expert] tokens over every engine."""
         out = []
         for layer in self.layers():
             row = [0] * self.num_experts
-            for layers in self.expert_tokens.values():
+            for layers in self.experts.values():
                 for i, n in enumerate(layers.get(layer, [])):
                     row[i] += n
             out.append(row)
@@ -161,14 +154,14 @@ class Merged:
     def rank_tokens(self) -> dict[tuple[int, int], int]:
         """(engine, layer) -> tokens routed to the experts that engine holds. Without expert
         parallelism every engine holds all its layer's experts."""
-        return {(e, layer): sum(row) for e, layers in self.expert_tokens.items() for layer, row in layers.items()}
+        return {(e, layer): sum(row) for e, layers in self.experts.items() for layer, row in layers.items()}
 
 
 def snapshot(m: Merged, now: float) -> dict[str, object]:
     """GET /moemeter/experts (schema moemeter.experts/1). Without EPLB the placement is the
     identity: one slot per logical expert, on `ranks` = engines."""
     matrix = m.logical_matrix()
-    ranks = max(1, len(m.expert_tokens))
+    ranks = max(1, len(m.experts))
     experts = m.num_experts
     return {
         "schema": "moemeter.experts/1", "time": now, "layers": len(matrix), "logical_experts": experts,
