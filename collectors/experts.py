@@ -17,6 +17,9 @@ from .scrape import Fetch, ScrapeError
 SNAPSHOT_PATH = "/moemeter/experts"
 
 
+NOT_READY = "not ready yet (HTTP 503)"
+
+
 def snapshot_url(target: TargetInfo) -> str:
     base = target.url[: -len("/metrics")] if target.url.endswith("/metrics") else target.url.rstrip("/")
     return base + SNAPSHOT_PATH
@@ -37,6 +40,8 @@ async def fetch_snapshot(target: TargetInfo, fetch: Fetch, timeout: float) -> Sn
         return SnapshotResult(target, None, str(exc))
     if resp.status == 404:
         return SnapshotResult(target, None, "no snapshot endpoint", absent=True)
+    if resp.status == 503:  # the endpoint exists, with nothing to show yet (no tokens routed)
+        return SnapshotResult(target, None, NOT_READY)
     if resp.status != 200:
         return SnapshotResult(target, None, f"HTTP {resp.status}")
     try:

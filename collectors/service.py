@@ -19,7 +19,7 @@ from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 from warehouse.rollup import Retention
 
-from .experts import SnapshotResult, fetch_snapshot
+from .experts import NOT_READY, SnapshotResult, fetch_snapshot
 from .promapi import PromAPIError, http_get, pull_range
 from .scrape import Fetch, http_fetcher, scrape_all, utc_now
 from .targets import TargetsError, load_targets
@@ -83,7 +83,7 @@ class Collector:
         for r in results:
             absent = r.absent
             self._snapshot_due[r.target.name] = self.rounds + self.snapshot_every * (60 if absent else 1)
-            if r.error and not absent:
+            if r.error and not absent and r.error != NOT_READY:
                 log.warning("expert snapshot %s failed: %s", r.target.name, r.error)
         return results
 

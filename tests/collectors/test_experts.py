@@ -26,14 +26,16 @@ def test_fetch_outcomes(http_server):
     routes["/b/moemeter/experts"] = reply(b"not found", status=404)
     routes["/c/moemeter/experts"] = reply(b"{oops", content_type="application/json")
     routes["/d/moemeter/experts"] = reply(json.dumps({**GOOD, "ranks": 0}).encode())
+    routes["/e/moemeter/experts"] = reply(b'{"error": "no MoE routing measured yet"}', status=503)
 
     async def go():
         async with httpx.AsyncClient() as client:
             f = http_fetcher(client)
-            return [await fetch_snapshot(TargetInfo(n, f"{base}/{n}/metrics", "decode", 1), f, 2.0) for n in "abcd"]
+            return [await fetch_snapshot(TargetInfo(n, f"{base}/{n}/metrics", "decode", 1), f, 2.0) for n in "abcde"]
 
-    a, b, c, d = asyncio.run(go())
+    a, b, c, d, e = asyncio.run(go())
     assert a.snapshot is not None and a.error is None
     assert b.absent and b.snapshot is None
     assert "not JSON" in c.error
     assert "do not divide" in d.error
+    assert e.error == "not ready yet (HTTP 503)" and not e.absent  # the plugin before any token: ask again later

@@ -64,7 +64,7 @@ def test_pd_through_the_router_is_stored_and_shown(localstack, tmp_path, monkeyp
     async def rounds() -> None:
         async with httpx.AsyncClient() as client:
             fetch = http_fetcher(client)
-            for i in range(6):  # ~25 s of the built-in traffic
+            for i in range(8):  # ~35 s of the built-in traffic
                 if i:
                     await asyncio.sleep(5.0)
                 await collector.round(fetch)
