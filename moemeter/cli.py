@@ -108,7 +108,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
                 experts.write(con, name, at, snap)
             return stored
 
-        n += wh.write(job)
+        n += wh.write(job, timeout=None)  # a checkpoint of a large file may take a while: wait for it
         t += args.interval
         rounds += 1
     wh.close()
