@@ -12,9 +12,9 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from .live import Query, Window
+from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES
 
-PHASES = ("schedule", "prepare_inputs", "forward", "sample", "update")
+from .live import Query, Window
 
 STEP_SQL = """
 SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, s.role AS pool, s.target, s.engine,

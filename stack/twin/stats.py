@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# The moemeter plugin's step-phase families: its own phases and buckets (pure Python, no vLLM).
+from stack.vllm_plugin.moemeter_vllm_plugin.state import BUCKETS as STEP_BUCKETS
+from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES as STEP_PHASES
+
 # vLLM 0.32 default bucket families (vllm/v1/metrics/buckets.py).
 REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
                            60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
@@ -26,11 +30,6 @@ NIXL_POST_TIME_BUCKETS = (0.001, *NIXL_XFER_TIME_BUCKETS)
 NIXL_BYTES_BUCKETS = (2048, 8192, 32768, 131072, 524288, 2097152, 8388608, 33554432, 134217728,
                       536870912, 2147483648, 8589934592)  # fmt: skip
 NIXL_DESCRIPTORS_BUCKETS = (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
-
-
-# The moemeter plugin's step-phase families (stack/vllm_plugin), same phases and buckets.
-STEP_PHASES = ("schedule", "prepare_inputs", "forward", "sample", "update")
-STEP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
 def build_1_2_5_buckets(max_value: int) -> tuple[float, ...]:

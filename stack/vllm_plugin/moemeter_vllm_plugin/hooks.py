@@ -98,10 +98,14 @@ def _wrap(cls: type, name: str, part: str, before: Callable[..., Any] | None = N
     setattr(cls, name, wrapper)
 
 
+def _observe(phase: str, seconds: float) -> None:
+    STATE.phases.setdefault((_engine, phase), Hist()).observe(seconds)
+
+
 def _observe_phase(phase: str) -> Callable[..., None]:
     def after(self: Any, seconds: float, token: Any) -> None:
         if _active:
-            STATE.phases.setdefault((_engine, phase), Hist()).observe(seconds)
+            _observe(phase, seconds)
 
     return after
 
@@ -144,7 +148,7 @@ def _forward_after(self: Any, seconds: float, start: Any) -> None:
     if not _active:
         return
     if start is None:  # CPU: the call's wall time is the device time
-        STATE.phases.setdefault((_engine, "forward"), Hist()).observe(seconds)
+        _observe("forward", seconds)
         return
     import torch
 
@@ -156,7 +160,7 @@ def _forward_after(self: Any, seconds: float, start: Any) -> None:
 def _resolve_events() -> None:
     while _pending_events and _pending_events[0][1].query():
         start, end = _pending_events.pop(0)
-        STATE.phases.setdefault((_engine, "forward"), Hist()).observe(start.elapsed_time(end) / 1000.0)
+        _observe("forward", start.elapsed_time(end) / 1000.0)
 
 
 # ------------------------------------------------------------------ expert routing
