@@ -89,6 +89,19 @@ def bench_ingest(tmp: Path) -> dict[str, float]:
     }
 
 
+def _wait_ready(url: str, within: float) -> None:
+    """Until `url` answers 200; a server that does not within `within` seconds fails the bench."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} did not answer within {within:g} s")
+
+
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -130,13 +143,7 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
         for name, (cmd, ready) in runs.items():
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
-                deadline = time.monotonic() + 60
-                while time.monotonic() < deadline:
-                    try:
-                        if httpx.get(ready, timeout=1).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        time.sleep(0.3)
+                _wait_ready(ready, 60)
                 time.sleep(12)  # past the first scrapes, which create every series
                 cpu0 = _cpu_seconds(proc.pid)
                 before = _samples_seen(name)
@@ -292,13 +299,7 @@ def bench_plugin_overhead(tmp: Path, requests: int = 12, tokens: int = 48) -> di
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
             try:
                 url = "http://127.0.0.1:18291"
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline:
-                    try:
-                        if httpx.get(url + "/health", timeout=2).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        time.sleep(1)
+                _wait_ready(url + "/health", 300)
                 body = {"model": "tiny-moe", "prompt": "warm up", "max_tokens": 4, "ignore_eos": True}
                 httpx.post(url + "/v1/completions", json=body, timeout=120)
                 before = _itl(url)
