@@ -169,6 +169,50 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------ gateway
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from stack.gateway.app import Gateway, serve
+    from stack.gateway.keys import KeysError, hash_key, load_keys
+    from stack.gateway.metrics import GatewayMetrics
+    from stack.gateway.records import RecordLog
+
+    if args.hash_key:
+        key = sys.stdin.readline().strip()
+        if not key:
+            raise CliError("--hash-key reads one API key on stdin; it got none")
+        print(json.dumps({"sha256": hash_key(key), "tenant": "TENANT"}))
+        return 0
+    if not args.upstream:
+        raise CliError("--upstream URL is required (vllm-router, a vLLM server, or any OpenAI-compatible server)")
+    try:
+        keys = load_keys(args.keys) if args.keys else None
+    except KeysError as exc:
+        raise CliError(str(exc)) from exc
+    upstream_key = os.environ.get("MOEMETER_UPSTREAM_API_KEY") or None
+    try:
+        records = RecordLog(args.records, keep_seconds=args.keep_days * 86400)
+    except Exception as exc:  # sqlite3.Error, OSError: say which file
+        raise CliError(f"cannot open the request log {args.records}: {exc}") from exc
+    gateway = Gateway(args.upstream, records, keys, GatewayMetrics(args.max_user_labels), timeout=args.timeout,
+                      upstream_key=upstream_key)  # fmt: skip
+    print(f"gateway http://{args.host}:{args.port} -> {args.upstream}; records in {args.records}"
+          + (f"; keys from {args.keys}" + (" (required)" if keys and keys.require_key else "") if args.keys else ""),
+          flush=True)  # fmt: skip
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(gateway, args.host, args.port, stop)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        raise CliError(f"cannot bind {args.host}:{args.port}: {exc}") from exc
+    return 0
+
+
 # ---------------------------------------------------------------------- dashboard
 def _streamlit_cmd(port: int, host: str) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
@@ -566,6 +610,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-minute-days", type=float, default=30.0, help="days per-minute rollups are kept")
     s.add_argument("--keep-hour-days", type=float, default=365.0, help="days per-hour rollups are kept")
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("gateway", help="the metering gateway: OpenAI-compatible, in front of vllm-router")
+    s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")
+    s.add_argument("--port", type=int, default=8000, help="port to listen on")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind")
+    s.add_argument("--keys", help='API keys file: {"require_key": bool, "keys": [{"sha256", "tenant"}]}')
+    s.add_argument("--hash-key", action="store_true", help="read an API key on stdin, print its keys-file entry")
+    s.add_argument("--records", default="moemeter-gateway.sqlite", help="durable request log (the collectors' feed)")
+    s.add_argument("--keep-days", type=float, default=7.0, help="days request records stay in the log")
+    s.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take upstream")
+    s.add_argument("--max-user-labels", type=int, default=50, help="users with their own /metrics label; "
+                   "the rest are counted as user=\"other\" (the feed has everyone)")  # fmt: skip
+    s.set_defaults(func=cmd_gateway)
 
     s = sub.add_parser("dashboard", help="run the Streamlit dashboard")
     s.add_argument("--api", default=f"http://127.0.0.1:{DEFAULT_API_PORT}", help="query API URL")

@@ -1,0 +1,382 @@
+"""The metering gateway: an OpenAI-compatible pass-through that attributes and measures each request.
+
+POST /v1/completions and /v1/chat/completions are forwarded to one upstream (vllm-router in PD
+mode, one vLLM, or any OpenAI-compatible server) with an X-Request-Id the gateway sets. Streams
+ask the upstream for usage and hide that extra chunk from a client that did not ask for it. Each
+request ends as one RequestRecord: in the durable log (GET /moemeter/requests, the collectors'
+feed) and in the /metrics summary. The gateway never routes or retries; the router does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+
+from .keys import ANONYMOUS, Keys
+from .metrics import GatewayMetrics
+from .records import RecordLog, RequestRecord
+
+log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 8 << 20
+MAX_USER_CHARS = 256
+FEED_LIMIT = 5000
+CLIENT_GONE = 499  # nginx's code for "client closed request"
+
+
+class Refused(Exception):
+    """A request the gateway answers itself, with an OpenAI-style error body."""
+
+    def __init__(self, status: int, outcome: str, message: str, kind: str = "invalid_request_error",
+                 param: str | None = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.status, self.outcome, self.message, self.kind, self.param = status, outcome, message, kind, param
+
+
+def error_body(message: str, kind: str, code: str, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+@dataclass
+class StreamTracker:
+    """Follows an SSE stream event by event: token timings, usage, whether it ended properly."""
+
+    started: float
+    client_wants_usage: bool
+    first: float | None = None
+    last: float | None = None
+    chunks: int = 0  # chunks that carried output
+    gap_max: float = 0.0
+    usage: dict[str, Any] | None = None
+    done: bool = False
+    upstream_error: str | None = None
+
+    def event(self, raw: bytes, now: float) -> bool:
+        """Take one event; True when it goes on to the client."""
+        data = b"".join(line[5:].strip() for line in raw.splitlines() if line.startswith(b"data:"))
+        if not data:
+            return True
+        if data == b"[DONE]":
+            self.done = True
+            return True
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            return True
+        if not isinstance(chunk, dict):
+            return True
+        if "error" in chunk:
+            err = chunk["error"]
+            self.upstream_error = str(err.get("message") if isinstance(err, dict) else err)
+            return True
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices:
+            return self.client_wants_usage  # the usage chunk the gateway asked for
+        if any(_carries_output(c) for c in choices if isinstance(c, dict)):
+            if self.first is None:
+                self.first = now
+            elif self.last is not None:
+                self.gap_max = max(self.gap_max, now - self.last)
+            self.last = now
+            self.chunks += 1
+        return True
+
+
+def _carries_output(choice: dict[str, Any]) -> bool:
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                    or delta.get("tool_calls"))  # fmt: skip
+    return False
+
+
+def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int | None, int] | None:
+    """(prompt, cached prompt or None, completion) from an OpenAI usage object."""
+    if not isinstance(usage, dict):
+        return None
+    try:
+        prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        return prompt, (int(cached) if cached is not None else None), completion
+    except (TypeError, ValueError):
+        return None
+
+
+class Gateway:
+    def __init__(self, upstream: str, records: RecordLog, keys: Keys | None = None,
+                 metrics: GatewayMetrics | None = None, timeout: float = 600.0, read_timeout: float = 120.0,
+                 connect_timeout: float = 5.0, max_body_bytes: int = MAX_BODY_BYTES,
+                 upstream_key: str | None = None, models_ttl: float = 30.0) -> None:  # fmt: skip
+        self.upstream = upstream.rstrip("/")
+        self.records = records
+        self.keys = keys or Keys()
+        self.metrics = metrics or GatewayMetrics()
+        self.metrics.records_pending = lambda: self.records.pending
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.metrics)
+        self.timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout, sock_read=read_timeout)
+        self.max_body_bytes = max_body_bytes
+        self.upstream_key = upstream_key
+        self.models_ttl = models_ttl
+        self._models: tuple[float, set[str] | None] = (0.0, None)
+        self.session: aiohttp.ClientSession | None = None
+
+    # ------------------------------------------------------------------ app
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._list_models)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/moemeter/requests", self._feed)
+        app.router.add_get("/health", self._health)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
+        self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+
+    async def _stop(self, app: web.Application) -> None:
+        if self.session is not None:
+            await self.session.close()
+        await asyncio.to_thread(self.records.close)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), content_type="text/plain",
+                            charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})  # fmt: skip
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "upstream": self.upstream, "records_written": self.records.written,
+                                  "records_failed": self.records.failed, "records_pending": self.records.pending})  # fmt: skip
+
+    async def _feed(self, request: web.Request) -> web.Response:
+        try:
+            after = int(request.query.get("after", "0"))
+            limit = min(int(request.query.get("limit", "1000")), FEED_LIMIT)
+        except ValueError:
+            return web.json_response({"error": "after and limit must be integers"}, status=400)
+        if after < 0 or limit <= 0:
+            return web.json_response({"error": "after must be >= 0 and limit > 0"}, status=400)
+        return web.json_response(await asyncio.to_thread(self.records.page, after, limit))
+
+    async def _list_models(self, request: web.Request) -> web.StreamResponse:
+        assert self.session is not None
+        try:
+            async with self.session.get(self.upstream + "/v1/models", headers=self._upstream_headers(None),
+                                        timeout=aiohttp.ClientTimeout(total=10)) as up:  # fmt: skip
+                return web.Response(body=await up.read(), status=up.status, content_type="application/json")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return web.json_response(error_body(f"upstream unavailable: {exc}", "upstream_error", "upstream_unavailable"),
+                                     status=502)  # fmt: skip
+
+    async def known_models(self) -> set[str] | None:
+        """The upstream's model ids, cached; None when it cannot say (the upstream then decides)."""
+        at, models = self._models
+        if models is not None and time.monotonic() - at < self.models_ttl:
+            return models
+        assert self.session is not None
+        try:
+            async with self.session.get(self.upstream + "/v1/models", headers=self._upstream_headers(None),
+                                        timeout=aiohttp.ClientTimeout(total=5)) as up:  # fmt: skip
+                if up.status != 200:
+                    return None
+                data = await up.json(content_type=None)
+            models = {str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and "id" in m}
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, TypeError):
+            return None
+        self._models = (time.monotonic(), models)
+        return models
+
+    def _upstream_headers(self, request_id: str | None) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if request_id:
+            headers["X-Request-Id"] = request_id
+        if self.upstream_key:
+            headers["Authorization"] = f"Bearer {self.upstream_key}"
+        return headers
+
+    # ------------------------------------------------------------ requests
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._proxy(request, "completions")
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._proxy(request, "chat/completions")
+
+    def _attribute(self, request: web.Request) -> str:
+        auth = request.headers.get("Authorization", "")
+        key = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+        tenant = self.keys.tenant_for(key)
+        if tenant is None and self.keys.require_key:
+            what = "an unknown API key" if key else "no API key"
+            raise Refused(401, "unauthorized", f"This gateway requires an API key; the request had {what}.",
+                          "authentication_error")  # fmt: skip
+        return tenant or ANONYMOUS
+
+    async def _read_body(self, request: web.Request) -> dict[str, Any]:
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            raise Refused(413, "body_too_large", f"Request body of {request.content_length} bytes is over the "
+                                                 f"gateway's limit of {self.max_body_bytes} bytes.")  # fmt: skip
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise Refused(413, "body_too_large", f"Request body is over the gateway's limit of "
+                                                 f"{self.max_body_bytes} bytes.") from exc  # fmt: skip
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise Refused(400, "bad_json", f"The request body is not valid JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise Refused(400, "bad_json", "The request body must be a JSON object.")
+        return body
+
+    async def _proxy(self, request: web.Request, endpoint: str) -> web.StreamResponse:
+        t0 = time.monotonic()
+        rec = RequestRecord(request_id=uuid.uuid4().hex, started_at=time.time(), user=ANONYMOUS, tenant=ANONYMOUS,
+                            model="", endpoint=endpoint, stream=False, status=200, outcome="ok")  # fmt: skip
+        self.metrics.in_flight += 1
+        try:
+            try:
+                rec.tenant = rec.user = self._attribute(request)
+                body = await self._read_body(request)
+                user = body.get("user")
+                if isinstance(user, str) and user.strip():
+                    rec.user = user.strip()[:MAX_USER_CHARS]
+                rec.stream = body.get("stream") is True
+                model = body.get("model")
+                if not isinstance(model, str) or not model:
+                    raise Refused(400, "missing_model", "You must provide a model parameter.", param="model")
+                rec.model = model[:MAX_USER_CHARS]
+                models = await self.known_models()
+                if models is not None and model not in models:
+                    raise Refused(404, "unknown_model", f"The model `{model}` does not exist.", param="model")
+                return await self._forward(request, body, rec, t0)
+            except Refused as r:
+                rec.status, rec.outcome = r.status, r.outcome
+                return web.json_response(error_body(r.message, r.kind, r.outcome, r.param), status=r.status,
+                                         headers={"X-Request-Id": rec.request_id})  # fmt: skip
+        except (asyncio.CancelledError, ConnectionResetError):
+            rec.status, rec.outcome = CLIENT_GONE, "client_disconnect"
+            raise
+        finally:
+            self.metrics.in_flight -= 1
+            rec.e2e_seconds = time.monotonic() - t0
+            self.metrics.observe(rec)
+            self.records.append(rec)
+
+    async def _forward(self, request: web.Request, body: dict[str, Any], rec: RequestRecord,
+                       t0: float) -> web.StreamResponse:  # fmt: skip
+        assert self.session is not None
+        tracker: StreamTracker | None = None
+        if rec.stream:
+            opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+            tracker = StreamTracker(t0, client_wants_usage=bool(opts.get("include_usage")))
+            body = {**body, "stream_options": {**opts, "include_usage": True}}
+        url = f"{self.upstream}/v1/{rec.endpoint}"
+        try:
+            async with self.session.post(url, data=json.dumps(body).encode(), headers=self._upstream_headers(rec.request_id),
+                                         timeout=self.timeout) as up:  # fmt: skip
+                if up.status != 200 or tracker is None:
+                    return await self._whole(up, rec)
+                return await self._stream(request, up, rec, tracker)
+        except TimeoutError as exc:
+            raise Refused(
+                504, "upstream_timeout", f"The upstream did not answer in time ({url}).", "upstream_error"
+            ) from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise Refused(502, "upstream_unavailable", f"Cannot reach the upstream {self.upstream}: {exc.os_error}",
+                          "upstream_error") from exc  # fmt: skip
+        except aiohttp.ClientError as exc:
+            raise Refused(502, "upstream_error", f"The upstream failed: {exc}", "upstream_error") from exc
+
+    async def _whole(self, up: aiohttp.ClientResponse, rec: RequestRecord) -> web.Response:
+        data = await up.read()
+        rec.status = up.status
+        if up.status != 200:
+            rec.outcome = "upstream_4xx" if up.status < 500 else "upstream_5xx"
+        else:
+            try:
+                counted = usage_tokens(json.loads(data).get("usage"))
+            except (ValueError, AttributeError):
+                counted = None
+            if counted:
+                rec.prompt_tokens, rec.cached_prompt_tokens, rec.generated_tokens = counted
+                rec.usage_reported = True
+        headers = {"X-Request-Id": rec.request_id}
+        return web.Response(body=data, status=up.status, headers=headers,
+                            content_type=up.content_type or "application/json")  # fmt: skip
+
+    async def _stream(self, request: web.Request, up: aiohttp.ClientResponse, rec: RequestRecord,
+                      tr: StreamTracker) -> web.StreamResponse:  # fmt: skip
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                                       "X-Request-Id": rec.request_id})  # fmt: skip
+        await resp.prepare(request)
+        try:
+            try:
+                buf: list[bytes] = []
+                async for line in up.content:
+                    buf.append(line)
+                    if line in (b"\n", b"\r\n"):
+                        event = b"".join(buf)
+                        buf.clear()
+                        if tr.event(event, time.monotonic()):
+                            await resp.write(event)
+                if buf and tr.event(b"".join(buf), time.monotonic()):
+                    await resp.write(b"".join(buf))
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
+                rec.outcome = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_dropped"
+                await resp.write(b"data: " + json.dumps(error_body(f"The upstream stream ended early: {exc or 'timeout'}",
+                                                                   "upstream_error", rec.outcome)).encode() + b"\n\n")  # fmt: skip
+            else:
+                if tr.upstream_error is not None:
+                    rec.outcome = "upstream_stream_error"
+                elif not tr.done:
+                    rec.outcome = "upstream_dropped"
+                    await resp.write(b"data: " + json.dumps(error_body("The upstream closed the stream before [DONE].",
+                                                                       "upstream_error", rec.outcome)).encode() + b"\n\n")  # fmt: skip
+            await resp.write_eof()
+        finally:
+            _finish_stream(rec, tr)
+        return resp
+
+
+def _finish_stream(rec: RequestRecord, tr: StreamTracker) -> None:
+    counted = usage_tokens(tr.usage)
+    if counted:
+        rec.prompt_tokens, rec.cached_prompt_tokens, rec.generated_tokens = counted
+        rec.usage_reported = True
+    else:
+        rec.generated_tokens = tr.chunks  # what reached the client, one token per chunk
+    if tr.first is not None:
+        rec.ttft_seconds = tr.first - tr.started
+        if tr.last is not None and rec.generated_tokens > 1 and tr.last > tr.first:
+            rec.itl_mean_seconds = (tr.last - tr.first) / (rec.generated_tokens - 1)
+            rec.itl_max_seconds = tr.gap_max
+            rec.decode_tokens_per_second = 1.0 / rec.itl_mean_seconds
+
+
+async def serve(gateway: Gateway, host: str, port: int, stop: asyncio.Event) -> None:
+    """Run until `stop` is set. Client disconnects cancel the handler, which closes the upstream request."""
+    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    log.info("gateway on http://%s:%d -> %s", host, port, gateway.upstream)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,101 @@
+"""The gateway's /metrics: per-user totals with a bounded number of user labels, latency histograms.
+
+Counters must never go down, so a user keeps the label it was given: the first `max_users` users
+seen get their own label (in practice the busy ones: they arrive first), everyone after that is
+counted under user="other". Exact per-user numbers are in the request feed, not here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from .records import RequestRecord
+
+OTHER = "other"
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class _Hist:
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        i = next((k for k, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        self.counts[i] += 1
+        self.sum += value
+
+    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+        cum, buckets = 0, []
+        for b, c in zip((*self.bounds, float("inf")), self.counts):
+            cum += c
+            buckets.append(("+Inf" if b == float("inf") else repr(b), cum))
+        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=self.sum)
+
+
+class GatewayMetrics(Collector):
+    def __init__(self, max_users: int = 50) -> None:
+        self.max_users = max_users
+        self._labels: dict[str, str] = {}
+        self.requests: dict[tuple[str, str], int] = defaultdict(int)  # (user label, outcome)
+        self.tokens: dict[tuple[str, str], int] = defaultdict(int)  # (user label, kind)
+        self.errors: dict[str, int] = defaultdict(int)
+        self.ttft = _Hist(TTFT_BUCKETS)
+        self.itl = _Hist(ITL_BUCKETS)
+        self.e2e = _Hist(E2E_BUCKETS)
+        self.in_flight = 0
+        self.records_pending = lambda: 0
+
+    def user_label(self, user: str) -> str:
+        label = self._labels.get(user)
+        if label is None:
+            label = user if len(self._labels) < self.max_users else OTHER
+            if label != OTHER:
+                self._labels[user] = label
+        return label
+
+    def observe(self, r: RequestRecord) -> None:
+        u = self.user_label(r.user)
+        self.requests[(u, r.outcome)] += 1
+        self.tokens[(u, "prompt")] += r.prompt_tokens
+        self.tokens[(u, "cached_prompt")] += r.cached_prompt_tokens or 0
+        self.tokens[(u, "generation")] += r.generated_tokens
+        if r.outcome != "ok":
+            self.errors[r.outcome] += 1
+        if r.ttft_seconds is not None:
+            self.ttft.observe(r.ttft_seconds)
+        if r.itl_mean_seconds is not None:
+            self.itl.observe(r.itl_mean_seconds)
+        self.e2e.observe(r.e2e_seconds)
+
+    def collect(self) -> Iterator[object]:
+        req = CounterMetricFamily("moemeter_gateway_requests", "Requests finished, by user and outcome.",
+                                  labels=["user", "outcome"])  # fmt: skip
+        for (u, outcome), n in sorted(self.requests.items()):
+            req.add_metric([u, outcome], n)
+        yield req
+        for kind, doc in (("prompt", "Prompt tokens (upstream usage)"),
+                          ("cached_prompt", "Prompt tokens the upstream served from its prefix cache"),
+                          ("generation", "Generated tokens (upstream usage, or chunks counted when it gave none)")):  # fmt: skip
+            fam = CounterMetricFamily(f"moemeter_gateway_{kind}_tokens", f"{doc}, by user.", labels=["user"])
+            for (u, k), n in sorted(self.tokens.items()):
+                if k == kind:
+                    fam.add_metric([u], n)
+            yield fam
+        err = CounterMetricFamily("moemeter_gateway_errors", "Failed requests by error class.", labels=["class"])
+        for cls, n in sorted(self.errors.items()):
+            err.add_metric([cls], n)
+        yield err
+        yield self.ttft.family("moemeter_gateway_ttft_seconds", "Time to first token chunk, streams.")
+        yield self.itl.family("moemeter_gateway_itl_mean_seconds", "Per-request mean inter-token latency, streams.")
+        yield self.e2e.family("moemeter_gateway_request_duration_seconds", "Request received to response end.")
+        yield GaugeMetricFamily("moemeter_gateway_in_flight_requests", "Requests being served now.", self.in_flight)
+        yield GaugeMetricFamily("moemeter_gateway_records_pending", "Request records not yet durable.",
+                                self.records_pending())  # fmt: skip
