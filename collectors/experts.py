@@ -20,9 +20,14 @@ SNAPSHOT_PATH = "/moemeter/experts"
 NOT_READY = "not ready yet (HTTP 503)"
 
 
-def snapshot_url(target: TargetInfo) -> str:
+def endpoint_url(target: TargetInfo, path: str) -> str:
+    """The URL of another endpoint on the server that serves a target's /metrics."""
     base = target.url[: -len("/metrics")] if target.url.endswith("/metrics") else target.url.rstrip("/")
-    return base + SNAPSHOT_PATH
+    return base + path
+
+
+def snapshot_url(target: TargetInfo) -> str:
+    return endpoint_url(target, SNAPSHOT_PATH)
 
 
 @dataclass

@@ -17,10 +17,12 @@ import httpx
 from warehouse.db import Warehouse, storage_problem
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.requests import FeedError, RequestIngestor
 from warehouse.rollup import Retention
 
 from .experts import NOT_READY, SnapshotResult, fetch_snapshot
 from .promapi import PromAPIError, http_get, pull_range
+from .requests import FeedResult, fetch_feed
 from .scrape import Fetch, http_fetcher, scrape_all, utc_now
 from .targets import TargetsError, load_targets
 
@@ -38,6 +40,7 @@ class Collector:
         self.retention = retention or Retention()
         self.ingestor = Ingestor(self.retention)
         self.expert_ingestor = ExpertIngestor()
+        self.request_ingestor = RequestIngestor()
         self.snapshot_every = snapshot_every  # rounds between per-expert snapshots (60 s at 5 s)
         self._snapshot_due: dict[str, int] = {}
         self.targets: list[TargetInfo] = []
@@ -58,22 +61,45 @@ class Collector:
                 self._targets_error = str(exc)
         return self.targets
 
-    def store(self, batches: list[ScrapeBatch], snapshots: list[SnapshotResult] | None = None) -> int:
+    def store(self, batches: list[ScrapeBatch], snapshots: list[SnapshotResult] | None = None,
+              feeds: list[FeedResult] | None = None) -> int:  # fmt: skip
         def job(con) -> int:  # type: ignore[no-untyped-def]
             n = sum(self.ingestor.write(con, b) for b in batches)
             ts = batches[0].ts if batches else None
             for r in snapshots or []:
                 if r.snapshot is not None and ts is not None:
                     self.expert_ingestor.write(con, r.target.name, ts, r.snapshot)
+            for f in feeds or []:
+                for page in f.pages:
+                    try:
+                        self.request_ingestor.write(con, f.target.name, page, ts or utc_now())
+                    except FeedError as exc:  # the rest of this gateway's pages wait for the next round
+                        log.error("request feed %s: %s", f.target.name, exc)
+                        break
             return n
 
         try:
             return self.warehouse.write(job)
         except Exception:
             # The transaction rolled back: forget what the ingestors believe was stored, so
-            # they reload series and last values from the database instead of trusting memory.
+            # they reload series, last values and feed cursors from the database.
             self.ingestor, self.expert_ingestor = Ingestor(self.retention), ExpertIngestor()
+            self.request_ingestor = RequestIngestor()
             raise
+
+    async def _feeds(self, targets: list[TargetInfo], fetch: Fetch) -> list[FeedResult]:
+        gateways = [t for t in targets if t.role == "gateway"]
+        if not gateways:
+            return []
+        ingestor = self.request_ingestor
+        cursors = await asyncio.to_thread(
+            self.warehouse.write, lambda con: {t.name: ingestor.cursor(con, t.name) for t in gateways}
+        )
+        results = list(await asyncio.gather(*(fetch_feed(t, cursors[t.name], fetch, self.timeout) for t in gateways)))
+        for r in results:
+            if r.error:
+                log.warning("request feed %s: %s", r.target.name, r.error)
+        return results
 
     async def _snapshots(self, targets: list[TargetInfo], fetch: Fetch) -> list[SnapshotResult]:
         due = [
@@ -112,8 +138,10 @@ class Collector:
         for b in batches:
             if not b.up:
                 log.warning("scrape %s failed: %s", b.target.name, b.error)
-        snapshots = await self._snapshots([b.target for b in batches if b.up], fetch)
-        await asyncio.to_thread(self.store, batches, snapshots)
+        up = [b.target for b in batches if b.up]
+        snapshots = await self._snapshots(up, fetch)
+        feeds = await self._feeds(up, fetch)
+        await asyncio.to_thread(self.store, batches, snapshots, feeds)
         self.rounds += 1
         return batches
 

@@ -14,13 +14,15 @@ from datetime import datetime, timedelta
 
 import duckdb
 
+from .requests import roll_requests_1h
+
 GAUGE_KINDS = ("gauge", "unknown", "untyped", "info", "stateset")
 
 
 @dataclass(frozen=True)
 class Retention:
     raw_days: float = 2.0
-    """Days raw samples and increments, and per-snapshot expert load, are kept."""
+    """Days raw samples and increments, per-snapshot expert load and per-request records are kept."""
     minute_days: float = 30.0
     """Days per-minute rollups are kept."""
     hour_days: float = 365.0
@@ -97,6 +99,7 @@ class Rollups:
             con.execute("""INSERT INTO expert_load_1h
                            SELECT time_bucket(INTERVAL 1 HOUR, ts), target, layer, expert, sum(tokens), count(*)
                            FROM expert_load WHERE ts >= ? AND ts < ? GROUP BY ALL""", [start, until])  # fmt: skip
+            roll_requests_1h(con, start, until)
 
     def apply_retention(self, con: duckdb.DuckDBPyConnection, now: datetime) -> dict[str, int]:
         """Delete what is past its retention and already rolled up; returns rows deleted per table."""
@@ -108,6 +111,8 @@ class Rollups:
             ("increments_1m", now - timedelta(days=r.minute_days), through.get("1h")),
             ("expert_load", now - timedelta(days=r.raw_days), through.get("1h")),
             ("expert_load_1h", now - timedelta(days=r.hour_days), None),
+            ("requests", now - timedelta(days=r.raw_days), through.get("1h")),
+            ("requests_1h", now - timedelta(days=r.hour_days), None),
             ("samples_1h", now - timedelta(days=r.hour_days), None),
             ("increments_1h", now - timedelta(days=r.hour_days), None),
         ]
@@ -115,6 +120,7 @@ class Rollups:
         for table, cutoff, rolled in plan:
             if rolled is not None:
                 cutoff = min(cutoff, rolled)
-            n = con.execute(f"DELETE FROM {table} WHERE ts < ?", [cutoff]).fetchall()[0][0]
+            col = "ingested_at" if table == "requests" else "ts"
+            n = con.execute(f"DELETE FROM {table} WHERE {col} < ?", [cutoff]).fetchall()[0][0]
             deleted[table] = int(n)
         return deleted

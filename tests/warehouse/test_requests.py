@@ -1,0 +1,126 @@
+"""Request records from a gateway's own log into the warehouse: once each, bad ones refused, hourly sums exact."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from stack.gateway.records import RecordLog, RequestRecord
+from warehouse.db import apply_migrations
+from warehouse.requests import FeedError, RequestIngestor, roll_requests_1h
+from warehouse.rollup import Retention, Rollups
+
+T0 = datetime(2026, 11, 30, 12, 0, 0)
+EPOCH0 = (T0 - datetime(1970, 1, 1)).total_seconds()
+
+
+@pytest.fixture
+def con():
+    c = duckdb.connect()
+    apply_migrations(c)
+    return c
+
+
+def rec(i: int, user: str = "alice", **kw: object) -> RequestRecord:
+    base = dict(request_id=f"r{i}", started_at=EPOCH0 + i, user=user, tenant="acme", model="m", endpoint="completions",
+                stream=True, status=200, outcome="ok", prompt_tokens=100 + i, cached_prompt_tokens=64,
+                generated_tokens=10, ttft_seconds=0.2, itl_mean_seconds=0.01, itl_max_seconds=0.02,
+                decode_tokens_per_second=100.0, e2e_seconds=0.5, usage_reported=True)  # fmt: skip
+    base.update(kw)
+    return RequestRecord(**base)  # type: ignore[arg-type]
+
+
+def real_log(tmp_path: Path, records: list[RequestRecord]) -> RecordLog:
+    log = RecordLog(tmp_path / "gw.sqlite", batch_seconds=0.0)
+    for r in records:
+        log.append(r)
+    log.close()
+    return RecordLog(tmp_path / "gw.sqlite")
+
+
+def test_pages_are_stored_once_with_their_cursor(con, tmp_path: Path) -> None:
+    log = real_log(tmp_path, [rec(i) for i in range(7)])
+    ing = RequestIngestor()
+    first = log.page(0, 4)
+    assert ing.write(con, "gw", first, T0) == 4
+    assert ing.write(con, "gw", first, T0) == 0  # read twice: stored once
+    assert ing.write(con, "gw", log.page(first["next"], 100), T0) == 3
+    # a restarted collector starts from the stored cursor
+    fresh = RequestIngestor()
+    assert fresh.cursor(con, "gw").seq == 7
+    rows = con.execute("SELECT request_id, user_id, prompt_tokens, cached_prompt_tokens, finished_at FROM requests "
+                       "ORDER BY seq").fetchall()  # fmt: skip
+    assert [r[0] for r in rows] == [f"r{i}" for i in range(7)]
+    assert rows[2][1:] == ("alice", 102, 64, T0 + timedelta(seconds=2.5))
+    log.close()
+
+
+def test_a_new_log_is_read_from_its_start_and_a_gap_is_counted(con) -> None:
+    ing = RequestIngestor()
+    page = {"schema": "moemeter.requests/1", "log_id": "A", "oldest": 1, "next": 2, "more": False,
+            "records": [{"seq": 1, **rec(1).to_json()}, {"seq": 2, **rec(2).to_json()}]}  # fmt: skip
+    ing.write(con, "gw", page, T0)
+    ing.write(con, "gw", {**page, "log_id": "B", "records": [{"seq": 1, **rec(3).to_json()}]}, T0)
+    ing.write(con, "gw", {**page, "log_id": "B", "oldest": 5, "records": [{"seq": 5, **rec(4).to_json()}]}, T0)
+    assert con.execute("SELECT count(*) FROM requests").fetchall()[0][0] == 4
+    assert con.execute("SELECT log_id, seq, records, lost FROM request_feeds").fetchall() == [("B", 5, 4, 3)]
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"prompt_tokens": -1}, "prompt_tokens"),
+        ({"user": None}, "user must be a string"),
+        ({"e2e_seconds": float("nan")}, "e2e_seconds"),
+        ({"cached_prompt_tokens": 10**6}, "cached_prompt_tokens"),
+        ({"status": "200"}, "status"),
+    ],  # fmt: skip
+)
+def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.LogCaptureFixture, change, why) -> None:
+    good, bad = rec(1).to_json(), {**rec(2).to_json(), **change}
+    page = {"schema": "moemeter.requests/1", "log_id": "A", "records": [{"seq": 1, **good}, {"seq": 2, **bad},
+                                                                        {"seq": 3, **rec(3).to_json()}]}  # fmt: skip
+    assert RequestIngestor().write(con, "gw", page, T0) == 2
+    assert why in caplog.text and "record 2 refused" in caplog.text
+    assert con.execute("SELECT seq, rejected FROM request_feeds").fetchall() == [(3, 1)]
+
+
+def test_pages_that_are_not_feeds_are_refused(con) -> None:
+    ing = RequestIngestor()
+    with pytest.raises(FeedError, match="not a moemeter.requests/1"):
+        ing.write(con, "gw", {"records": []}, T0)
+    with pytest.raises(FeedError, match="go back"):
+        ing.write(con, "gw", {"schema": "moemeter.requests/1", "log_id": "A",
+                              "records": [{"seq": 5, **rec(1).to_json()}, {"seq": 4, **rec(2).to_json()}]}, T0)  # fmt: skip
+
+
+def test_hourly_sums_are_exact_and_late_records_are_added(con) -> None:
+    ing = RequestIngestor()
+    recs = [rec(i, user=f"u{i % 2}", started_at=EPOCH0 + 3500 + 20 * i) for i in range(10)]  # straddle 13:00
+    recs[3].outcome, recs[3].itl_mean_seconds = "upstream_dropped", None
+    page = lambda rs, s0: {"schema": "moemeter.requests/1", "log_id": "A",  # noqa: E731
+                           "records": [{"seq": s0 + k, **r.to_json()} for k, r in enumerate(rs)]}  # fmt: skip
+    ing.write(con, "gw", page(recs[:6], 1), T0 + timedelta(minutes=59))
+    roll_requests_1h(con, T0, T0 + timedelta(hours=1))
+    ing.write(con, "gw", page(recs[6:], 7), T0 + timedelta(minutes=70))  # ingested in the next hour
+    roll_requests_1h(con, T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+    raw = con.execute("""SELECT time_bucket(INTERVAL 1 HOUR, finished_at) h, user_id, count(*), sum(prompt_tokens),
+                                sum(generated_tokens), count(*) FILTER (WHERE outcome <> 'ok'), count(itl_mean_seconds)
+                         FROM requests GROUP BY ALL ORDER BY ALL""").fetchall()  # fmt: skip
+    rolled = con.execute("""SELECT ts, user_id, requests, prompt_tokens, generated_tokens, errors, timed
+                            FROM requests_1h ORDER BY ALL""").fetchall()  # fmt: skip
+    assert rolled == raw and len(rolled) == 4
+
+
+def test_retention_drops_raw_requests_only_once_rolled(con) -> None:
+    ing = RequestIngestor()
+    ing.write(con, "gw", {"schema": "moemeter.requests/1", "log_id": "A",
+                          "records": [{"seq": 1, **rec(1).to_json()}]}, T0)  # fmt: skip
+    rollups = Rollups(Retention(raw_days=1, minute_days=1, hour_days=10))
+    con.execute("INSERT INTO samples VALUES (?, 1, 1.0)", [T0])  # rollups start at the oldest sample
+    rollups.advance(con, T0 + timedelta(days=3))
+    assert con.execute("SELECT count(*) FROM requests").fetchall()[0][0] == 0
+    assert con.execute("SELECT sum(requests), sum(prompt_tokens) FROM requests_1h").fetchall() == [(1, 101)]

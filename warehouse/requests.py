@@ -1,0 +1,161 @@
+"""Request records from a gateway's feed (schema moemeter.requests/1) into the warehouse.
+
+The cursor of each gateway is committed in the same transaction as the records it covers, so a
+collector or warehouse that dies mid-way reads the same records again and stores them once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from .db import insert_arrow
+
+log = logging.getLogger(__name__)
+SCHEMA = "moemeter.requests/1"
+_TEXT = ("request_id", "user", "tenant", "model", "endpoint", "outcome")
+_INT = ("status", "prompt_tokens", "generated_tokens")
+_OPT_FLOAT = ("ttft_seconds", "itl_mean_seconds", "itl_max_seconds", "decode_tokens_per_second")
+
+
+class FeedError(ValueError):
+    """A feed page that does not follow moemeter.requests/1."""
+
+
+@dataclass
+class Cursor:
+    log_id: str
+    seq: int
+    records: int = 0
+    lost: int = 0
+    rejected: int = 0
+
+
+def _record_row(r: Any) -> tuple[Any, ...]:
+    """One record as a row (columns after gateway and ingested_at), or ValueError saying what is wrong."""
+    if not isinstance(r, dict):
+        raise ValueError("not an object")
+    for k in _TEXT:
+        if not isinstance(r.get(k), str):
+            raise ValueError(f"{k} must be a string")
+    for k in _INT:
+        if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] < 0:
+            raise ValueError(f"{k} must be a non-negative integer")
+    cached = r.get("cached_prompt_tokens")
+    if cached is not None and (not isinstance(cached, int) or cached < 0 or cached > r["prompt_tokens"]):
+        raise ValueError("cached_prompt_tokens must be null or an integer within prompt_tokens")
+    nums: dict[str, float | None] = {}
+    for k in ("started_at", "e2e_seconds", *_OPT_FLOAT):
+        v = r.get(k)
+        if v is None and k in _OPT_FLOAT:
+            nums[k] = None
+            continue
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{k} must be a finite non-negative number")
+        nums[k] = float(v)
+    t0, e2e = float(r["started_at"]), float(r["e2e_seconds"])
+    started = datetime.fromtimestamp(t0, UTC).replace(tzinfo=None)
+    finished = datetime.fromtimestamp(t0 + e2e, UTC).replace(tzinfo=None)
+    return (r["request_id"], started, finished, r["user"], r["tenant"], r["model"], r["endpoint"],
+            bool(r.get("stream")), r["status"], r["outcome"], r["prompt_tokens"], cached, r["generated_tokens"],
+            nums["ttft_seconds"], nums["itl_mean_seconds"], nums["itl_max_seconds"],
+            nums["decode_tokens_per_second"], nums["e2e_seconds"], bool(r.get("usage_reported")))  # fmt: skip
+
+
+_COLUMNS = ("request_id", "started_at", "finished_at", "user_id", "tenant", "model", "endpoint", "stream", "status",
+            "outcome", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "ttft_seconds",
+            "itl_mean_seconds", "itl_max_seconds", "decode_tokens_per_second", "e2e_seconds", "usage_reported")  # fmt: skip
+_TYPES = {"started_at": pa.timestamp("us"), "finished_at": pa.timestamp("us"), "stream": pa.bool_(),
+          "status": pa.int32(), "prompt_tokens": pa.int64(), "cached_prompt_tokens": pa.int64(),
+          "generated_tokens": pa.int64(), "usage_reported": pa.bool_()}  # fmt: skip
+
+
+class RequestIngestor:
+    def __init__(self) -> None:
+        self._cursors: dict[str, Cursor | None] = {}
+
+    def cursor(self, con: duckdb.DuckDBPyConnection, gateway: str) -> Cursor | None:
+        """Where this gateway's feed was read up to (None: never read)."""
+        if gateway not in self._cursors:
+            row = con.execute("SELECT log_id, seq, records, lost, rejected FROM request_feeds WHERE gateway = ?",
+                              [gateway]).fetchall()  # fmt: skip
+            self._cursors[gateway] = Cursor(*row[0]) if row else None
+        return self._cursors[gateway]
+
+    def write(self, con: duckdb.DuckDBPyConnection, gateway: str, page: Any, now: datetime) -> int:
+        """Store one feed page (inside the caller's transaction); returns records stored."""
+        if not isinstance(page, dict) or page.get("schema") != SCHEMA or not isinstance(page.get("records"), list):
+            raise FeedError(f"{gateway}: not a {SCHEMA} feed page")
+        log_id = page.get("log_id")
+        if not isinstance(log_id, str) or not log_id:
+            raise FeedError(f"{gateway}: feed page without a log_id")
+        cur = self.cursor(con, gateway)
+        if cur is None or cur.log_id != log_id:
+            if cur is not None:
+                log.warning("gateway %s has a new request log (%s, was %s): reading it from the start",
+                            gateway, log_id, cur.log_id)  # fmt: skip
+            cur = Cursor(log_id, 0, cur.records if cur else 0, cur.lost if cur else 0, cur.rejected if cur else 0)
+        oldest = page.get("oldest")
+        if isinstance(oldest, int) and oldest > cur.seq + 1:
+            gap = oldest - cur.seq - 1
+            cur.lost += gap
+            log.error("gateway %s dropped %d request records from its log before they were read", gateway, gap)
+        rows, last = [], cur.seq
+        for r in page["records"]:
+            seq = r.get("seq") if isinstance(r, dict) else None
+            if not isinstance(seq, int):
+                raise FeedError(f"{gateway}: a record without an integer seq after {last}")
+            if seq <= last:
+                if seq <= cur.seq:
+                    continue  # stored already (a page read twice)
+                raise FeedError(f"{gateway}: record sequence numbers go back from {last} to {seq}")
+            last = seq
+            try:
+                rows.append((seq, *_record_row(r)))
+            except ValueError as exc:
+                cur.rejected += 1
+                log.error("gateway %s: request record %d refused: %s", gateway, seq, exc)
+        if rows:
+            cols = list(zip(*rows))
+            table = {"gateway": pa.array([gateway] * len(rows)), "seq": pa.array(cols[0], pa.int64())}
+            for i, name in enumerate(_COLUMNS):
+                if name == "finished_at":
+                    table[name] = pa.array(cols[i + 1], _TYPES[name])
+                    table["ingested_at"] = pa.array([now] * len(rows), pa.timestamp("us"))
+                else:
+                    table[name] = pa.array(cols[i + 1], _TYPES.get(name))
+            insert_arrow(con, "requests", table)
+        cur.seq, cur.records = last, cur.records + len(rows)
+        con.execute("""INSERT INTO request_feeds VALUES (?, ?, ?, ?, ?, ?, ?)
+                       ON CONFLICT (gateway) DO UPDATE SET log_id = excluded.log_id, seq = excluded.seq,
+                       records = excluded.records, lost = excluded.lost, rejected = excluded.rejected,
+                       updated_at = excluded.updated_at""",
+                    [gateway, cur.log_id, cur.seq, cur.records, cur.lost, cur.rejected, now])  # fmt: skip
+        self._cursors[gateway] = cur
+        return len(rows)
+
+
+def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
+    """Add the requests ingested in [start, until) to their finishing hour's per-user sums."""
+    con.execute("""INSERT INTO requests_1h
+                   SELECT time_bucket(INTERVAL 1 HOUR, finished_at), user_id, tenant, model, count(*),
+                          count(*) FILTER (WHERE outcome <> 'ok'), sum(prompt_tokens),
+                          coalesce(sum(cached_prompt_tokens), 0), sum(generated_tokens),
+                          count(itl_mean_seconds), coalesce(sum(itl_mean_seconds), 0),
+                          coalesce(sum(ttft_seconds), 0), sum(e2e_seconds)
+                   FROM requests WHERE ingested_at >= ? AND ingested_at < ? GROUP BY ALL
+                   ON CONFLICT (ts, user_id, tenant, model) DO UPDATE SET
+                       requests = requests + excluded.requests, errors = errors + excluded.errors,
+                       prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+                       cached_prompt_tokens = cached_prompt_tokens + excluded.cached_prompt_tokens,
+                       generated_tokens = generated_tokens + excluded.generated_tokens,
+                       timed = timed + excluded.timed, itl_sum_seconds = itl_sum_seconds + excluded.itl_sum_seconds,
+                       ttft_sum_seconds = ttft_sum_seconds + excluded.ttft_sum_seconds,
+                       e2e_sum_seconds = e2e_sum_seconds + excluded.e2e_sum_seconds""",
+                [start, until])  # fmt: skip
