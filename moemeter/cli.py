@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -76,6 +77,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     from stack.twin.server import Twin
     from warehouse.experts import ExpertIngestor, ExpertSnapshot
     from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+    from warehouse.requests import RequestIngestor
 
     if not args.db:
         raise CliError("--fast-forward needs --db PATH")
@@ -86,8 +88,12 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
         raise CliError(f"--tick must be between 0.01 s and the interval ({args.interval:g} s)")
     twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120, tick=args.tick)
     wh = _open_warehouse(args.db)
-    ingestor, experts = Ingestor(), ExpertIngestor()
+    ingestor, experts, requests = Ingestor(), ExpertIngestor(), RequestIngestor()
     twin.pages(start.timestamp())  # warm up to the first scrape
+    assert twin.model is not None
+    feed = twin.model.gateway
+    read = wh.write(lambda con: requests.cursor(con, "gateway"))
+    after = read.seq if read is not None and read.log_id == feed.log_id else 0
     roles = {ep.name: ep for ep in twin.endpoints()}
     t, n, rounds, began = 0.0, 0, 0, time.perf_counter()
     snapshot_every = max(1, round(60 / args.interval))
@@ -102,10 +108,15 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
         snaps = [(name, ExpertSnapshot.from_json(ep.snapshot())) for name, ep in roles.items()
                  if ep.snapshot is not None and rounds % snapshot_every == 0]  # fmt: skip
 
-        def job(con, b=batches, s=snaps, at=ts):  # type: ignore[no-untyped-def]
+        # The gateway's request feed, everything new since the last round (as the collector reads it).
+        page = feed.page(after, len(feed.records))
+        after = int(page["next"])  # type: ignore[call-overload]
+
+        def job(con, b=batches, s=snaps, at=ts, p=page):  # type: ignore[no-untyped-def]
             stored = sum(ingestor.write(con, x) for x in b)
             for name, snap in s:
                 experts.write(con, name, at, snap)
+            requests.write(con, "gateway", p, at)
             return stored
 
         n += wh.write(job, timeout=None)  # a checkpoint of a large file may take a while: wait for it
@@ -211,6 +222,43 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CliError(f"cannot bind {args.host}:{args.port}: {exc}") from exc
     return 0
+
+
+# ------------------------------------------------------------------------ loadgen
+def cmd_loadgen(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import httpx
+
+    from stack.loadgen.run import LoadGen, summarise, write_results
+    from stack.loadgen.workload import WorkloadSpec
+
+    spec = WorkloadSpec()
+    changes = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(spec) if getattr(args, f.name, None) is not None
+    }
+    spec = dataclasses.replace(spec, **changes)
+    if spec.users < 1 or spec.sessions < 1 or args.concurrency < 1 or (args.rate is not None and args.rate <= 0):
+        raise CliError("--users, --sessions and --concurrency must be at least 1, --rate above 0")
+    key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    model = args.model
+    if not model:
+        try:
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise CliError(f"cannot learn the model from {args.url}/v1/models ({exc}); pass --model") from exc
+    gen = LoadGen(args.url, model, spec, seed=args.seed, concurrency=args.concurrency, rate=args.rate,
+                  duration=_parse_duration(args.duration) if args.duration else None,
+                  stream_share=args.stream_share, ignore_eos=not args.no_ignore_eos, api_key=key)  # fmt: skip
+    began = time.monotonic()
+    results = gen.run()
+    summary = summarise(results, time.monotonic() - began)
+    if args.out:
+        with open(args.out, "w") as fh:
+            write_results(results, fh)
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0 if summary["ok"] else 1
 
 
 # ---------------------------------------------------------------------- dashboard
@@ -547,6 +595,19 @@ def _open_warehouse(db: str, serve_read_only: bool = False):  # type: ignore[no-
             raise CliError(str(again)) from again
 
 
+def _field_doc(cls: type, name: str) -> str:
+    """The one-line docstring under a dataclass field (how profiles and specs document their fields)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(cls)).body[0].body  # type: ignore[attr-defined]
+    for stmt, nxt in zip(body, body[1:]):
+        if isinstance(stmt, ast.AnnAssign) and getattr(stmt.target, "id", None) == name:
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+                return str(nxt.value.value).rstrip(".")
+    return name
+
+
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moemeter", description="Observability and cost accounting for PD-disaggregated, "
@@ -623,6 +684,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-user-labels", type=int, default=50, help="users with their own /metrics label; "
                    "the rest are counted as user=\"other\" (the feed has everyone)")  # fmt: skip
     s.set_defaults(func=cmd_gateway)
+
+    s = sub.add_parser("loadgen", help="AgentX-like agent sessions from many users, through the gateway")
+    s.add_argument("--url", required=True, help="the gateway (or any OpenAI-compatible server)")
+    s.add_argument("--model", help="model name (default: the first one /v1/models lists)")
+    s.add_argument("--seed", type=int, default=0, help="same seed, same sessions")
+    s.add_argument(
+        "--concurrency", type=int, default=8, help="sessions in flight (closed loop), or the cap with --rate"
+    )
+    s.add_argument("--rate", type=float, help="new sessions per second (open loop) instead of a closed loop")
+    s.add_argument("--duration", help="stop starting turns after this long (e.g. 10m); default: run every session")
+    s.add_argument("--stream-share", type=float, default=0.9, help="share of requests that stream")
+    s.add_argument("--no-ignore-eos", action="store_true", help="do not send vLLM's ignore_eos (other servers)")
+    s.add_argument("--api-key-env", help="environment variable holding the API key to send")
+    s.add_argument("--out", help="write one JSON line per request here")
+    s.add_argument("--json", action="store_true", help="print the summary on one line")
+    from stack.loadgen.workload import WorkloadSpec
+
+    for f in dataclasses.fields(WorkloadSpec):
+        s.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), dest=f.name,
+                       help=f"{_field_doc(WorkloadSpec, f.name)} (default {f.default})")  # fmt: skip
+    s.set_defaults(func=cmd_loadgen)
 
     s = sub.add_parser("dashboard", help="run the Streamlit dashboard")
     s.add_argument("--api", default=f"http://127.0.0.1:{DEFAULT_API_PORT}", help="query API URL")

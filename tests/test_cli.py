@@ -82,7 +82,12 @@ def test_fast_forward_writes_history_through_the_ingest_path(tmp_path, capsys):
         )
         == 0
     )
-    assert json.loads(capsys.readouterr().out) == [{"n": 7, "t": 24}]
+    assert json.loads(capsys.readouterr().out) == [{"n": 7, "t": 25}]
+    # the gateway's request records came along, each once, all finished within the window
+    sql = "SELECT count(*) AS n, count(DISTINCT request_id) AS d, max(ingested_at) >= max(finished_at) AS ok FROM requests"
+    assert main(["query", "--db", db, "--json", sql]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert row["n"] == row["d"] > 10_000 and row["ok"]
 
 
 def test_eplb_plan_prints_the_vllm_placement_as_json(tmp_path, capsys):

@@ -19,6 +19,7 @@ import numpy as np
 
 from .config import TwinProfile
 from .experts import ExpertModel
+from .gateway_log import TwinGatewayLog
 from .stats import GpuStats, InstanceStats, RouterStats
 
 THINK, PREFILL, DECODE = 0, 1, 2
@@ -115,6 +116,7 @@ class RackModel:
         # Ground truth for calibration and tests: per-request mean inter-token gaps, recent.
         self.finished_tpot: list[float] = []
         self.totals = {"prompt_tokens": 0.0, "generation_tokens": 0.0, "requests": 0.0}
+        self.gateway = TwinGatewayLog(seed, profile.model.name)
 
     # ------------------------------------------------------------------ time
     def advance(self, until: float) -> None:
@@ -398,6 +400,8 @@ class RackModel:
         chat = self.user[agents] % 10 < 7
         r = self.router
         r.duration.observe(np.where(chat, 0, 1), finish - self.arrival[agents])
+        self.gateway.add(self.user[agents], self.arrival[agents], first, finish, prompt, self.cached[agents], n_out,
+                         tpot)  # fmt: skip
         self.finished_tpot.extend(tpot[n_out > 1].tolist())
         if len(self.finished_tpot) > 200_000:
             del self.finished_tpot[:100_000]

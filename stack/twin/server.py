@@ -1,7 +1,7 @@
 """Serve the rack twin on loopback: one HTTP endpoint per real process, plus its targets file.
 
-Endpoints: each prefill and decode vLLM API server, the vllm-router, and one dcgm-exporter
-per tray. The model advances in a background thread in real time; each scrape renders the
+Endpoints: each prefill and decode vLLM API server, the vllm-router, the metering gateway
+(its /metrics and request feed), and one dcgm-exporter per tray. The model advances in a background thread in real time; each scrape renders the
 latest state. `Twin.pages()` gives the same pages without HTTP (fast-forward, tests).
 """
 
@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +34,7 @@ class Endpoint:
     render: Callable[[], str]
     hostname: str = ""
     snapshot: Callable[[], dict[str, object]] | None = None  # GET /moemeter/experts
+    feed: Callable[[int, int], dict[str, object]] | None = None  # GET /moemeter/requests (the gateway)
 
 
 class Twin:
@@ -46,7 +48,7 @@ class Twin:
         self.host = host
         topo = profile.topology
         names = ([f"prefill-{i}" for i in range(topo.prefill_instances)]
-                 + [f"decode-{i}" for i in range(topo.decode_instances)] + ["router"]
+                 + [f"decode-{i}" for i in range(topo.decode_instances)] + ["router", "gateway"]
                  + [f"gpu-tray-{t:02d}" for t in range(topo.trays)])  # fmt: skip
         self.ports = dict(zip(names, ports or [0] * len(names)))
         self._servers: list[ThreadingHTTPServer] = []
@@ -73,6 +75,7 @@ class Twin:
                          snapshot=lambda: expert_snapshot(m.experts.state, model, m.now))
                 for s in m.decode]  # fmt: skip
         out.append(Endpoint("router", "router", 0, lambda: render_router(m.router)))
+        out.append(Endpoint("gateway", "gateway", 0, m.gateway.render, feed=m.gateway.page))
         for t in range(topo.trays):
             gpus = m.gpus[t * topo.gpus_per_tray : (t + 1) * topo.gpus_per_tray]
             host = f"gb300-tray-{t:02d}"
@@ -113,6 +116,7 @@ class Twin:
             srv = servers[ep.name]
             srv.page = self._page_fn(ep, cache)  # type: ignore[attr-defined]
             srv.snapshot = self._snapshot_fn(ep)  # type: ignore[attr-defined]
+            srv.feed = self._feed_fn(ep)  # type: ignore[attr-defined]
             entry: dict[str, object] = {"name": ep.name, "url": base[ep.name] + "/metrics", "role": ep.role,
                                         "gpus": ep.gpus, "stack": f"twin:{self.profile.name}"}  # fmt: skip
             if ep.hostname:
@@ -150,6 +154,19 @@ class Twin:
 
         return body
 
+    def _feed_fn(self, ep: Endpoint) -> Callable[[int, int], bytes] | None:
+        if ep.feed is None:
+            return None
+        feed = ep.feed
+
+        def body(after: int, limit: int) -> bytes:
+            with self._lock:
+                assert self.model is not None
+                self.model.advance(time.time())
+                return json.dumps(feed(after, limit)).encode()
+
+        return body
+
     def _clock(self) -> None:
         while not self._stop.wait(0.1):
             with self._lock:
@@ -169,14 +186,25 @@ class Twin:
 
 class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server API)
-        path = self.path.split("?")[0]
+        path, _, query = self.path.partition("?")
         snapshot = getattr(self.server, "snapshot", None)
+        feed = getattr(self.server, "feed", None)
         if path == "/moemeter/experts" and snapshot is not None:
             body, content_type = snapshot(), "application/json"
+        elif path == "/moemeter/requests" and feed is not None:
+            args = dict(urllib.parse.parse_qsl(query))
+            try:
+                after, limit = int(args.get("after", 0)), min(int(args.get("limit", 1000)), 5000)
+            except ValueError:
+                self.send_error(400, "after and limit must be integers")
+                return
+            body, content_type = feed(after, limit), "application/json"
         elif path == "/metrics":
             body, content_type = self.server.page().encode(), CONTENT_TYPE  # type: ignore[attr-defined]
         else:
-            self.send_error(404, "only /metrics (and /moemeter/experts on EPLB instances) is served")
+            self.send_error(
+                404, "only /metrics (/moemeter/experts on EPLB instances, /moemeter/requests on the gateway)"
+            )
             return
         self.send_response(200)
         self.send_header("Content-Type", content_type)
