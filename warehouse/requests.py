@@ -142,7 +142,8 @@ class RequestIngestor:
 
 
 def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
-    """Add the requests ingested in [start, until) to their finishing hour's per-user sums."""
+    """Add the requests ingested in [start, until) to their finishing hour's per-user sums and
+    inter-token latency histogram."""
     con.execute("""INSERT INTO requests_1h
                    SELECT time_bucket(INTERVAL 1 HOUR, finished_at), user_id, tenant, model, count(*),
                           count(*) FILTER (WHERE outcome <> 'ok'), sum(prompt_tokens),
@@ -159,3 +160,11 @@ def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: dat
                        ttft_sum_seconds = ttft_sum_seconds + excluded.ttft_sum_seconds,
                        e2e_sum_seconds = e2e_sum_seconds + excluded.e2e_sum_seconds""",
                 [start, until])  # fmt: skip
+    con.execute(
+        """INSERT INTO requests_itl_1h
+                   SELECT time_bucket(INTERVAL 1 HOUR, finished_at), CAST(round(100 * ln(itl_mean_seconds)) AS INTEGER),
+                          count(*)
+                   FROM requests WHERE ingested_at >= ? AND ingested_at < ? AND itl_mean_seconds > 0 GROUP BY ALL
+                   ON CONFLICT (ts, bin) DO UPDATE SET requests = requests + excluded.requests""",
+        [start, until],
+    )

@@ -113,6 +113,7 @@ class Rollups:
             ("expert_load_1h", now - timedelta(days=r.hour_days), None),
             ("requests", now - timedelta(days=r.raw_days), through.get("1h")),
             ("requests_1h", now - timedelta(days=r.hour_days), None),
+            ("requests_itl_1h", now - timedelta(days=r.hour_days), None),
             ("samples_1h", now - timedelta(days=r.hour_days), None),
             ("increments_1h", now - timedelta(days=r.hour_days), None),
         ]

@@ -19,6 +19,7 @@ from warehouse.db import Warehouse
 
 pytestmark = pytest.mark.integration
 PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "live.py")
+USERS_PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "users.py")
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +59,13 @@ def number(text: str) -> float:
 def test_every_target_was_scraped_healthy(pipeline):
     wh, _ = pipeline
     df = wh.query_df("SELECT target, bool_and(up) AS up, count(*) AS n FROM scrapes GROUP BY target")
-    assert len(df) == 24 and df["up"].all() and (df["n"] == 3).all()
+    assert len(df) == 25 and df["up"].all() and (df["n"] == 3).all()
 
 
 def test_live_page_shows_the_twins_numbers(pipeline, monkeypatch):
     wh, api = pipeline
     at = run_page(PAGE, api.url, monkeypatch)
-    assert metric(at, "Targets up") == "24/24"
+    assert metric(at, "Targets up") == "25/25"
     assert "72 in the rack" in at.caption[0].value and "twin:deepseek-v4.1-flash" in at.caption[0].value
     # Expected from the raw counters the twin served: decode generated tokens / seconds / 64 GPUs.
     raw = wh.query_df("""
@@ -89,3 +90,30 @@ def test_live_page_says_so_when_the_api_is_unreachable(monkeypatch):
 def test_live_page_waits_for_a_first_scrape(empty_api, monkeypatch):
     at = run_page(PAGE, empty_api, monkeypatch)
     assert "No scrapes stored yet" in at.info[0].value
+
+
+def test_users_page_shows_the_p90_per_user_tokens_per_second_of_the_gateway_records(pipeline, monkeypatch):
+    wh, api = pipeline
+    stored = wh.query_df("""SELECT count(*) n, count(DISTINCT request_id) d, 1 / quantile_cont(itl_mean_seconds, 0.9) p90
+                            FROM requests WHERE finished_at > (SELECT max(finished_at) FROM requests) - INTERVAL 1 HOUR""")
+    assert stored.n[0] == stored.d[0] > 1000  # every record of the twin's gateway feed, once
+    at = run_page(USERS_PAGE, api.url, monkeypatch)
+    assert number(metric(at, "P90 per-user tokens/s")) == pytest.approx(stored.p90[0], abs=0.06)
+    assert number(metric(at, "P90 per-user tokens/s")) == pytest.approx(196, rel=0.25)
+    assert number(metric(at, "Users")) > 100
+    assert len(at.get("plotly_chart")) == 3
+    top = at.dataframe[0].value
+    assert list(top.columns[:3]) == ["user_id", "tenant", "requests"] and len(top) == 25
+    at.text_input(key="user_search").input(top.user_id[0]).run()
+    assert not at.exception
+    assert at.selectbox(key="user_pick").value == top.user_id[0]
+    mine = at.dataframe[1].value
+    assert (
+        len(mine) == wh.query_df("SELECT count(*) n FROM requests WHERE user_id = ?", [top.user_id[0]]).n[0]
+        or len(mine) == 200
+    )
+
+
+def test_users_page_explains_an_empty_warehouse(empty_api, monkeypatch):
+    at = run_page(USERS_PAGE, empty_api, monkeypatch)
+    assert "No request records yet" in at.info[0].value

@@ -1,0 +1,59 @@
+"""Users page figures: DataFrames from dashboard.data.users in, Plotly figures out. No Streamlit."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from .live import P90_PER_USER_REFERENCE, POOL_COLORS, _layout
+
+
+def tps_distribution_figure(hist: pd.DataFrame, p50: float, p90: float) -> go.Figure:
+    """Requests by per-user tokens/s (log x), with P50 and P90 (the slow tail) marked."""
+    fig = go.Figure(go.Bar(x=hist["tokens_per_second"], y=hist["requests"], name="requests",
+                           marker_color=POOL_COLORS["decode"], hovertemplate="%{x:.0f} tok/s: %{y} requests<extra></extra>"))  # fmt: skip
+    for value, name, dash in ((p50, "P50", "solid"), (p90, "P90", "dash")):
+        if not math.isnan(value):
+            fig.add_vline(x=value, line_dash=dash, line_color="#333333", annotation_text=f"{name} {value:,.0f}",
+                          annotation_position="top")  # fmt: skip
+    fig.update_xaxes(type="log", title_text="per-user tokens/s (1 / mean inter-token latency)")
+    fig.update_yaxes(title_text="requests")
+    return _layout(fig, "Distribution of per-user tokens/s", height=340)
+
+
+def tps_over_time_figure(over: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    for col, name, dash in (("tps_p50", "P50", "solid"), ("tps_p90", "P90 (slow tail)", "dash")):
+        fig.add_trace(go.Scatter(x=over["bucket"], y=over[col], name=name, mode="lines+markers", marker=dict(size=4),
+                                 line=dict(color=POOL_COLORS["decode"], dash=dash)))  # fmt: skip
+    fig.add_hline(y=P90_PER_USER_REFERENCE, line_dash="dot", line_color="#7f7f7f",
+                  annotation_text=f"write-up P90 {P90_PER_USER_REFERENCE:.0f}")  # fmt: skip
+    fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
+    return _layout(fig, "Per-user tokens/s over time")
+
+
+def top_users_figure(table: pd.DataFrame) -> go.Figure:
+    """Stacked bars of prompt (computed, cached) and generated tokens for the top users."""
+    t = table.iloc[::-1]
+    computed = t["prompt_tokens"] - t["cached_prompt_tokens"]
+    fig = go.Figure()
+    for values, name, color in ((computed, "prompt, computed", "#1f77b4"), (t["cached_prompt_tokens"], "prompt, cached", "#aec7e8"),
+                                (t["generated_tokens"], "generated", POOL_COLORS["decode"])):  # fmt: skip
+        fig.add_trace(go.Bar(y=t["user_id"], x=values, name=name, orientation="h", marker_color=color))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="tokens")
+    return _layout(fig, "Top users by tokens", height=max(300, 22 * len(t) + 90))
+
+
+def user_history_figure(hist: pd.DataFrame, user: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=hist["bucket"], y=hist["generated_tokens"], name="generated tokens",
+                         marker_color=POOL_COLORS["decode"]))  # fmt: skip
+    fig.add_trace(go.Scatter(x=hist["bucket"], y=hist["tps_mean"], name="mean tokens/s", yaxis="y2", mode="lines+markers",
+                             line=dict(color="#333333")))  # fmt: skip
+    fig.update_layout(
+        yaxis=dict(title="tokens"), yaxis2=dict(title="tokens/s", overlaying="y", side="right", rangemode="tozero")
+    )
+    return _layout(fig, f"{user}: tokens and per-user tokens/s")

@@ -1,0 +1,86 @@
+"""Users page: per-user throughput (P90 per-user tokens/s), who uses the rack, and one user's history
+(SRE on call, finance). Data: the metering gateway's request records."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import streamlit as st
+
+from dashboard.data import users as data
+from dashboard.data.live import RANGES
+from dashboard.figures import users as figures
+from dashboard.source import api_url, query
+
+ORDERS = {"tokens": "tokens", "generated tokens": "generated_tokens", "requests": "requests", "errors": "errors"}
+
+
+def _fmt(value: float, digits: int = 0, unit: str = "") -> str:
+    return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}{unit}"
+
+
+def render() -> None:
+    latest = data.latest_request_time(query)
+    if latest is None:
+        st.info("No request records yet. They come from the metering gateway (`moemeter gateway`, role `gateway` "
+                f"in the targets file) once the collectors behind {api_url()} have read its feed.")  # fmt: skip
+        return
+    choice = st.segmented_control("Time range", list(RANGES), default="1 h", key="users_range") or "1 h"
+    w = data.window(latest, RANGES[choice])
+    s = data.summary(query, w)
+    if s is None:
+        st.info(f"No requests finished in the last {choice} before {latest:%Y-%m-%d %H:%M:%S} UTC.")
+        return
+    how = ("exact, from each request" if s.exact
+           else "from hourly sums through the last whole hour; quantiles within 0.5%")  # fmt: skip
+    st.caption(f"Last request {latest:%Y-%m-%d %H:%M:%S} UTC · {how} · per-user tokens/s = 1 / a request's mean "
+               "inter-token latency; P90 is the slow tail (DESIGN.md)")  # fmt: skip
+    m = st.columns(6)
+    m[0].metric("P90 per-user tokens/s", _fmt(s.tps_p90, 1), help="1 / the 90th percentile of mean inter-token latency")
+    m[1].metric("P50 per-user tokens/s", _fmt(s.tps_p50, 1))
+    m[2].metric("TTFT p50" if s.exact else "TTFT mean", _fmt(s.ttft_p50 * 1000, 0, " ms"))
+    m[3].metric("Requests", _fmt(s.requests), help=f"{s.errors:,} failed ({s.errors / s.requests:.2%})")
+    m[4].metric("Users", _fmt(s.users))
+    cache = s.cached_prompt_tokens / s.prompt_tokens if s.prompt_tokens else math.nan
+    m[5].metric("Tokens in / out", f"{s.prompt_tokens:,} / {s.generated_tokens:,}",
+                help=f"prefix-cache hits: {_fmt(cache * 100, 1, '%')} of prompt tokens")  # fmt: skip
+
+    c = st.columns(2)
+    c[0].plotly_chart(figures.tps_distribution_figure(data.tps_histogram(query, w), s.tps_p50, s.tps_p90), key="dist")
+    c[1].plotly_chart(figures.tps_over_time_figure(data.tps_over_time(query, w)), key="over_time")
+
+    st.subheader("Top users")
+    order = st.segmented_control("By", list(ORDERS), default="tokens", key="users_order") or "tokens"
+    table = data.users_table(query, w, limit=25, order=ORDERS[order])
+    st.caption("Cost per user arrives with the cost model; until then tokens. Latency columns are per-request "
+               "quantiles (means in hourly views).")  # fmt: skip
+    left, right = st.columns([2, 3])
+    left.plotly_chart(figures.top_users_figure(table.head(15)), key="top_users")
+    right.dataframe(table, hide_index=True, key="users_table", column_config={
+        "tps_mean": st.column_config.NumberColumn("tok/s mean", format="%.1f"),
+        "tps_p90": st.column_config.NumberColumn("tok/s P90", format="%.1f"),
+        "ttft_p50": st.column_config.NumberColumn("TTFT p50 s", format="%.3f"),
+        "ttft_p90": st.column_config.NumberColumn("TTFT p90 s", format="%.3f")})  # fmt: skip
+
+    st.subheader("One user")
+    text = st.text_input("Search users", key="user_search", placeholder="user id or part of it")
+    if text:
+        found = data.find_users(query, text)
+        if not found:
+            st.info(f"No user matches {text!r}.")
+            return
+        user = st.selectbox("User", found, key="user_pick")
+        hist = data.user_history(query, w, user)
+        if hist.empty:
+            st.info(f"{user} sent nothing in the last {choice}.")
+        else:
+            st.plotly_chart(figures.user_history_figure(hist, user), key="user_history")
+        st.dataframe(data.user_requests(query, user, latest), hide_index=True, key="user_requests")
+
+
+st.title("Users")
+try:
+    render()
+except (httpx.HTTPError, RuntimeError) as exc:
+    st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")

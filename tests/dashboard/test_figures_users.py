@@ -1,0 +1,26 @@
+"""Users page figures: what each trace holds."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from dashboard.figures import users as figures
+
+
+def test_distribution_marks_p50_and_p90() -> None:
+    hist = pd.DataFrame({"tokens_per_second": [100.0, 200.0, 400.0], "requests": [1, 5, 2]})
+    fig = figures.tps_distribution_figure(hist, 210.0, 150.0)
+    assert list(fig.data[0].y) == [1, 5, 2] and fig.layout.xaxis.type == "log"
+    assert [s.x0 for s in fig.layout.shapes] == [210.0, 150.0]
+    assert [a.text for a in fig.layout.annotations] == ["P50 210", "P90 150"]
+    assert not figures.tps_distribution_figure(hist, math.nan, math.nan).layout.shapes
+
+
+def test_top_users_stack_computed_cached_and_generated() -> None:
+    t = pd.DataFrame({"user_id": ["a", "b"], "prompt_tokens": [100, 50], "cached_prompt_tokens": [60, 0],
+                      "generated_tokens": [10, 20]})  # fmt: skip
+    fig = figures.top_users_figure(t)
+    assert [d.name for d in fig.data] == ["prompt, computed", "prompt, cached", "generated"]
+    assert list(fig.data[0].y) == ["b", "a"] and list(fig.data[0].x) == [50, 40]  # biggest on top
