@@ -447,7 +447,7 @@ def cmd_eplb_rules(args: argparse.Namespace) -> int:
 
 # ----------------------------------------------------------------------------- up
 def cmd_localstack(args: argparse.Namespace) -> int:
-    """Real vLLM on CPU: prefill + decode (NIXL) + vllm-router, traffic through it; Ctrl-C stops it."""
+    """Real vLLM on CPU: prefill + decode (NIXL), vllm-router, the gateway, traffic through it; Ctrl-C stops it."""
     from stack.localstack import LocalCpuStack, StackError, drive_traffic
     from stack.twin.server import write_targets
 
@@ -460,10 +460,11 @@ def cmd_localstack(args: argparse.Namespace) -> int:
         stack.start()
         if args.targets_out:
             write_targets(stack.targets(), Path(args.targets_out))
-        router = f"http://127.0.0.1:{stack.ports['router']}"
-        print(f"localstack: ready; OpenAI API through vllm-router at {router}", flush=True)
+        gateway = f"http://127.0.0.1:{stack.ports['gateway']}"
+        print(f"localstack: ready; OpenAI API at the gateway {gateway} -> vllm-router "
+              f"http://127.0.0.1:{stack.ports['router']}", flush=True)  # fmt: skip
         if args.traffic_sessions:
-            threading.Thread(target=drive_traffic, args=(router, stop, args.traffic_sessions), daemon=True).start()
+            threading.Thread(target=drive_traffic, args=(gateway, stop, args.traffic_sessions), daemon=True).start()
         while not stop.wait(1.0):
             for name, c in stack.children.items():
                 if c.poll() is not None:
@@ -637,9 +638,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("localstack", help="real vLLM on CPU: prefill + decode with NIXL, vllm-router, the plugin")
     s.add_argument("--workdir", default=".moemeter/local-cpu", help="model directory and logs go here")
     s.add_argument("--targets-out", help="write the targets file here once every part answers")
-    s.add_argument("--base-port", type=int, default=18100, help="router port; vLLM on +1 and +2, router metrics +9")
-    s.add_argument("--traffic-sessions", type=int, default=2, help="agent-like sessions sent through the router "
-                   "(0: none)")  # fmt: skip
+    s.add_argument("--base-port", type=int, default=18100, help="router port; vLLM on +1 and +2, the gateway on +3, "
+                   "router metrics +9")  # fmt: skip
+    s.add_argument("--traffic-sessions", type=int, default=2, help="load-generator sessions in flight through the "
+                   "gateway (0: none)")  # fmt: skip
     s.set_defaults(func=cmd_localstack)
 
     s = sub.add_parser("twin", help="serve the simulated GB300 NVL72 rack's metrics endpoints")

@@ -2,25 +2,28 @@
 NIXL KV transfer between them, each on its own core, the moemeter plugin in both, and vLLM's
 own PD router in front. How this runs on a 2-core machine is recorded in tests/fixtures/README.md.
 
-`moemeter localstack` starts it, writes the targets file once every part answers, drives a
-little traffic through the router (until the load generator exists), and stops it all on
-SIGINT/SIGTERM.
+The metering gateway sits in front of the router. `moemeter localstack` starts it all, writes
+the targets file once every part answers, drives AgentX-like traffic through the gateway with
+the load generator, and stops it all on SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import os
-import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from stack.loadgen.run import LoadGen
+from stack.loadgen.workload import WorkloadSpec
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).parents[1]
@@ -44,7 +47,7 @@ class LocalCpuStack:
     @property
     def ports(self) -> dict[str, int]:
         b = self.base_port
-        return {"router": b, "prefill-0": b + 1, "decode-0": b + 2, "router-metrics": b + 9}
+        return {"router": b, "prefill-0": b + 1, "decode-0": b + 2, "gateway": b + 3, "router-metrics": b + 9}
 
     def check(self) -> None:
         for what, path, fix in ((f"vLLM environment ({self.vllm_python})", self.vllm_python, "make vllm-env"),
@@ -53,10 +56,14 @@ class LocalCpuStack:
                 raise StackError(f"no {what}: run `{fix}` first")
 
     def model_dir(self) -> Path:
+        """The tiny model, made again whenever the script or config that make it changed."""
         out = self.workdir / "model"
-        if not (out / "config.json").exists():
+        recipe = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(PROFILE.iterdir()) if p.is_file())).hexdigest()
+        stamp = out / ".recipe"
+        if not stamp.exists() or stamp.read_text() != recipe:
             subprocess.run([str(self.vllm_python), str(PROFILE / "make_model.py"), str(out)], check=True,
                            capture_output=True, timeout=300)  # fmt: skip
+            stamp.write_text(recipe)
         return out
 
     def vllm_command(self, name: str, model: Path) -> tuple[list[str], dict[str, str]]:
@@ -69,7 +76,7 @@ class LocalCpuStack:
         cmd = [str(self.vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16",
                "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(self.ports[name]),
-               "--kv-transfer-config", KV_CONFIG]  # fmt: skip
+               "--kv-transfer-config", KV_CONFIG, "--enable-prompt-tokens-details"]  # fmt: skip
         return cmd, env
 
     def router_command(self) -> list[str]:
@@ -87,7 +94,14 @@ class LocalCpuStack:
              "stack": "local-cpu", "hostname": "localhost"},
             {"name": "router", "url": f"http://127.0.0.1:{p['router-metrics']}/metrics", "role": "router", "gpus": 0,
              "stack": "local-cpu"},
+            {"name": "gateway", "url": f"http://127.0.0.1:{p['gateway']}/metrics", "role": "gateway", "gpus": 0,
+             "stack": "local-cpu"},
         ]  # fmt: skip
+
+    def gateway_command(self) -> list[str]:
+        p = self.ports
+        return [sys.executable, "-m", "moemeter", "gateway", "--upstream", f"http://127.0.0.1:{p['router']}",
+                "--port", str(p["gateway"]), "--records", str(self.workdir / "gateway.sqlite")]  # fmt: skip
 
     def start(self, ready_within: float = 300.0) -> None:
         self.check()
@@ -98,7 +112,9 @@ class LocalCpuStack:
             self._spawn(name, cmd, env)
         self._wait([f"http://127.0.0.1:{self.ports[n]}/health" for n in ("prefill-0", "decode-0")], ready_within)
         self._spawn("router", self.router_command(), dict(os.environ))
-        self._wait([f"http://127.0.0.1:{self.ports['router-metrics']}/metrics"], 60)
+        self._spawn("gateway", self.gateway_command(), dict(os.environ))
+        self._wait([f"http://127.0.0.1:{self.ports['router-metrics']}/metrics",
+                    f"http://127.0.0.1:{self.ports['gateway']}/health"], 60)  # fmt: skip
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         out = (self.workdir / f"{name}.log").open("ab")
@@ -135,36 +151,22 @@ class LocalCpuStack:
                 c.wait()
 
 
-TOPICS = ["expert parallelism", "the KV cache", "prefix caching", "load balancing", "tool calls", "long contexts"]
+# Small enough for the tiny model's 4096-token context on two cores.
+LOCAL_WORKLOAD = WorkloadSpec(users=6, sessions=4, turns_mean=4, system_prompts=2, system_prompt_words=60,
+                              first_turn_words=40, turn_words=20, max_context_words=700, tool_call_tokens=8,
+                              answer_tokens=32, subagent_share=0.2, think_seconds=0.5)  # fmt: skip
 
 
-def drive_traffic(router_url: str, stop: threading.Event, sessions: int = 2, seed: int = 0) -> None:
-    """A little agent-like traffic through the router until `stop`: each session's context grows
-    turn by turn; answers are short or long. (The load generator, when it exists, replaces this.)"""
-    rng = random.Random(seed)
-
-    def session(k: int) -> None:
-        history: list[dict[str, str]] = []
-        with httpx.Client(timeout=120) as client:
-            while not stop.is_set():
-                if len(history) > 12:
-                    history = []
-                history.append(
-                    {"role": "user", "content": f"Tell me about {rng.choice(TOPICS)} (turn {len(history)})."}
-                )
-                body = {"model": MODEL_NAME, "messages": history, "max_tokens": rng.choice([8, 16, 64]),
-                        "ignore_eos": True, "user": f"user-{k}", "stream": rng.random() < 0.5}  # fmt: skip
-                try:
-                    r = client.post(router_url + "/v1/chat/completions", json=body)
-                    text = r.text if body["stream"] else json.dumps(r.json().get("choices", [{}])[0])
-                    history.append({"role": "assistant", "content": text[:200]})
-                except (httpx.HTTPError, ValueError) as exc:
-                    log.warning("traffic session %d: %s", k, exc)
-                    stop.wait(2)
-                stop.wait(rng.uniform(0.2, 1.5))  # think time
-
-    threads = [threading.Thread(target=session, args=(k,), daemon=True) for k in range(sessions)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+def drive_traffic(gateway_url: str, stop: threading.Event, sessions: int = 2, seed: int = 0) -> None:
+    """AgentX-like sessions through the gateway until `stop`, in rounds of LOCAL_WORKLOAD, `sessions`
+    at a time (each round a new seed, so new sessions)."""
+    while not stop.is_set():
+        gen = LoadGen(gateway_url, MODEL_NAME, LOCAL_WORKLOAD, seed=seed, concurrency=sessions, duration=60,
+                      progress=None)  # fmt: skip
+        results = gen.run()
+        failed = [r for r in results if r.error]
+        if failed:
+            log.warning("traffic: %d of %d requests failed (%s)", len(failed), len(results), failed[0].error)
+        if not results:
+            stop.wait(2)
+        seed += 1

@@ -50,8 +50,9 @@ def render() -> None:
         m[1].metric("Worst layer now", f"layer {int(worst['layer'].iloc[0])}", f"{worst['balancedness'].iloc[0]:.3f}",
                     delta_color="off")  # fmt: skip
     rm = data.rank_matrix(steps[steps["bucket"] == steps["bucket"].max()]) if len(steps) else pd.DataFrame()
-    if not rm.empty:
-        layer, rank = rm.stack().idxmax()
+    loaded = rm.stack().dropna() if not rm.empty else pd.Series(dtype=float)
+    if len(loaded):  # the last step may have routed no token (idle instance): no hottest rank then
+        layer, rank = loaded.idxmax()
         since = data.hottest_since(steps, layer, rank)
         m[2].metric("Hottest rank now", f"layer {layer} · rank {rank}",
                     f"{rm.loc[layer, rank]:.2f}x mean" + (f" · top since {since:%H:%M:%S}" if since is not None else ""),

@@ -1,7 +1,7 @@
 """The local CPU stack, for real: vLLM prefill + decode (NIXL KV transfer, each on its own
-core, the plugin in both) behind vllm-router, traffic through the router, the collectors
-storing it all, and the Experts and CPU overhead pages rendering it. Needs .vllm-venv and
-.router-venv (`make test` builds both first)."""
+core, the plugin in both) behind vllm-router, the metering gateway in front, the load generator
+sending through it, the collectors storing it all, and the Users, Experts and CPU overhead pages
+rendering it. Needs .vllm-venv and .router-venv (`make test` builds both first)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def localstack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("localstack")
     base = free_port() // 10 * 10 % 50000 + 10000  # a block of ten ports, away from ephemeral ones
     proc = subprocess.Popen([sys.executable, "-m", "moemeter", "localstack", "--workdir", str(tmp / "work"),
-                             "--targets-out", str(tmp / "targets.json"), "--base-port", str(base)],
+                             "--targets-out", str(tmp / "targets.json"), "--base-port", str(base),
+                             "--traffic-sessions", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 400
@@ -49,31 +50,62 @@ def localstack(tmp_path_factory):
             proc.wait()
 
 
-def test_pd_through_the_router_is_stored_and_shown(localstack, tmp_path, monkeypatch):
+def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_path, monkeypatch):
+    import dataclasses
+
     from streamlit.testing.v1 import AppTest
 
     from collectors.scrape import http_fetcher
     from collectors.service import Collector
+    from stack.loadgen.run import LoadGen
+    from stack.localstack import LOCAL_WORKLOAD, MODEL_NAME
     from warehouse.api import QueryServer
     from warehouse.db import Warehouse
 
     work, base, _ = localstack
     wh = Warehouse(tmp_path / "w.duckdb")
     collector = Collector(wh, work / "targets.json", interval=5.0, snapshot_every=2)
+    gen = LoadGen(f"http://127.0.0.1:{base + 3}", MODEL_NAME, dataclasses.replace(LOCAL_WORKLOAD, sessions=6),
+                  seed=1, concurrency=2, progress=None)  # fmt: skip
 
     async def rounds() -> None:
         async with httpx.AsyncClient() as client:
             fetch = http_fetcher(client)
-            for i in range(8):  # ~35 s of the built-in traffic
-                if i:
-                    await asyncio.sleep(5.0)
+            traffic = asyncio.create_task(gen.arun())
+            await collector.round(fetch)
+            while not traffic.done():  # collect while the load generator runs, as in production
+                await asyncio.sleep(5.0)
                 await collector.round(fetch)
+            # Two more rounds, then until the feed is read to its end: on two cores a round can stall
+            # (NIXL's UCX progress threads spin on both), and then the next one reads what it missed.
+            deadline = time.monotonic() + 120
+            for k in range(100):
+                await asyncio.sleep(5.0)
+                await collector.round(fetch)
+                stored = wh.query_df("SELECT count(*) n FROM requests").n[0]
+                if k >= 1 and (stored >= len(gen.results) or time.monotonic() > deadline):
+                    break
 
     asyncio.run(rounds())
+    results = gen.results
+    ok = [r for r in results if r.error is None]
+    assert len(ok) >= 8, [r.error for r in results]
+    # Every request exactly once, with its user and the token counts vLLM returned in `usage`.
+    rows = wh.query_df("""SELECT request_id, user_id, prompt_tokens, generated_tokens, cached_prompt_tokens, stream,
+                                 itl_mean_seconds, outcome FROM requests ORDER BY seq""")  # fmt: skip
+    assert sorted(rows.request_id) == sorted(r.request_id for r in results) and rows.request_id.is_unique
+    got = {
+        r.request_id: (r.user_id, r.prompt_tokens, r.generated_tokens, r.cached_prompt_tokens)
+        for r in rows.itertuples()
+    }
+    for r in ok:
+        assert got[r.request_id] == (r.user, r.prompt_tokens, r.completion_tokens, r.cached_prompt_tokens), r
+    assert (rows.outcome == "ok").sum() == len(ok)
+    assert rows[rows.stream & (rows.outcome == "ok")].itl_mean_seconds.notna().all()  # a chunk per token
     # Both cores run vLLM: a scrape may time out now and then, and is then recorded as down.
     up = wh.query_df("""SELECT target, count(*) FILTER (WHERE up) AS up, any_value(error) FILTER (WHERE NOT up) AS why
                         FROM scrapes GROUP BY target ORDER BY target""")  # fmt: skip
-    assert up["target"].tolist() == ["decode-0", "prefill-0", "router"] and (up["up"] >= 4).all(), up
+    assert up["target"].tolist() == ["decode-0", "gateway", "prefill-0", "router"] and (up["up"] >= 4).all(), up
 
     def inc(metric: str, target: str, **labels: str) -> float:
         where = "".join(f" AND json_extract_string(s.labels, '$.{k}') = '{v}'" for k, v in labels.items())
@@ -106,6 +138,12 @@ def test_pd_through_the_router_is_stored_and_shown(localstack, tmp_path, monkeyp
         at.run()
         assert not at.exception, at.exception
         assert set(at.selectbox[0].options) == {"decode-0", "prefill-0"}
+        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "users.py"), default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        p90 = 1 / rows.itl_mean_seconds.quantile(0.9)  # pandas' linear quantile, as DuckDB's quantile_cont
+        shown = next(m.value for m in at.metric if m.label == "P90 per-user tokens/s")
+        assert float(shown.replace(",", "")) == pytest.approx(p90, abs=0.06)
     finally:
         api.shutdown()
         wh.close()
@@ -115,6 +153,6 @@ def test_it_stops_cleanly_on_sigterm(localstack):
     work, base, proc = localstack
     os.killpg(proc.pid, signal.SIGTERM)
     assert proc.wait(60) == 0
-    for port in (base, base + 1, base + 2, base + 9):
+    for port in (base, base + 1, base + 2, base + 3, base + 9):
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)

@@ -39,6 +39,11 @@ def build(out: Path) -> Path:
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
     tok.train_from_iterator(CORPUS * 50, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    # The corpus gives a few hundred tokens; the model samples from all vocab_size ids. Every id must
+    # decode to text, or streams carry empty chunks and no inter-token gap can be measured. The
+    # fillers are the load generator's words (w0, w1, ...), so its prompts are about a token a word.
+    fast.add_tokens([f"w{i}" for i in range(config["vocab_size"] - len(fast))])
+    assert len(fast) == config["vocab_size"], (len(fast), config["vocab_size"])
     fast.chat_template = (
         "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
         "{% if add_generation_prompt %}<s>assistant: {% endif %}"
