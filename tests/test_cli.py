@@ -25,6 +25,10 @@ SUBCOMMANDS = [
     "eplb",
     "eplb plan",
     "eplb rules",
+    "gateway",
+    "loadgen",
+    "launch",
+    "localstack",
 ]
 
 
@@ -122,3 +126,65 @@ def test_eplb_rules_file_passes_promtool(tmp_path, capsys):
     check = subprocess.run([promtool, "check", "rules", str(out)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "SUCCESS: 3 rules found" in check.stdout
+
+
+def _wait_ok(url: str, proc: subprocess.Popen, within: float = 30) -> None:  # type: ignore[type-arg]
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer")
+
+
+@pytest.mark.integration
+def test_loadgen_through_the_gateway_to_the_twin(tmp_path, capsys):
+    """The commands a user runs: the twin as upstream, the gateway, the load generator."""
+    import httpx
+
+    from tests.e2e.test_browser import free_port
+
+    up, gw = free_port(), free_port()
+    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--openai-port", str(up)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    gate = subprocess.Popen([sys.executable, "-m", "moemeter", "gateway", "--upstream", f"http://127.0.0.1:{up}",
+                             "--port", str(gw), "--records", str(tmp_path / "gw.sqlite")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        _wait_ok(f"http://127.0.0.1:{up}/v1/models", twin)
+        _wait_ok(f"http://127.0.0.1:{gw}/health", gate)
+        out = tmp_path / "requests.jsonl"
+        assert main(["loadgen", "--url", f"http://127.0.0.1:{gw}", "--sessions", "4", "--users", "3",
+                     "--think-seconds", "0", "--answer-tokens", "8", "--json", "--out", str(out)]) == 0  # fmt: skip
+        summary = json.loads(capsys.readouterr().out)
+        sent = [json.loads(line) for line in out.read_text().splitlines()]
+        assert summary["requests"] == len(sent) == summary["ok"] > 0
+        assert 100 < summary["per_user_tokens_per_second_p90"] < 230  # 4.5 ms between tokens, plus scheduling
+        import time
+
+        time.sleep(0.3)  # the log writer's batch
+        feed = httpx.get(f"http://127.0.0.1:{gw}/moemeter/requests", params={"limit": 1000}).json()
+        assert sorted(r["request_id"] for r in feed["records"]) == sorted(r["request_id"] for r in sent)
+    finally:
+        for p in (gate, twin):
+            p.terminate()
+            p.wait(10)
+    assert gate.returncode == 0
+
+
+def test_gateway_refuses_bad_setup(tmp_path, capsys):
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"require_key": True, "keys": [{"sha256": "sk-in-clear", "tenant": "acme"}]}))
+    assert main(["gateway", "--upstream", "http://127.0.0.1:1", "--keys", str(keys)]) == 2
+    assert "a hash, not the key" in capsys.readouterr().err
+    assert main(["gateway"]) == 2
+    assert "--upstream URL is required" in capsys.readouterr().err
+    assert main(["loadgen", "--url", "http://127.0.0.1:1", "--users", "0"]) == 2
