@@ -10,8 +10,16 @@
 4. Plugin overhead: real vLLM on CPU with and without the moemeter plugin, inter-token latency.
 5. History: the twin fast-forwards a day (MOEMETER_BENCH_HISTORY, default 24h) of the whole
    rack, expert snapshots included, through the ingest path at a 60 s scrape interval: wall
-   time, file size, peak memory; then every Live and Experts page query over 1 h and 24 h.
-Results go to benchmarks/results/latest.json and are printed.
+   time, file size, peak memory; then every Live, Experts and Users page query over 1 h and 24 h.
+6. Gateway: the metering gateway and the twin's simulated OpenAI server in their own processes;
+   one request at a time, non-streaming, direct to the upstream and through the gateway,
+   interleaved: latency the gateway adds at p50 and p99; and streams direct and through it,
+   tokens/s ratio: 4,000 tokens as fast as the upstream writes them (every process of the three
+   then saturates a core: a worst case), and 1,000 tokens paced at ~1 ms (above the write-up's
+   826 tokens/s for a single user).
+Results go to benchmarks/results/latest.json and are printed. `python -m benchmarks.run SECTION ...`
+runs only the sections named (planner, ingest, live_page, vs_prometheus, plugin_overhead,
+history, gateway).
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.scrape import http_fetcher
 from collectors.service import Collector
 from collectors.targets import load_targets
-from dashboard.data import experts, live
+from dashboard.data import experts, live, users
 from warehouse.api import LocalQuery
 from warehouse.db import Warehouse
 
@@ -240,6 +248,16 @@ def experts_queries(q: live.Query, w: live.Window) -> None:
     experts.load_matrix(shares)
 
 
+def users_queries(q: live.Query, w: live.Window) -> None:
+    """What the Users page asks for at its first render."""
+    s = users.summary(q, w)
+    users.tps_histogram(q, w)
+    users.tps_over_time(q, w)
+    top = users.users_table(q, w, limit=25)
+    if s is not None and len(top):
+        users.user_history(q, w, str(top.user_id[0]))
+
+
 def _timed(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     times = []
     for _ in range(repeats):
@@ -266,11 +284,11 @@ def bench_history(tmp: Path) -> dict[str, object]:
         q = LocalQuery(cur)
         end = live.latest_scrape_time(q)
         assert end is not None
-        for table in ("samples", "increments", "increments_1m", "increments_1h", "expert_load"):
+        for table in ("samples", "increments", "increments_1m", "increments_1h", "expert_load", "requests"):
             result[f"rows_{table}"] = cur.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
         for label, seconds in (("1h", 3600), ("24h", 86400)):
             w = live.Window.ending(end, seconds)
-            for page, fn in (("live", live_queries), ("experts", experts_queries)):
+            for page, fn in (("live", live_queries), ("experts", experts_queries), ("users", users_queries)):
                 p50, p95 = _timed(lambda f=fn, w=w: f(q, w), 5)  # type: ignore[misc]
                 result[f"{page}_page_{label}_p50_seconds"], result[f"{page}_page_{label}_p95_seconds"] = p50, p95
             result[f"tables_{label}"] = w.tables["inc"]
@@ -367,15 +385,102 @@ def bench_planner() -> dict[str, object]:
     return out
 
 
+UPSTREAM_SCRIPT = """
+import sys
+from aiohttp import web
+from stack.twin.upstream import SimulatedUpstream
+web.run_app(SimulatedUpstream(model="bench").app(), host="127.0.0.1", port=int(sys.argv[1]), access_log=None,
+            print=None)
+"""
+
+
+def _quantile(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+async def _gateway_rounds(direct: str, through: str, requests: int, stream_tokens: int,
+                          streams: int) -> dict[str, list[float]]:  # fmt: skip
+    import aiohttp
+
+    out: dict[str, list[float]] = {"direct": [], "through": [], "stream_direct": [], "stream_through": [],
+                                   "paced_direct": [], "paced_through": []}  # fmt: skip
+    body = {"model": "bench", "prompt": "one two three four five six seven eight", "max_tokens": 16}
+    long = {"model": "bench", "prompt": "a b c", "max_tokens": stream_tokens, "stream": True}
+    async with aiohttp.ClientSession() as session:
+        for url in (direct, through):  # warm up both paths (connections, the gateway's model list)
+            for _ in range(50):
+                async with session.post(url + "/v1/completions", json=body) as r:
+                    await r.read()
+        for i in range(requests):
+            for name, url in (("direct", direct), ("through", through))[:: 1 if i % 2 else -1]:
+                t = time.perf_counter()
+                async with session.post(url + "/v1/completions", json=body) as r:
+                    await r.read()
+                    assert r.status == 200, r.status
+                out[name].append(time.perf_counter() - t)
+        paced = {**long, "max_tokens": 1000, "twin_itl_seconds": 0.001}  # ~1,000 tok/s, above the 826 single-user
+        for kind, req in (("stream", long), ("paced", paced)):
+            for i in range(streams):
+                for name, url in ((f"{kind}_direct", direct), (f"{kind}_through", through))[:: 1 if i % 2 else -1]:
+                    t = time.perf_counter()
+                    async with session.post(url + "/v1/completions", json=req) as r:
+                        async for _ in r.content:
+                            pass
+                    out[name].append(req["max_tokens"] / (time.perf_counter() - t))
+    return out
+
+
+def bench_gateway(tmp: Path, requests: int = 3000, stream_tokens: int = 4000, streams: int = 10) -> dict[str, object]:
+    from tests.e2e.test_browser import free_port
+
+    up_port, gw_port = free_port(), free_port()
+    up = subprocess.Popen([sys.executable, "-c", UPSTREAM_SCRIPT, str(up_port)], cwd=ROOT)
+    gw = subprocess.Popen([sys.executable, "-m", "moemeter", "gateway", "--upstream", f"http://127.0.0.1:{up_port}",
+                           "--port", str(gw_port), "--records", str(tmp / "gateway.sqlite")], cwd=ROOT,
+                          stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        _wait_ready(f"http://127.0.0.1:{up_port}/v1/models", 30)
+        _wait_ready(f"http://127.0.0.1:{gw_port}/health", 30)
+        t = asyncio.run(_gateway_rounds(f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}", requests,
+                                        stream_tokens, streams))  # fmt: skip
+        gw_cpu = _cpu_seconds(gw.pid)
+    finally:
+        for p in (gw, up):
+            p.terminate()
+            p.wait(10)
+    d50, t50 = _quantile(t["direct"], 0.5), _quantile(t["through"], 0.5)
+    d99, t99 = _quantile(t["direct"], 0.99), _quantile(t["through"], 0.99)
+    sd, st = statistics.median(t["stream_direct"]), statistics.median(t["stream_through"])
+    pd_, pt = statistics.median(t["paced_direct"]), statistics.median(t["paced_through"])
+    return {"requests_each_way": requests, "direct_p50_ms": round(d50 * 1e3, 3), "through_p50_ms": round(t50 * 1e3, 3),
+            "added_p50_ms": round((t50 - d50) * 1e3, 3), "added_p99_ms": round((t99 - d99) * 1e3, 3),
+            "through_over_direct_p50": round(t50 / d50, 3),
+            "stream_tokens": stream_tokens, "stream_direct_tokens_per_second": round(sd),
+            "stream_through_tokens_per_second": round(st), "stream_through_over_direct": round(st / sd, 3),
+            "paced_stream_direct_tokens_per_second": round(pd_), "paced_stream_through_tokens_per_second": round(pt),
+            "paced_stream_through_over_direct": round(pt / pd_, 4),
+            "gateway_cpu_seconds": round(gw_cpu, 2)}  # fmt: skip
+
+
+SECTIONS = {"planner": lambda tmp: bench_planner(), "ingest": bench_ingest, "live_page": bench_live_page,
+            "vs_prometheus": bench_vs_prometheus, "plugin_overhead": bench_plugin_overhead, "gateway": bench_gateway,
+            "history": bench_history}  # fmt: skip
+
+
 def main() -> None:
+    names = sys.argv[1:] or list(SECTIONS)
+    unknown = [n for n in names if n not in SECTIONS]
+    if unknown:
+        sys.exit(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
+    result: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        result = {"eplb_planner": bench_planner(), "ingest": bench_ingest(tmp), "live_page": bench_live_page(tmp),
-                  "vs_prometheus": bench_vs_prometheus(tmp), "plugin_overhead": bench_plugin_overhead(tmp),
-                  "history": bench_history(tmp)}  # fmt: skip
+        for name in names:
+            result[name] = SECTIONS[name](Path(d))  # type: ignore[operator]
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
+    path = out / ("latest.json" if not sys.argv[1:] else f"latest-{'-'.join(names)}.json")
+    path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

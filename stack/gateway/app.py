@@ -61,11 +61,16 @@ class StreamTracker:
 
     def event(self, raw: bytes, now: float) -> bool:
         """Take one event; True when it goes on to the client."""
-        data = b"".join(line[5:].strip() for line in raw.splitlines() if line.startswith(b"data:"))
+        data = raw[6:] if raw.startswith(b"data: ") and b"\n" not in raw else _data(raw)
         if not data:
             return True
         if data == b"[DONE]":
             self.done = True
+            return True
+        quick = _token_chunk(data)
+        if quick is not None:  # the common case, decided without parsing the JSON
+            if quick:
+                self._token(now)
             return True
         try:
             chunk = json.loads(data)
@@ -83,13 +88,40 @@ class StreamTracker:
         if not choices:
             return self.client_wants_usage  # the usage chunk the gateway asked for
         if any(_carries_output(c) for c in choices if isinstance(c, dict)):
-            if self.first is None:
-                self.first = now
-            elif self.last is not None:
-                self.gap_max = max(self.gap_max, now - self.last)
-            self.last = now
-            self.chunks += 1
+            self._token(now)
         return True
+
+    def _token(self, now: float) -> None:
+        if self.first is None:
+            self.first = now
+        elif self.last is not None:
+            self.gap_max = max(self.gap_max, now - self.last)
+        self.last = now
+        self.chunks += 1
+
+
+def _data(raw: bytes) -> bytes:
+    return b"".join(line[5:].strip() for line in raw.splitlines() if line.startswith(b"data:"))
+
+
+def _token_chunk(data: bytes) -> bool | None:
+    """Whether a compact-JSON chunk (vLLM's pydantic dumps) carries output, from its bytes; None when
+    it needs parsing: usage or error chunks, tool calls, reasoning, or another server's formatting."""
+    if (
+        b'"usage":{' in data
+        or b'"error"' in data
+        or b'"choices":[]' in data
+        or b'"tool_calls"' in data
+        or b'"reasoning' in data
+    ):
+        return None
+    if b'"text":"' in data:
+        return b'"text":""' not in data
+    if b'"content":"' in data:
+        return b'"content":""' not in data
+    if b'"delta":{' in data or b'"text":null' in data:
+        return None
+    return None
 
 
 def _carries_output(choice: dict[str, Any]) -> bool:
@@ -327,16 +359,21 @@ class Gateway:
         await resp.prepare(request)
         try:
             try:
-                buf: list[bytes] = []
-                async for line in up.content:
-                    buf.append(line)
-                    if line in (b"\n", b"\r\n"):
-                        event = b"".join(buf)
-                        buf.clear()
-                        if tr.event(event, time.monotonic()):
-                            await resp.write(event)
-                if buf and tr.event(b"".join(buf), time.monotonic()):
-                    await resp.write(b"".join(buf))
+                buf, sep = b"", b""
+                async for data in up.content.iter_any():  # whatever arrived: one or many events, or part of one
+                    buf += data
+                    if not sep:
+                        sep = b"\r\n\r\n" if b"\r\n\r\n" in buf else b"\n\n" if b"\n\n" in buf else b""
+                        if not sep:
+                            continue
+                    *events, buf = buf.split(sep)
+                    if events:
+                        now = time.monotonic()
+                        kept = [e + sep for e in events if tr.event(e, now)]
+                        if kept:
+                            await resp.write(b"".join(kept))
+                if buf.strip() and tr.event(buf, time.monotonic()):
+                    await resp.write(buf)
             except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
                 rec.outcome = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_dropped"
                 await resp.write(b"data: " + json.dumps(error_body(f"The upstream stream ended early: {exc or 'timeout'}",

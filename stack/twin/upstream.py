@@ -8,7 +8,7 @@ from a simulated prefix cache (`prompt_tokens_details.cached_tokens`). Times com
 cannot be made to show on demand, named by the request body's field `twin_fault` (a body field, so it
 passes through the gateway unchanged):
 `drop-after-N` (close the stream after N tokens, no [DONE]), `stall` (never answer),
-`status-N` (answer HTTP N).
+`status-N` (answer HTTP N). A body field `twin_itl_seconds` sets this request's gap between tokens.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ class SimulatedUpstream:
                       if chat else {"index": 0, "text": out, "finish_reason": "length"})  # fmt: skip
             return web.json_response({"id": cid, "object": kind, "created": created, "model": self.model,
                                       "choices": [choice], "usage": usage})  # fmt: skip
+        itl = float(body.get("twin_itl_seconds", self.itl_seconds))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         drop_after = int(fault[11:]) if fault.startswith("drop-after-") else None
@@ -127,8 +128,8 @@ class SimulatedUpstream:
                 if drop_after is not None and i == drop_after:
                     request.transport.close()  # type: ignore[union-attr]
                     return resp
-                if i and self.itl_seconds:
-                    await asyncio.sleep(self.itl_seconds)
+                if i and itl:
+                    await asyncio.sleep(itl)
                 last = i == n_out - 1
                 piece = f" t{i}"
                 choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
