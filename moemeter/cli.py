@@ -375,6 +375,141 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- report
+def _report_pools(path: str) -> dict[str, list[tuple[str, int]]]:
+    from collectors.targets import TargetsError, load_targets
+
+    try:
+        targets = load_targets(path)
+    except TargetsError as exc:
+        raise CliError(str(exc)) from exc
+    return {role: [(t.name, t.gpus) for t in targets if t.role == role] for role in ("prefill", "decode")}
+
+
+def _report_sheet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from warehouse.prices import PriceSheetError, load_sheet
+
+    try:
+        return load_sheet(args.price_sheet) if args.price_sheet else None
+    except PriceSheetError as exc:
+        raise CliError(str(exc)) from exc
+
+
+def _with_query(args: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
+    """Run fn(query) on the query API (--api) or the file opened read-only (--db)."""
+    import duckdb
+
+    from warehouse.api import LocalQuery, QueryClient
+
+    try:
+        if args.api:
+            return fn(QueryClient(args.api))
+        with _open_read_only(args.db) as con:
+            return fn(LocalQuery(con))
+    except duckdb.Error as exc:
+        raise CliError(f"query failed: {exc}") from exc
+
+
+def cmd_report_cost(args: argparse.Namespace) -> int:
+    from warehouse.cost import NoData, cost_report
+
+    start, end = _parse_time(args.from_), _parse_time(args.to)
+    pools, sheet = _report_pools(args.targets), _report_sheet(args)
+    try:
+        report = _with_query(args, lambda q: cost_report(q, pools, start, end, sheet))
+    except (NoData, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    data = report.as_json()
+    if args.json:
+        print(json.dumps(data, indent=2))
+    elif args.csv:
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(["kind", "name", "gpus", "gpu_hours", "cost_usd", "prompt_tokens", "cached_prompt_tokens",
+                    "generated_tokens", "usd_per_mtok"])  # fmt: skip
+        pf, dc, tot = data["pools"]["prefill"], data["pools"]["decode"], data["total"]
+        w.writerow(["pool", "prefill", pf["gpus"], pf["gpu_hours"], pf["cost_usd"], pf["prompt_tokens"],
+                    pf["cached_prompt_tokens"], "", pf["usd_per_mtok_input"]])  # fmt: skip
+        w.writerow(["pool", "decode", dc["gpus"], dc["gpu_hours"], dc["cost_usd"], "", "", dc["generated_tokens"],
+                    dc["usd_per_mtok_output"]])  # fmt: skip
+        w.writerow(["total", "", pf["gpus"] + dc["gpus"], round(pf["gpu_hours"] + dc["gpu_hours"], 6), tot["cost_usd"],
+                    pf["prompt_tokens"], pf["cached_prompt_tokens"], dc["generated_tokens"], tot["usd_per_mtok_blended"]])  # fmt: skip
+        for u in data["users"]:
+            w.writerow(["user", u["user"], "", "", u["cost_usd"], u["prompt_tokens"], u["cached_prompt_tokens"],
+                        u["generated_tokens"], ""])  # fmt: skip
+    else:
+        print(_cost_text(data))
+    return 0
+
+
+def _cost_text(d: dict) -> str:  # type: ignore[type-arg]
+    def usd(v: float | None, per: str = "") -> str:
+        return "n/a (no tokens)" if v is None else f"${v:,.{4 if per else 2}f}{per}"
+
+    w, pf, dc, t = d["window"], d["pools"]["prefill"], d["pools"]["decode"], d["total"]
+    lines = [
+        f"{w['from']} .. {w['to']} ({w['hours']:g} h; tokens counted {w['first_count']} .. {w['last_count']}); price sheet "
+        f"{d['price_sheet']['name']}; per-user method: {d['method']}",  # fmt: skip
+        f"prefill  {pf['gpus']:>4} GPUs {pf['gpu_hours']:>10,.2f} GPU-h {usd(pf['cost_usd']):>14}  "
+        f"{pf['computed_prompt_tokens']:>15,} computed + {pf['cached_prompt_tokens']:,} cached prompt tokens  "
+        f"{usd(pf['usd_per_mtok_input'], '/M input')}  idle {usd(pf['idle_cost_usd'])}",
+        f"decode   {dc['gpus']:>4} GPUs {dc['gpu_hours']:>10,.2f} GPU-h {usd(dc['cost_usd']):>14}  "
+        f"{dc['generated_tokens']:>15,} generated tokens  {usd(dc['usd_per_mtok_output'], '/M output')}  "
+        f"idle {usd(dc['idle_cost_usd'])}",
+        f"total    {usd(t['cost_usd'])}  {t['tokens']:,} tokens  {usd(t['usd_per_mtok_blended'], '/M blended')}"
+        + (f"  revenue {usd(t['revenue_usd'])}  margin {usd(t['margin_usd'])}" if t["revenue_usd"] is not None else ""),
+    ]
+    if d["users"]:
+        lines.append("users (top 20 by cost):")
+        lines += [f"  {u['user']:<24} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
+                  f"{u['generated_tokens']:>10,} generated" for u in d["users"][:20]]  # fmt: skip
+    return "\n".join(lines)
+
+
+def cmd_report_daily(args: argparse.Namespace) -> int:
+    from warehouse.cost import daily_statement
+
+    start, end = _parse_time(args.from_), _parse_time(args.to)
+    if end <= start:
+        raise CliError("--to must be after --from")
+    pools, sheet = _report_pools(args.targets), _report_sheet(args)
+    try:
+        df = _with_query(args, lambda q: daily_statement(q, pools, start, end, sheet))
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    if args.parquet:
+        df.to_parquet(args.parquet, index=False)
+    if args.json:
+        print(df.to_json(orient="records"))
+    elif args.csv:
+        print(df.to_csv(index=False), end="")
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 250, "display.max_columns", 30):
+            print(df.to_string(index=False))
+    return 0
+
+
+def cmd_prices_load(args: argparse.Namespace) -> int:
+    from warehouse.prices import PriceSheetError, load_sheet, store_sheet
+
+    try:
+        sheet = load_sheet(args.file)
+    except PriceSheetError as exc:
+        raise CliError(str(exc)) from exc
+    wh = _open_warehouse(args.db)
+    try:
+        added = wh.write(lambda con: store_sheet(con, sheet, datetime.now(UTC).replace(tzinfo=None)))
+    except PriceSheetError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        wh.close()
+    print(f"price sheet {sheet.name}: {added} new entries stored in {args.db}")
+    return 0
+
+
 # --------------------------------------------------------------------------- pull
 def cmd_pull(args: argparse.Namespace) -> int:
     """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
@@ -786,6 +921,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tables", help="comma-separated tables (default: all)")
     s.add_argument("--rack", help="partition under rack=NAME/ too, so several racks export into one dataset")
     s.set_defaults(func=cmd_export)
+
+    s = sub.add_parser("report", help="cost reports for finance: $/M tokens by pool, per user, per day")
+    rep = s.add_subparsers(dest="report_command", required=True, metavar="REPORT")
+    for name, func, what in (("cost", cmd_report_cost, "GPU-hours, cost, $/M input/output/blended tokens, idle "
+                              "cost, revenue, per-user allocation over a window"),
+                             ("daily", cmd_report_daily, "the daily statement: GPUs in service, GPU-hours, cost, "
+                              "input tokens and cache-hit share, output tokens, revenue, margin")):  # fmt: skip
+        s = rep.add_parser(name, help=what)
+        s.add_argument("--targets", required=True, help="targets file: roles and GPUs of the pools")
+        s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601 (UTC if no offset)")
+        s.add_argument("--to", required=True, help="end (exclusive), ISO 8601")
+        s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
+        s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
+        s.add_argument("--price-sheet", help="TOML price sheet (default: the sheets loaded into the warehouse, "
+                       "else warehouse/price_sheets/default.toml: $38.96/GPU-hour)")  # fmt: skip
+        fmt = s.add_mutually_exclusive_group()
+        fmt.add_argument("--json", action="store_true", help="print JSON")
+        fmt.add_argument("--csv", action="store_true", help="print CSV")
+        if name == "daily":
+            s.add_argument("--parquet", help="also write the statement to this Parquet file")
+        s.set_defaults(func=func)
+
+    s = sub.add_parser("prices", help="price sheets: load a new version into the warehouse")
+    pr = s.add_subparsers(dest="prices_command", required=True, metavar="PRICES_COMMAND")
+    s = pr.add_parser("load", help="add a price sheet's entries (never changes a stored price)")
+    s.add_argument("file", help="TOML price sheet")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (needs the writer: stop `serve` first)")
+    s.set_defaults(func=cmd_prices_load)
 
     s = sub.add_parser("query", help="run one SELECT on the warehouse and print it")
     s.add_argument("sql", help="a single SELECT statement")

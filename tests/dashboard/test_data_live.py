@@ -104,7 +104,7 @@ def test_queue_kv_gpu_and_health(seeded):
     assert gpus["memory_temp_c"].isna().all()  # DCGM blank on GB300: missing, not 9.2e18
     health = live.scrape_health(q, w).set_index("target")
     assert not health.loc["down", "up"] and health.loc["down", "error"] == "timeout after 4s"
-    assert health["up"].sum() == 24
+    assert health["up"].sum() == 25  # 24 rack endpoints and the gateway
 
 
 def test_headline_uses_recent_complete_steps():

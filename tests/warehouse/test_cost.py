@@ -1,0 +1,192 @@
+"""The cost model, checked to the cent against hand-computed numbers.
+
+Five scrapes of a prefill instance (2 GPUs) and a decode instance (4 GPUs), 10:00 .. 12:00 UTC:
+real vLLM 0.32 pages (tests/fixtures) with the three token counters set to known values, one of
+them through an engine restart, ingested with `moemeter ingest`. Expected, by hand:
+  prefill prompt increases 1.0M + 2.0M + 0.5M (restart: counts from zero) + 1.0M = 4.5M
+  prefill cache hits       0.4M + 0.6M + 0.1M (restart) + 0.2M                 = 1.3M -> computed 3.2M
+  decode generated         0.2M + 0.3M + 0.5M + 0 (idle for the last 1790 s)   = 1.0M
+  cost at $38.96/GPU-hour: prefill 2 x 2 h = $155.84, decode 4 x 2 h = $311.68, total $467.52
+  $/M input 155.84 / 3.2 = $48.70; $/M output $311.68; blended 467.52 / 5.5 = $85.003636
+  decode idle 4 GPUs x 1790 s = 1.988889 GPU-h = $77.49
+  users (gateway records): alice 300 prompt (100 cached), 50 generated; bob 100 prompt, 150 generated
+    alice = 155.84 x 200/300 + 311.68 x 50/200 = $181.81; bob = 155.84 x 100/300 + 311.68 x 150/200 = $285.71
+  revenue at the default token sheet (peak until 16:30 UTC): hits 1.3M x $0.006 + misses 3.2M x $0.30
+    + output 1.0M x $1.20 = $2.1678 -> margin $-465.35
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from moemeter.cli import main
+from stack.gateway.records import RequestRecord
+from warehouse.cost import segments
+from warehouse.db import Warehouse
+from warehouse.requests import RequestIngestor
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+T0 = datetime(2026, 11, 29, 10, 0, 5)
+TIMES = [T0, T0 + timedelta(minutes=30), T0 + timedelta(minutes=60), T0 + timedelta(minutes=90),
+         datetime(2026, 11, 29, 11, 59, 55)]  # fmt: skip
+PREFILL_PROMPT = [0, 1_000_000, 3_000_000, 500_000, 1_500_000]  # the engine restarted before the 4th scrape
+PREFILL_HITS = [0, 400_000, 1_000_000, 100_000, 300_000]
+DECODE_GENERATED = [0, 200_000, 500_000, 1_000_000, 1_000_000]
+
+
+def page(capture: str, values: dict[str, float]) -> str:
+    """The real capture with the named counters set (`metric` or `metric{source}` keys)."""
+    text = (FIXTURES / capture).read_text()
+    for key, v in values.items():
+        metric, _, source = key.partition("|")
+        label = f',source="{source}"' if source else ""
+        text, n = re.subn(rf'^({re.escape(metric)}\{{engine="0",model_name="tiny-deepseek"{label}\}}) \S+$',
+                          rf"\g<1> {float(v)}", text, flags=re.M)  # fmt: skip
+        assert n == 1, key
+    return text
+
+
+@pytest.fixture(scope="module")
+def rack(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cost")
+    db = tmp / "w.duckdb"
+    for k, at in enumerate(TIMES):
+        pf = tmp / f"prefill-{k}.txt"
+        pf.write_text(page("vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt", {
+            "vllm:prompt_tokens_total": PREFILL_PROMPT[k],
+            "vllm:prompt_tokens_by_source_total|local_cache_hit": PREFILL_HITS[k],
+            "vllm:generation_tokens_total": 7 * k}))  # a prefill's single tokens are not output  # fmt: skip
+        dc = tmp / f"decode-{k}.txt"
+        dc.write_text(page("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", {
+            "vllm:prompt_tokens_total": 999 * k,  # arrived by KV transfer: never counted again
+            "vllm:generation_tokens_total": DECODE_GENERATED[k]}))  # fmt: skip
+        for name, f, role, gpus in (("prefill-0", pf, "prefill", 2), ("decode-0", dc, "decode", 4)):
+            assert main(["ingest", "--file", str(f), "--target", name, "--at", at.isoformat(), "--db", str(db),
+                         "--role", role, "--gpus", str(gpus)]) == 0  # fmt: skip
+    wh = Warehouse(db)
+    recs = [RequestRecord("r1", (T0 - datetime(1970, 1, 1)).total_seconds() + 600, "alice", "acme", "m", "completions",
+                          False, 200, "ok", 300, 100, 50, e2e_seconds=2.0),
+            RequestRecord("r2", (T0 - datetime(1970, 1, 1)).total_seconds() + 4000, "bob", "acme", "m", "completions",
+                          False, 200, "ok", 100, 0, 150, e2e_seconds=2.0),
+            RequestRecord("r3", (T0 - datetime(1970, 1, 1)).total_seconds() + 9000, "carol", "acme", "m", "completions",
+                          False, 200, "ok", 100, 0, 150, e2e_seconds=2.0)]  # r3 finishes after the window  # fmt: skip
+    feed = {
+        "schema": "moemeter.requests/1",
+        "log_id": "A",
+        "records": [{"seq": i + 1, **r.to_json()} for i, r in enumerate(recs)],
+    }
+    wh.write(lambda con: RequestIngestor().write(con, "gateway", feed, TIMES[-1]))
+    wh.close()
+    targets = tmp / "targets.json"
+    targets.write_text(json.dumps([{"name": "prefill-0", "url": "http://p/metrics", "role": "prefill", "gpus": 2},
+                                   {"name": "decode-0", "url": "http://d/metrics", "role": "decode", "gpus": 4},
+                                   {"name": "router", "url": "http://r/metrics", "role": "router", "gpus": 0}]))  # fmt: skip
+    return db, targets
+
+
+def report(capsys, rack, *extra: str) -> dict:
+    db, targets = rack
+    assert main(["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-29T10:00:00Z",
+                 "--to", "2026-11-29T12:00:00Z", "--json", *extra]) == 0  # fmt: skip
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_report_matches_the_hand_computed_numbers_to_the_cent(rack, capsys) -> None:
+    r = report(capsys, rack)
+    assert r["window"]["hours"] == 2 and r["method"] == "tokens"
+    pf, dc, tot = r["pools"]["prefill"], r["pools"]["decode"], r["total"]
+    assert (pf["gpus"], pf["gpu_hours"], pf["cost_usd"]) == (2, 4.0, 155.84)
+    assert (pf["prompt_tokens"], pf["cached_prompt_tokens"], pf["computed_prompt_tokens"]) == (
+        4_500_000,
+        1_300_000,
+        3_200_000,
+    )
+    assert pf["usd_per_mtok_input"] == pytest.approx(48.70, abs=1e-9)
+    assert (dc["gpus"], dc["gpu_hours"], dc["cost_usd"], dc["generated_tokens"]) == (4, 8.0, 311.68, 1_000_000)
+    assert dc["usd_per_mtok_output"] == pytest.approx(311.68, abs=1e-9)
+    assert (tot["cost_usd"], tot["tokens"]) == (467.52, 5_500_000)
+    assert tot["usd_per_mtok_blended"] == pytest.approx(467.52 / 5.5, abs=1e-6)
+    assert dc["idle_gpu_hours"] == pytest.approx(4 * 1790 / 3600, abs=1e-6) and dc["idle_cost_usd"] == 77.49
+    assert pf["idle_cost_usd"] == 0.0
+    assert [(u["user"], u["cost_usd"]) for u in r["users"]] == [("bob", 285.71), ("alice", 181.81)]
+    assert tot["revenue_usd"] == 2.17 and tot["margin_usd"] == round(2.1678 - 467.52, 2)
+
+
+def test_the_rollups_and_the_raw_counters_agree(rack, capsys) -> None:
+    """The window is served from hourly, minute and raw tables at once; every piece reconciles."""
+    import duckdb
+
+    db, _ = rack
+    with duckdb.connect(str(db), read_only=True) as con:
+        through = dict(con.execute("SELECT name, through FROM rollup_state").fetchall())
+        raw = con.execute("""SELECT sum(delta) FROM increments JOIN series USING (series_id)
+                             WHERE metric = 'vllm:prompt_tokens_total' AND target = 'prefill-0'""").fetchall()[0][0]
+    pieces = segments(datetime(2026, 11, 29, 10), datetime(2026, 11, 29, 12), through.get("1m"), through.get("1h"))
+    assert {t for t, _, _ in pieces} == {"increments_1h", "increments_1m", "increments"}
+    assert raw == 4_500_000 == report(capsys, rack)["pools"]["prefill"]["prompt_tokens"]
+
+
+def test_a_price_change_applies_from_its_effective_time_only(rack, capsys, tmp_path) -> None:
+    sheet = tmp_path / "prices.toml"
+    sheet.write_text("""name = "contract"
+[[gpu]]
+effective = "2026-01-01T00:00:00Z"
+pool = "*"
+usd_per_gpu_hour = 3.00
+source = "rental contract 2026"
+[[gpu]]
+effective = "2026-11-29T11:00:00Z"
+pool = "decode"
+usd_per_gpu_hour = 4.00
+source = "decode GPUs repriced"
+""")
+    r = report(capsys, rack, "--price-sheet", str(sheet))
+    assert r["pools"]["prefill"]["cost_usd"] == 2 * 2 * 3.00
+    assert r["pools"]["decode"]["cost_usd"] == 4 * 1 * 3.00 + 4 * 1 * 4.00
+    assert r["total"]["revenue_usd"] is None  # no token prices in this sheet: no revenue, not zero
+
+
+def test_the_daily_statement(rack, capsys, tmp_path) -> None:
+    db, targets = rack
+    out = tmp_path / "daily.parquet"
+    assert main(["report", "daily", "--db", str(db), "--targets", str(targets), "--from", "2026-11-28",
+                 "--to", "2026-11-30", "--json", "--parquet", str(out)]) == 0  # fmt: skip
+    days = json.loads(capsys.readouterr().out)
+    assert [d["day"] for d in days] == ["2026-11-28", "2026-11-29"]
+    assert days[0]["note"] == "no data"
+    d = days[1]
+    assert (d["gpus_avg"], d["gpus_peak"], d["gpu_hours"], d["cost_usd"]) == (6.0, 6, 144.0, 5610.24)
+    assert (d["input_tokens"], d["cache_hit_share"], d["output_tokens"]) == (4_500_000, round(1.3 / 4.5, 4), 1_000_000)
+    assert d["revenue_usd"] == 2.17 and d["margin_usd"] == round(2.1678 - 5610.24, 2)
+    import pandas as pd
+
+    assert len(pd.read_parquet(out)) == 2
+
+
+def test_an_empty_window_says_so(rack, capsys) -> None:
+    db, targets = rack
+    assert main(["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-20T00:00:00",
+                 "--to", "2026-11-21T00:00:00"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "no token counters stored for the pools" in err and "nan" not in err.lower()
+    assert main(["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-21",
+                 "--to", "2026-11-20"]) == 2  # fmt: skip
+    assert "must end after it starts" in capsys.readouterr().err
+
+
+def test_text_and_csv_forms(rack, capsys) -> None:
+    db, targets = rack
+    args = ["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-29T10:00:00",
+            "--to", "2026-11-29T12:00:00"]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "$48.7000/M input" in text and "$311.6800/M output" in text and "$467.52" in text
+    assert main([*args, "--csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("kind,name,gpus") and lines[3].startswith("total,,6,12.0,467.52")
+    assert lines[4].startswith("user,bob,,,285.71")

@@ -1,0 +1,218 @@
+"""Price sheets: GPU $/hour per pool and token prices for revenue, versioned by effective time.
+
+A sheet is a TOML file (warehouse/price_sheets/default.toml is the default, with its source cited).
+Loading one into the warehouse only adds versions: an entry whose (pool, effective) is already
+stored with another price is refused, so past reports never change. Every mistake is refused
+with the line of the entry it is in.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from datetime import UTC, datetime, time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+POOLS = ("prefill", "decode", "*")
+TOKEN_PRICES = ("usd_per_mtok_input_cache_hit", "usd_per_mtok_input_cache_miss", "usd_per_mtok_output")
+_WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
+
+
+class PriceSheetError(ValueError):
+    """A price sheet that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class GpuPrice:
+    effective: datetime  # UTC, naive
+    pool: str
+    usd_per_gpu_hour: float
+    source: str
+
+
+@dataclass(frozen=True)
+class TokenPrice:
+    effective: datetime
+    usd_per_mtok_input_cache_hit: float
+    usd_per_mtok_input_cache_miss: float
+    usd_per_mtok_output: float
+    off_peak_utc: str | None = None  # "HH:MM-HH:MM" (UTC), may wrap midnight
+    off_peak: tuple[float, float, float] | None = None  # hit, miss, output during off-peak hours
+    source: str = ""
+
+    def off_peak_at(self, t: time) -> bool:
+        if not self.off_peak_utc:
+            return False
+        a, b = (time.fromisoformat(x) for x in self.off_peak_utc.split("-"))
+        return a <= t < b if a <= b else (t >= a or t < b)
+
+    def prices_at(self, t: time) -> tuple[float, float, float]:
+        """(cache hit, cache miss, output) in USD per million tokens at time of day `t` (UTC)."""
+        if self.off_peak is not None and self.off_peak_at(t):
+            return self.off_peak
+        return self.usd_per_mtok_input_cache_hit, self.usd_per_mtok_input_cache_miss, self.usd_per_mtok_output
+
+
+@dataclass(frozen=True)
+class PriceSheet:
+    name: str
+    gpu: tuple[GpuPrice, ...]
+    tokens: tuple[TokenPrice, ...]
+
+    def gpu_segments(self, pool: str, start: datetime, end: datetime) -> list[tuple[datetime, datetime, GpuPrice]]:
+        """The prices in effect for `pool` over [start, end), as (from, to, price) pieces. A pool's own
+        entries win over `*` entries of the same or an earlier effective time."""
+        entries = sorted((p for p in self.gpu if p.pool in (pool, "*")), key=lambda p: (p.effective, p.pool == pool))
+        out = []
+        for i, p in enumerate(entries):
+            nxt = entries[i + 1].effective if i + 1 < len(entries) else end
+            a, b = max(p.effective, start), min(nxt, end)
+            if a < b:
+                out.append((a, b, p))
+        return out
+
+    def token_price_at(self, t: datetime) -> TokenPrice | None:
+        current = None
+        for p in sorted(self.tokens, key=lambda p: p.effective):
+            if p.effective <= t:
+                current = p
+        return current
+
+
+def _lines(text: str, table: str) -> list[int]:
+    """Line numbers (1-based) of each `[[table]]` header, in order."""
+    return [i + 1 for i, line in enumerate(text.splitlines()) if line.strip().startswith(f"[[{table}]]")]
+
+
+def _when(value: Any, where: str) -> datetime:
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise PriceSheetError(f"{where}: effective must be an ISO 8601 time, got {value!r}") from exc
+    else:
+        raise PriceSheetError(f"{where}: effective is missing (an ISO 8601 time, e.g. 2026-12-01T00:00:00Z)")
+    return dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
+
+
+def _price(entry: dict[str, Any], key: str, where: str) -> float:
+    v = entry.get(key)
+    if v is None:
+        raise PriceSheetError(f"{where}: {key} is missing")
+    if not isinstance(v, int | float) or isinstance(v, bool) or v != v or v < 0 or v == float("inf"):
+        raise PriceSheetError(f"{where}: {key} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PriceSheetError(f"{origin}: not valid TOML: {exc}") from exc
+    name = data.get("name", Path(origin).stem)
+    gpu_lines, token_lines = _lines(text, "gpu"), _lines(text, "tokens")
+    gpus: list[GpuPrice] = []
+    for i, entry in enumerate(data.get("gpu", [])):
+        where = f"{origin}, line {gpu_lines[i] if i < len(gpu_lines) else '?'} ([[gpu]] entry {i + 1})"
+        pool = entry.get("pool", "*")
+        if pool not in POOLS:
+            raise PriceSheetError(f"{where}: unknown pool {pool!r}; pools are prefill, decode and * (every GPU)")
+        p = GpuPrice(_when(entry.get("effective"), where), pool, _price(entry, "usd_per_gpu_hour", where),
+                     str(entry.get("source") or ""))  # fmt: skip
+        if not p.source:
+            raise PriceSheetError(f"{where}: source is missing (say where the price comes from)")
+        clash = next((q for q in gpus if q.pool == p.pool and q.effective == p.effective), None)
+        if clash is not None:
+            raise PriceSheetError(f"{where}: a second price for pool {pool!r} effective {p.effective:%Y-%m-%d %H:%M} "
+                                  f"(overlapping effective dates)")  # fmt: skip
+        gpus.append(p)
+    tokens: list[TokenPrice] = []
+    for i, entry in enumerate(data.get("tokens", [])):
+        where = f"{origin}, line {token_lines[i] if i < len(token_lines) else '?'} ([[tokens]] entry {i + 1})"
+        eff = _when(entry.get("effective"), where)
+        if any(t.effective == eff for t in tokens):
+            raise PriceSheetError(
+                f"{where}: a second token price effective {eff:%Y-%m-%d %H:%M} (overlapping effective dates)"
+            )
+        base = [_price(entry, k, where) for k in TOKEN_PRICES]
+        window = entry.get("off_peak_utc")
+        off: tuple[float, float, float] | None = None
+        if window is not None:
+            if not isinstance(window, str) or not _WINDOW.match(window):
+                raise PriceSheetError(f"{where}: off_peak_utc must look like 16:30-00:30 (UTC), got {window!r}")
+            hit, miss, out = (_price(entry, "off_peak_" + k, where) for k in TOKEN_PRICES)
+            off = (hit, miss, out)
+        tokens.append(TokenPrice(eff, base[0], base[1], base[2], off_peak_utc=window, off_peak=off,
+                                 source=str(entry.get("source") or "")))  # fmt: skip
+    unknown = set(data) - {"name", "gpu", "tokens"}
+    if unknown:
+        raise PriceSheetError(f"{origin}: unknown keys {sorted(unknown)}; a sheet has name, [[gpu]] and [[tokens]]")
+    if not gpus and not tokens:
+        raise PriceSheetError(f"{origin}: no [[gpu]] or [[tokens]] entries")
+    return PriceSheet(str(name), tuple(gpus), tuple(tokens))
+
+
+def load_sheet(path: str | Path) -> PriceSheet:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise PriceSheetError(f"cannot read price sheet {p}: {exc.strerror}") from exc
+    return parse_sheet(text, str(p))
+
+
+def default_sheet() -> PriceSheet:
+    text = resources.files("warehouse").joinpath("price_sheets/default.toml").read_text()
+    return parse_sheet(text, "warehouse/price_sheets/default.toml")
+
+
+def store_sheet(con: duckdb.DuckDBPyConnection, sheet: PriceSheet, now: datetime) -> int:
+    """Add the sheet's entries to the warehouse; returns entries added. Refuses an entry that would
+    change a stored price (same pool and effective time, another price)."""
+    added = 0
+    for g in sheet.gpu:
+        row = con.execute("SELECT usd_per_gpu_hour FROM gpu_prices WHERE pool = ? AND effective = ?",
+                          [g.pool, g.effective]).fetchall()  # fmt: skip
+        if row and row[0][0] != g.usd_per_gpu_hour:
+            raise PriceSheetError(f"{sheet.name}: pool {g.pool!r} already has ${row[0][0]}/GPU-hour from "
+                                  f"{g.effective:%Y-%m-%d %H:%M}; prices are never edited in place: add an entry "
+                                  f"with a later effective time")  # fmt: skip
+        if not row:
+            con.execute("INSERT INTO gpu_prices VALUES (?, ?, ?, ?, ?, ?)",
+                        [g.effective, g.pool, g.usd_per_gpu_hour, sheet.name, g.source, now])  # fmt: skip
+            added += 1
+    for t in sheet.tokens:
+        values = [t.usd_per_mtok_input_cache_hit, t.usd_per_mtok_input_cache_miss, t.usd_per_mtok_output]
+        row = con.execute(f"SELECT {', '.join(TOKEN_PRICES)} FROM token_prices WHERE effective = ?",
+                          [t.effective]).fetchall()  # fmt: skip
+        if row and list(row[0]) != values:
+            raise PriceSheetError(f"{sheet.name}: token prices effective {t.effective:%Y-%m-%d %H:%M} are already "
+                                  f"stored with other values; add an entry with a later effective time")  # fmt: skip
+        if not row:
+            off = list(t.off_peak) if t.off_peak else [None, None, None]
+            con.execute("INSERT INTO token_prices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [t.effective, *values, t.off_peak_utc, *off, sheet.name, t.source, now])  # fmt: skip
+            added += 1
+    return added
+
+
+def stored_sheet(rows_gpu: list[tuple[Any, ...]], rows_tokens: list[tuple[Any, ...]]) -> PriceSheet | None:
+    """The sheet the warehouse holds (every version loaded), from its two tables' rows."""
+    if not rows_gpu and not rows_tokens:
+        return None
+    gpu = tuple(GpuPrice(r[0], r[1], float(r[2]), r[3]) for r in rows_gpu)
+    tokens = tuple(TokenPrice(r[0], r[1], r[2], r[3], r[4], (r[5], r[6], r[7]) if r[4] else None, r[8])
+                   for r in rows_tokens)  # fmt: skip
+    return PriceSheet("warehouse", gpu, tokens)
+
+
+STORED_GPU_SQL = "SELECT effective, pool, usd_per_gpu_hour, source FROM gpu_prices ORDER BY effective"
+STORED_TOKENS_SQL = f"""SELECT effective, {", ".join(TOKEN_PRICES)}, off_peak_utc, off_peak_{", off_peak_".join(TOKEN_PRICES)},
+                              source FROM token_prices ORDER BY effective"""
