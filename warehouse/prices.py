@@ -102,6 +102,12 @@ def _when(value: Any, where: str) -> datetime:
     return dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
 
 
+def _known(entry: dict[str, Any], keys: set[str], where: str) -> None:
+    unknown = set(entry) - keys
+    if unknown:
+        raise PriceSheetError(f"{where}: unknown keys {sorted(unknown)}; an entry has {sorted(keys)}")
+
+
 def _price(entry: dict[str, Any], key: str, where: str) -> float:
     v = entry.get(key)
     if v is None:
@@ -121,6 +127,7 @@ def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
     gpus: list[GpuPrice] = []
     for i, entry in enumerate(data.get("gpu", [])):
         where = f"{origin}, line {gpu_lines[i] if i < len(gpu_lines) else '?'} ([[gpu]] entry {i + 1})"
+        _known(entry, {"effective", "pool", "usd_per_gpu_hour", "source"}, where)
         pool = entry.get("pool", "*")
         if pool not in POOLS:
             raise PriceSheetError(f"{where}: unknown pool {pool!r}; pools are prefill, decode and * (every GPU)")
@@ -136,6 +143,8 @@ def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
     tokens: list[TokenPrice] = []
     for i, entry in enumerate(data.get("tokens", [])):
         where = f"{origin}, line {token_lines[i] if i < len(token_lines) else '?'} ([[tokens]] entry {i + 1})"
+        _known(entry, {"effective", "off_peak_utc", "source", *TOKEN_PRICES, *("off_peak_" + k for k in TOKEN_PRICES)},
+               where)  # fmt: skip
         eff = _when(entry.get("effective"), where)
         if any(t.effective == eff for t in tokens):
             raise PriceSheetError(
