@@ -17,6 +17,7 @@ login.gate()
 nav = st.navigation([
     st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
     st.Page(PAGES / "users.py", title="Users", icon=":material/group:"),
+    st.Page(PAGES / "cost.py", title="Cost", icon=":material/payments:"),
     st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
     st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
 ])  # fmt: skip

@@ -346,3 +346,37 @@ def daily_statement(q: Query, pools: dict[str, list[tuple[str, int]]], start: da
                      "margin_pct": round(100 * (rev - r.cost_usd) / rev, 2) if rev else None, "note": ""})  # fmt: skip
         day += timedelta(days=1)
     return pd.DataFrame(rows)
+
+
+def cost_over_time(tokens: pd.DataFrame, gpus: dict[str, int], sheet: PriceSheet, start: datetime, end: datetime,
+                   step: timedelta) -> pd.DataFrame:  # fmt: skip
+    """Per step: GPU-hours and cost of each pool, its tokens, and $/M input, output and blended
+    (None where a pool counted no tokens: never a division by zero)."""
+    rows = []
+    t = start
+    ts = pd.to_datetime(tokens["ts"]) if len(tokens) else pd.Series([], dtype="datetime64[ns]")
+    while t < end:
+        u = min(t + step, end)
+        sel = tokens[(ts >= t) & (ts < u)] if len(tokens) else tokens
+        pc = sum(gpus["prefill"] * (b - a).total_seconds() / 3600 * p.usd_per_gpu_hour
+                 for a, b, p in sheet.gpu_segments("prefill", t, u))  # fmt: skip
+        dc = sum(gpus["decode"] * (b - a).total_seconds() / 3600 * p.usd_per_gpu_hour
+                 for a, b, p in sheet.gpu_segments("decode", t, u))  # fmt: skip
+        prompt, cached, gen = (float(sel[c].sum()) if len(sel) else 0.0 for c in ("prompt", "cached", "generated"))
+        hours = (u - t).total_seconds() / 3600
+        rows.append({"bucket": t, "prefill_gpu_hours": gpus["prefill"] * hours, "decode_gpu_hours": gpus["decode"] * hours,
+                     "prefill_cost_usd": pc, "decode_cost_usd": dc, "prompt_tokens": prompt, "cached_prompt_tokens": cached,
+                     "generated_tokens": gen, "observed": bool(len(sel)),
+                     "usd_per_mtok_input": pc / ((prompt - cached) / 1e6) if prompt - cached > 0 else None,
+                     "usd_per_mtok_output": dc / (gen / 1e6) if gen > 0 else None,
+                     "usd_per_mtok_blended": (pc + dc) / ((prompt + gen) / 1e6) if prompt + gen > 0 else None})  # fmt: skip
+        t = u
+    return pd.DataFrame(rows)
+
+
+def with_gpu_price(sheet: PriceSheet, usd_per_gpu_hour: float) -> PriceSheet:
+    """What-if: the same sheet with one GPU-hour price for every pool, all the time."""
+    from .prices import GpuPrice
+
+    return PriceSheet(f"{sheet.name} (what-if ${usd_per_gpu_hour:g}/GPU-hour)",
+                      (GpuPrice(datetime(1970, 1, 1), "*", usd_per_gpu_hour, "what-if on the Cost page"),), sheet.tokens)  # fmt: skip

@@ -39,9 +39,11 @@ def test_the_default_sheet_is_the_write_ups_price_with_its_source() -> None:
         (GOOD + GOOD.split("\n", 1)[1].replace("3.0", "4.0"), "line 7 ([[gpu]] entry 2): a second price for pool '*'"),
         (GOOD.replace('source = "contract"\n', ""), "source is missing"),
         (GOOD.replace('"2026-01-01T00:00:00Z"', '"next week"'), "effective must be an ISO 8601 time"),
-        (GOOD + '[[tokens]]\neffective = "2026-01-01"\nusd_per_mtok_input_cache_hit = 0.1\n'
-         'usd_per_mtok_input_cache_miss = 0.2\nusd_per_mtok_output = 0.3\noff_peak_utc = "25:00-01:00"\n',
-         "line 7 ([[tokens]] entry 1): off_peak_utc must look like"),
+        (
+            GOOD + '[[tokens]]\neffective = "2026-01-01"\nusd_per_mtok_input_cache_hit = 0.1\n'
+            'usd_per_mtok_input_cache_miss = 0.2\nusd_per_mtok_output = 0.3\noff_peak_utc = "25:00-01:00"\n',
+            "line 7 ([[tokens]] entry 1): off_peak_utc must look like",
+        ),
         ("[[gpu]\n", "not valid TOML"),
         ('name = "x"\n', "no [[gpu]] or [[tokens]] entries"),
         (GOOD + "discount = 0.1\n", "unknown keys ['discount']"),
@@ -58,7 +60,9 @@ def test_a_pool_price_wins_over_the_every_gpu_price_from_its_effective_time() ->
                            'source = "decode repriced"\n')  # fmt: skip
     pieces = s.gpu_segments("decode", datetime(2026, 5, 31), datetime(2026, 6, 2))
     assert [(a.day, b.day, p.usd_per_gpu_hour) for a, b, p in pieces] == [(31, 1, 3.0), (1, 2, 5.0)]
-    assert [p.usd_per_gpu_hour for *_, p in s.gpu_segments("prefill", datetime(2026, 5, 31), datetime(2026, 6, 2))] == [3.0]
+    assert [p.usd_per_gpu_hour for *_, p in s.gpu_segments("prefill", datetime(2026, 5, 31), datetime(2026, 6, 2))] == [
+        3.0
+    ]
 
 
 def test_stored_prices_are_never_edited_in_place() -> None:

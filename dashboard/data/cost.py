@@ -1,0 +1,38 @@
+"""Queries behind the Cost page (finance): the warehouse's cost model over the query API.
+
+Pool sizes come from the targets the warehouse saw in the window (role and GPUs, as the targets
+file gave them); the numbers are those `moemeter report cost` prints for the same window and sheet.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pandas as pd
+
+from warehouse.cost import CostReport, cost_over_time, cost_report, daily_statement, pool_tokens, price_sheet
+from warehouse.prices import PriceSheet
+
+from .live import Query
+
+__all__ = ["CostReport", "cost_report", "daily_statement", "price_sheet", "pools", "over_time", "latest_count"]
+
+
+def pools(q: Query, start: datetime, end: datetime) -> dict[str, list[tuple[str, int]]]:
+    """{"prefill": [(target, gpus)], "decode": [...]} of the targets seen in the window."""
+    df = q("""SELECT name, role, gpus FROM targets WHERE role IN ('prefill', 'decode')
+              AND first_seen < ? AND last_seen >= ? ORDER BY name""", [end, start])  # fmt: skip
+    return {role: [(r.name, int(r.gpus)) for r in df[df.role == role].itertuples()] for role in ("prefill", "decode")}
+
+
+def over_time(q: Query, p: dict[str, list[tuple[str, int]]], sheet: PriceSheet, start: datetime, end: datetime,
+              step: timedelta) -> pd.DataFrame:  # fmt: skip
+    tokens = pool_tokens(q, [n for n, _ in p["prefill"]], [n for n, _ in p["decode"]], start, end)
+    gpus = {role: sum(g for _, g in p[role]) for role in ("prefill", "decode")}
+    return cost_over_time(tokens, gpus, sheet, start, end, step)
+
+
+def latest_count(q: Query) -> datetime | None:
+    df = q("SELECT max(ts) AS ts FROM scrapes WHERE up", None)
+    ts = df["ts"].iloc[0] if len(df) else None
+    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()

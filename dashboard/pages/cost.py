@@ -1,0 +1,132 @@
+"""Cost page: what did a window cost, per million input and output tokens, per customer, and what
+margin did the token prices leave? (finance) Same numbers as `moemeter report cost`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import streamlit as st
+
+from dashboard.data import cost as data
+from dashboard.figures import cost as figures
+from dashboard.source import api_url, query
+from warehouse.cost import NoData, with_gpu_price
+
+WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
+
+
+def _usd(v: float | None, digits: int = 2) -> str:
+    return "—" if v is None else f"${v:,.{digits}f}"
+
+
+def _window(latest: datetime) -> tuple[datetime, datetime]:
+    """The window picked, or the one in the URL (?from=ISO&to=ISO, e.g. linked from a report)."""
+    qp = st.query_params
+    if "from" in qp and "to" in qp:
+        try:
+            return _utc(qp["from"]), _utc(qp["to"])
+        except ValueError:
+            st.warning(f"Ignoring the window in the URL: from={qp['from']!r} to={qp['to']!r} are not ISO 8601 times.")
+    c = st.columns([3, 2])
+    choice = c[0].segmented_control("Window (UTC)", WINDOWS, default="Yesterday", key="cost_window") or "Yesterday"
+    today = latest.replace(hour=0, minute=0, second=0, microsecond=0)
+    if choice == "Yesterday":
+        return today - timedelta(days=1), today
+    if choice == "Today":
+        return today, latest + timedelta(seconds=1)  # through the last scrape
+    if choice == "Last 24 h":
+        return latest - timedelta(hours=24), latest
+    if choice == "Last 7 days":
+        return today - timedelta(days=7), today
+    d = c[1].date_input(
+        "From / to", (today.date() - timedelta(days=1), today.date() - timedelta(days=1)), key="cost_dates"
+    )
+    d0, d1 = (d[0], d[-1]) if isinstance(d, tuple) and d else (today.date(), today.date())
+    return datetime.combine(d0, datetime.min.time()), datetime.combine(d1, datetime.min.time()) + timedelta(days=1)
+
+
+def _utc(text: str) -> datetime:
+    t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
+
+
+def render() -> None:
+    latest = data.latest_count(query)
+    if latest is None:
+        st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
+        return
+    start, end = _window(latest)
+    sheet = data.price_sheet(query)
+    base_price = sheet.gpu[0].usd_per_gpu_hour if len(sheet.gpu) == 1 else None
+    with st.expander("What if", expanded=False):
+        c = st.columns(2)
+        price = c[0].number_input("GPU-hour price, USD", min_value=0.0, value=float(base_price or 38.96), step=0.5,
+                                  key="whatif_price", help="Replaces the price sheet's GPU prices for this view")  # fmt: skip
+        util = c[1].slider("Utilisation: tokens served x", 0.1, 3.0, 1.0, 0.1, key="whatif_util",
+                           help="The same GPUs serving this many times the tokens: $/M tokens divide by it")  # fmt: skip
+    if base_price is None or price != base_price:
+        sheet = with_gpu_price(sheet, price)
+    pools = data.pools(query, start, end)
+    if not pools["prefill"] and not pools["decode"]:
+        st.info(f"No prefill or decode instance was scraped between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} "
+                "UTC: there is nothing to cost in this window. Pick another window.")  # fmt: skip
+        return
+    try:
+        r = data.cost_report(query, pools, start, end, sheet)
+    except NoData as exc:
+        st.info(f"{exc}. Pick another window.")
+        return
+    except ValueError as exc:
+        st.warning(str(exc))
+        return
+    d = r.as_json()
+    pf, dc, tot = d["pools"]["prefill"], d["pools"]["decode"], d["total"]
+    sources = "; ".join(d["price_sheet"]["gpu_price_sources"])
+    st.caption(f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC · price sheet **{d['price_sheet']['name']}** "
+               f"({sources}) · per-user method: {d['method']} (share of computed prompt tokens, of generated tokens)")  # fmt: skip
+
+    def scaled(v: float | None) -> float | None:
+        return None if v is None else v / util
+
+    m = st.columns(7)
+    m[0].metric("Cost", _usd(tot["cost_usd"]), help=f"{pf['gpu_hours'] + dc['gpu_hours']:,.1f} GPU-hours")
+    m[1].metric("$/M input", _usd(scaled(pf["usd_per_mtok_input"]), 4),
+                help=f"prefill cost / {pf['computed_prompt_tokens']:,} computed prompt tokens; "
+                     f"{pf['cached_prompt_tokens']:,} cache hits apart")  # fmt: skip
+    m[2].metric("$/M output", _usd(scaled(dc["usd_per_mtok_output"]), 4),
+                help=f"decode cost / {dc['generated_tokens']:,} generated tokens")  # fmt: skip
+    m[3].metric("$/M blended", _usd(scaled(tot["usd_per_mtok_blended"]), 4), help=f"{tot['tokens']:,} tokens")
+    m[4].metric("Revenue", _usd(tot["revenue_usd"]), help="tokens at the token price sheet")
+    m[5].metric("Margin", _usd(tot["margin_usd"]))
+    m[6].metric("Idle cost", _usd(pf["idle_cost_usd"] + dc["idle_cost_usd"]),
+                help="GPU-hours in scrape intervals when a pool's token counters did not move")  # fmt: skip
+
+    step = timedelta(days=1) if end - start > timedelta(days=2) else timedelta(hours=1)
+    over = data.over_time(query, pools, sheet, start, end, step)
+    for col in ("usd_per_mtok_input", "usd_per_mtok_output", "usd_per_mtok_blended"):
+        over[col] = over[col].map(scaled)
+    st.plotly_chart(figures.per_mtok_figure(over), key="per_mtok")
+
+    st.subheader("Per user")
+    users = r.users.drop(columns=[], errors="ignore")
+    if users.empty:
+        st.info("No per-user records in this window: they come from the metering gateway's request feed.")
+    else:
+        st.dataframe(users, hide_index=True, key="cost_users",
+                     column_config={"cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f")})  # fmt: skip
+        st.download_button("Download per-user costs (CSV)", users.to_csv(index=False).encode(),
+                           file_name=f"moemeter-users-{start:%Y%m%d%H%M}-{end:%Y%m%d%H%M}.csv", mime="text/csv")  # fmt: skip
+
+    st.subheader("Daily statement")
+    daily = data.daily_statement(query, pools, start.replace(hour=0, minute=0, second=0, microsecond=0), end, sheet)
+    st.dataframe(daily, hide_index=True, key="daily")
+    st.download_button("Download the daily statement (CSV)", daily.to_csv(index=False).encode(),
+                       file_name=f"moemeter-daily-{start:%Y%m%d}-{end:%Y%m%d}.csv", mime="text/csv", key="dl_daily")  # fmt: skip
+
+
+st.title("Cost")
+try:
+    render()
+except (httpx.HTTPError, RuntimeError) as exc:
+    st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")

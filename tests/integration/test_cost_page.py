@@ -1,0 +1,83 @@
+"""The Cost page shows the numbers `moemeter report cost` gives for the same window (AppTest over
+the query API, on the hand-computed warehouse of tests/warehouse/test_cost.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_page
+from tests.warehouse.test_cost import rack  # noqa: F401  (the fixture)
+from warehouse.api import QueryServer
+from warehouse.db import Warehouse
+
+pytestmark = pytest.mark.integration
+PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "cost.py")
+
+
+@pytest.fixture
+def api(rack):  # noqa: F811
+    db, _ = rack
+    wh = Warehouse(db)
+    srv = QueryServer(wh)
+    srv.start()
+    yield srv.url
+    srv.shutdown()
+    wh.close()
+
+
+def metric(at, label: str) -> str:  # type: ignore[no-untyped-def]
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def open_page(api_url: str, monkeypatch):  # type: ignore[no-untyped-def]
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("MOEMETER_API", api_url)
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params["from"] = "2026-11-29T10:00:00Z"
+    at.query_params["to"] = "2026-11-29T12:00:00Z"
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_the_page_shows_the_reports_numbers(api, monkeypatch) -> None:
+    at = open_page(api, monkeypatch)
+    assert metric(at, "Cost") == "$467.52"
+    assert metric(at, "$/M input") == "$48.7000"
+    assert metric(at, "$/M output") == "$311.6800"
+    assert metric(at, "$/M blended") == "$85.0036"
+    assert metric(at, "Idle cost") == "$77.49"
+    assert metric(at, "Revenue") == "$2.17" and metric(at, "Margin") == "$-465.35"
+    users = at.dataframe[0].value
+    assert list(users.user) == ["bob", "alice"] and [round(c, 2) for c in users.cost_usd] == [285.71, 181.81]
+    daily = at.dataframe[1].value
+    assert list(daily.day) == ["2026-11-29"] and daily.cost_usd[0] == round(6 * 12 * 38.96, 2)  # 00:00 .. 12:00
+    assert "$38.96 per GPU-hour" in at.caption[0].value  # the price's source is on screen
+
+
+def test_what_if_price_and_utilisation(api, monkeypatch) -> None:
+    at = open_page(api, monkeypatch)
+    at.number_input(key="whatif_price").set_value(3.0).run()
+    assert metric(at, "Cost") == "$36.00"  # (2 + 4) GPUs x 2 h x $3
+    at.slider(key="whatif_util").set_value(2.0).run()
+    assert metric(at, "$/M output") == f"${4 * 2 * 3.0 / 1.0 / 2:,.4f}"  # $24 / 1M tokens, served twice over
+
+
+def test_a_window_without_data_says_so(api, monkeypatch) -> None:
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("MOEMETER_API", api)
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params["from"] = "2026-11-20T00:00:00Z"
+    at.query_params["to"] = "2026-11-21T00:00:00Z"
+    at.run()
+    assert not at.exception and "nothing to cost in this window" in at.info[0].value
+    assert not at.metric  # no zeros, no NaN
+
+
+def test_an_empty_warehouse(empty_api, monkeypatch) -> None:
+    at = run_page(PAGE, empty_api, monkeypatch)
+    assert "No scrapes stored yet" in at.info[0].value
