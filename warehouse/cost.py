@@ -134,8 +134,8 @@ class CostReport:
     generated_tokens: float
     revenue_usd: float | None
     users: pd.DataFrame = field(default_factory=pd.DataFrame)
-    first_count: datetime | None = None  # first and last scrape in the window that counted tokens
-    last_count: datetime | None = None
+    first_count: datetime | None = None  # start of the first scrape interval in the window that counted tokens
+    last_count: datetime | None = None  # the last scrape in the window that counted tokens
 
     @property
     def hours(self) -> float:
@@ -302,7 +302,8 @@ def cost_report(q: Query, pools: dict[str, list[tuple[str, int]]], start: dateti
     prefill = _pool_cost(sheet, "prefill", pgpus, start, end, tokens["prompt"], tokens["prefill_seconds"], tokens["ts"])
     decode = _pool_cost(sheet, "decode", dgpus, start, end, tokens["generated"], tokens["decode_seconds"], tokens["ts"])
     users = allocate(user_tokens(q, start, end), prefill.cost_usd, decode.cost_usd)
-    first = pd.Timestamp(tokens["ts"].iloc[0]).to_pydatetime()
+    covered = tokens[["prefill_seconds", "decode_seconds"]].max(axis=1).fillna(0.0)
+    first = (pd.to_datetime(tokens["ts"]) - pd.to_timedelta(covered, unit="s")).min().floor("us").to_pydatetime()
     last = pd.Timestamp(tokens["ts"].iloc[-1]).to_pydatetime()
     return CostReport(start, end, sheet, prefill, decode, float(tokens["prompt"].sum()), float(tokens["cached"].sum()),
                       float(tokens["generated"].sum()), revenue(sheet, tokens), users, first, last)  # fmt: skip

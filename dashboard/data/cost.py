@@ -10,12 +10,21 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
-from warehouse.cost import CostReport, cost_over_time, cost_report, daily_statement, pool_tokens, price_sheet
+from warehouse.cost import CostReport, NoData, cost_over_time, cost_report, daily_statement, pool_tokens, price_sheet
 from warehouse.prices import PriceSheet
 
 from .live import Query
 
-__all__ = ["CostReport", "cost_report", "daily_statement", "price_sheet", "pools", "over_time", "latest_count"]
+__all__ = [
+    "NoData",
+    "CostReport",
+    "cost_report",
+    "daily_statement",
+    "price_sheet",
+    "pools",
+    "over_time",
+    "latest_count",
+]
 
 
 def pools(q: Query, start: datetime, end: datetime) -> dict[str, list[tuple[str, int]]]:

@@ -86,6 +86,12 @@ def render() -> None:
     st.caption(f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC · price sheet **{d['price_sheet']['name']}** "
                f"({sources}) · per-user method: {d['method']} (share of computed prompt tokens, of generated tokens)")  # fmt: skip
 
+    if r.first_count and r.last_count:
+        counted = (r.last_count - r.first_count).total_seconds() + 0.0
+        if counted < 0.9 * (end - start).total_seconds():
+            st.warning(f"Tokens were counted only from {r.first_count:%Y-%m-%d %H:%M} to {r.last_count:%H:%M} UTC of this "
+                       "window; GPU-hours are reserved for all of it, so $/M tokens include time nothing was observed.")  # fmt: skip
+
     def scaled(v: float | None) -> float | None:
         return None if v is None else v / util
 

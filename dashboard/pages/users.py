@@ -20,6 +20,17 @@ def _fmt(value: float, digits: int = 0, unit: str = "") -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:,.{digits}f}{unit}"
 
 
+def _user_costs(start, end):  # type: ignore[no-untyped-def]
+    """user_id, cost_usd for the window from the cost model; None when the pools counted nothing."""
+    from dashboard.data import cost
+
+    try:
+        r = cost.cost_report(query, cost.pools(query, start, end), start, end)
+    except (cost.NoData, ValueError):
+        return None
+    return r.users[["user", "cost_usd"]].rename(columns={"user": "user_id"})
+
+
 def render() -> None:
     latest = data.latest_request_time(query)
     if latest is None:
@@ -51,17 +62,27 @@ def render() -> None:
     c[1].plotly_chart(figures.tps_over_time_figure(data.tps_over_time(query, w)), key="over_time")
 
     st.subheader("Top users")
-    order = st.segmented_control("By", list(ORDERS), default="tokens", key="users_order") or "tokens"
-    table = data.users_table(query, w, limit=25, order=ORDERS[order])
-    st.caption("Cost per user arrives with the cost model; until then tokens. Latency columns are per-request "
-               "quantiles (means in hourly views).")  # fmt: skip
+    order = st.segmented_control("By", [*ORDERS, "cost"], default="tokens", key="users_order") or "tokens"
+    costs = _user_costs(w.start, w.end)
+    if order == "cost" and costs is not None:
+        table = data.users_table(query, w, limit=10_000).merge(costs, on="user_id", how="left")
+        table = table.sort_values(["cost_usd", "user_id"], ascending=[False, True]).head(25)
+    else:
+        table = data.users_table(query, w, limit=25, order=ORDERS.get(order, "tokens"))
+        if costs is not None:
+            table = table.merge(costs, on="user_id", how="left")
+    st.caption(("Cost: each user's share of the pools' cost at the price sheet (computed prompt tokens of prefill, "
+                "generated tokens of decode; the Cost page has the method). " if costs is not None else
+                "No cost for this window (no pool counters). ")
+               + "Latency columns are per-request quantiles (means in hourly views).")  # fmt: skip
     left, right = st.columns([2, 3])
     left.plotly_chart(figures.top_users_figure(table.head(15)), key="top_users")
     right.dataframe(table, hide_index=True, key="users_table", column_config={
         "tps_mean": st.column_config.NumberColumn("tok/s mean", format="%.1f"),
         "tps_p90": st.column_config.NumberColumn("tok/s P90", format="%.1f"),
         "ttft_p50": st.column_config.NumberColumn("TTFT p50 s", format="%.3f"),
-        "ttft_p90": st.column_config.NumberColumn("TTFT p90 s", format="%.3f")})  # fmt: skip
+        "ttft_p90": st.column_config.NumberColumn("TTFT p90 s", format="%.3f"),
+        "cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f")})  # fmt: skip
 
     st.subheader("One user")
     text = st.text_input("Search users", key="user_search", placeholder="user id or part of it")

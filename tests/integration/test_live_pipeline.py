@@ -104,6 +104,10 @@ def test_users_page_shows_the_p90_per_user_tokens_per_second_of_the_gateway_reco
     assert len(at.get("plotly_chart")) == 3
     top = at.dataframe[0].value
     assert list(top.columns[:3]) == ["user_id", "tenant", "requests"] and len(top) == 25
+    assert (top.cost_usd > 0).all()  # each user's share of the pools' cost (the cost model's "tokens" method)
+    at.segmented_control(key="users_order").set_value("cost").run()
+    by_cost = at.dataframe[0].value
+    assert not at.exception and by_cost.cost_usd.is_monotonic_decreasing
     at.text_input(key="user_search").input(top.user_id[0]).run()
     assert not at.exception
     assert at.selectbox(key="user_pick").value == top.user_id[0]
