@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 
 Query = Callable[[str, list[Any] | None], pd.DataFrame]
 FACT_TABLES = ("samples", "increments", "scrapes", "increments_1m", "samples_1m", "increments_1h", "samples_1h",
-               "expert_load", "expert_load_1h", "eplb_rebalances")  # fmt: skip
+               "expert_load", "expert_load_1h", "eplb_rebalances", "requests", "requests_1h", "requests_itl_1h")  # fmt: skip
+TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-DIMENSION_TABLES = ("series", "targets", "expert_placement")
+DIMENSION_TABLES = ("series", "targets", "expert_placement", "gpu_prices", "token_prices", "request_feeds")
 
 
 class ExportError(ValueError):
@@ -72,7 +73,9 @@ def export_parquet(q: Query, out: Path, start: datetime, end: datetime,
             t = lo
             while t < hi:
                 t_next = min(hi, t + chunk)
-                df = q(f"SELECT * FROM {table} WHERE ts >= ?::TIMESTAMP AND ts < ?::TIMESTAMP ORDER BY ts", [t, t_next])
+                col = TIME_COLUMN.get(table, "ts")
+                df = q(f"SELECT * FROM {table} WHERE {col} >= ?::TIMESTAMP AND {col} < ?::TIMESTAMP ORDER BY {col}",
+                       [t, t_next])  # fmt: skip
                 if len(df):
                     parts.append(pa.Table.from_pandas(df, preserve_index=False))
                 t = t_next

@@ -9,10 +9,12 @@ import pytest
 
 from collectors.parse import parse_page
 from moemeter.cli import main
+from stack.gateway.records import RequestRecord
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.export import ExportError, export_parquet
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.requests import RequestIngestor
 
 T0 = datetime(2026, 11, 30, 23, 58, 0)  # two minutes before midnight: the export spans two days
 TARGET = TargetInfo("decode-0", "http://x/metrics", "decode", 1)
@@ -25,6 +27,11 @@ def seed(path: str) -> None:
     for k in range(60):  # every 5 s for 5 minutes
         text = f'# TYPE a_total counter\na_total{{engine="0"}} {10 * k}\n# TYPE g gauge\ng {k % 3}\n'
         ing.write(con, ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.01, parse_page(text.encode())))
+    epoch = (T0 - datetime(1970, 1, 1)).total_seconds()
+    records = [{"seq": k + 1, **RequestRecord(f"r{k}", epoch + 30 * k, "u", "t", "m", "completions", False, 200, "ok",
+                                              10, 0, 5, e2e_seconds=1.0).to_json()} for k in range(8)]  # fmt: skip
+    RequestIngestor().write(con, "gateway", {"schema": "moemeter.requests/1", "log_id": "A", "records": records},
+                            T0 + timedelta(minutes=5))  # fmt: skip
     con.close()
 
 
@@ -48,6 +55,9 @@ def test_export_by_day_reads_back_exactly(tmp_path):
     joined = reader.execute(f"""SELECT s.metric, count(*) FROM read_parquet('{out}/samples/*/*.parquet') x
                                 JOIN read_parquet('{out}/series/all.parquet') s USING (series_id) GROUP BY 1 ORDER BY 1""").fetchall()  # fmt: skip
     assert joined == [("a_total", 60), ("g", 60)]
+    requests = reader.execute(f"""SELECT day, count(*) FROM read_parquet('{out}/requests/*/*.parquet',
+                                  hive_partitioning = true) GROUP BY day ORDER BY day""").fetchall()  # fmt: skip
+    assert [(str(d), n) for d, n in requests] == [("2026-11-30", 4), ("2026-12-01", 4)]  # by when they finished
 
 
 def test_export_errors(tmp_path, capsys):
