@@ -224,6 +224,11 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         keys = load_keys(args.keys) if args.keys else None
     except KeysError as exc:
         raise CliError(str(exc)) from exc
+    from warehouse.api import is_loopback
+
+    if not is_loopback(args.host) and args.admin_port is None:
+        raise CliError(f"--host {args.host} is beyond loopback: give --admin-port too, so /metrics and the per-user "
+                       "request feed are served apart (on --admin-host, loopback by default), not to API clients")  # fmt: skip
     upstream_key = os.environ.get("MOEMETER_UPSTREAM_API_KEY") or None
     try:
         records = RecordLog(args.records, keep_seconds=args.keep_days * 86400)
@@ -240,7 +245,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(gateway, args.host, args.port, stop)
+        admin = (args.admin_host, args.admin_port) if args.admin_port is not None else None
+        await serve(gateway, args.host, args.port, stop, admin)
 
     try:
         asyncio.run(main())
@@ -840,6 +846,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")
     s.add_argument("--port", type=int, default=8000, help="port to listen on")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
+    s.add_argument("--admin-port", type=int, help="serve /metrics, the request feed and /health on this port "
+                   "instead (required when --host is beyond loopback)")  # fmt: skip
+    s.add_argument("--admin-host", default="127.0.0.1", help="address for --admin-port")
     s.add_argument("--keys", help='API keys file: {"require_key": bool, "keys": [{"sha256", "tenant"}]}')
     s.add_argument("--hash-key", action="store_true", help="read an API key on stdin, print its keys-file entry")
     s.add_argument("--records", default="moemeter-gateway.sqlite", help="durable request log (the collectors' feed)")

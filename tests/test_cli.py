@@ -187,4 +187,6 @@ def test_gateway_refuses_bad_setup(tmp_path, capsys):
     assert "a hash, not the key" in capsys.readouterr().err
     assert main(["gateway"]) == 2
     assert "--upstream URL is required" in capsys.readouterr().err
+    assert main(["gateway", "--upstream", "http://127.0.0.1:1", "--host", "0.0.0.0"]) == 2
+    assert "give --admin-port too" in capsys.readouterr().err
     assert main(["loadgen", "--url", "http://127.0.0.1:1", "--users", "0"]) == 2

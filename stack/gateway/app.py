@@ -119,8 +119,6 @@ def _token_chunk(data: bytes) -> bool | None:
         return b'"text":""' not in data
     if b'"content":"' in data:
         return b'"content":""' not in data
-    if b'"delta":{' in data or b'"text":null' in data:
-        return None
     return None
 
 
@@ -167,16 +165,20 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
 
     # ------------------------------------------------------------------ app
-    def app(self) -> web.Application:
+    def app(self, serving: bool = True, admin: bool = True) -> web.Application:
+        """The OpenAI API (`serving`) and the operator endpoints (`admin`: /metrics, the request feed,
+        /health), on one port or, apart, on two: per-user records are not for API clients' eyes."""
         app = web.Application(client_max_size=self.max_body_bytes)
-        app.router.add_post("/v1/completions", self._completions)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._list_models)
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/moemeter/requests", self._feed)
-        app.router.add_get("/health", self._health)
-        app.on_startup.append(self._start)
-        app.on_cleanup.append(self._stop)
+        if serving:
+            app.router.add_post("/v1/completions", self._completions)
+            app.router.add_post("/v1/chat/completions", self._chat)
+            app.router.add_get("/v1/models", self._list_models)
+            app.on_startup.append(self._start)
+            app.on_cleanup.append(self._stop)
+        if admin:
+            app.router.add_get("/metrics", self._metrics)
+            app.router.add_get("/moemeter/requests", self._feed)
+            app.router.add_get("/health", self._health)
         return app
 
     async def _start(self, app: web.Application) -> None:
@@ -406,14 +408,23 @@ def _finish_stream(rec: RequestRecord, tr: StreamTracker) -> None:
             rec.decode_tokens_per_second = 1.0 / rec.itl_mean_seconds
 
 
-async def serve(gateway: Gateway, host: str, port: int, stop: asyncio.Event) -> None:
-    """Run until `stop` is set. Client disconnects cancel the handler, which closes the upstream request."""
-    runner = web.AppRunner(gateway.app(), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
-    log.info("gateway on http://%s:%d -> %s", host, port, gateway.upstream)
+async def serve(gateway: Gateway, host: str, port: int, stop: asyncio.Event,
+                admin: tuple[str, int] | None = None) -> None:  # fmt: skip
+    """Run until `stop` is set. Client disconnects cancel the handler, which closes the upstream request.
+    With `admin` (host, port), /metrics, the request feed and /health are served there and not on `port`."""
+    apps = [(gateway.app(admin=admin is None), host, port)]
+    if admin is not None:
+        apps.append((gateway.app(serving=False), *admin))
+    runners = []
     try:
+        for app, h, p in apps:
+            runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            await web.TCPSite(runner, h, p, backlog=1024).start()
+        log.info("gateway on http://%s:%d -> %s%s", host, port, gateway.upstream,
+                 f"; metrics and request feed on http://{admin[0]}:{admin[1]}" if admin else "")  # fmt: skip
         await stop.wait()
     finally:
-        await runner.cleanup()
+        for runner in reversed(runners):
+            await runner.cleanup()

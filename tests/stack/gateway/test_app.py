@@ -254,3 +254,41 @@ def test_metrics_bound_the_user_labels(tmp_path: Path) -> None:
     lines = [ln for ln in text.splitlines() if ln.startswith("moemeter_gateway_generation_tokens_total{")]
     assert len(lines) == 3 and any('user="other"' in ln for ln in lines)
     assert sum(float(ln.rsplit(" ", 1)[1]) for ln in lines) == 20
+
+
+def test_operator_endpoints_can_live_apart_from_the_api(tmp_path: Path) -> None:
+    """Per-user records are not for API clients: with an admin port, the public one serves only /v1."""
+    import asyncio
+
+    from stack.gateway.app import Gateway, serve
+
+    from .conftest import LoopThread
+
+    loop = LoopThread()
+    up = SimulatedUpstream(model="twin-moe")
+    up_port, port, admin = free_port(), free_port(), free_port()
+    loop.serve(up.app(), up_port)
+    gw = Gateway(f"http://127.0.0.1:{up_port}", RecordLog(tmp_path / "r.sqlite", batch_seconds=0.01))
+    stop = asyncio.Event()
+    task = asyncio.run_coroutine_threadsafe(serve(gw, "127.0.0.1", port, stop, ("127.0.0.1", admin)), loop.loop)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{admin}/health", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        assert (
+            httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"model": "twin-moe", "prompt": "a"}).status_code
+            == 200
+        )
+        assert httpx.get(f"http://127.0.0.1:{port}/moemeter/requests").status_code == 404
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 404
+        time.sleep(0.1)
+        assert len(httpx.get(f"http://127.0.0.1:{admin}/moemeter/requests").json()["records"]) == 1
+        assert "moemeter_gateway_requests_total" in httpx.get(f"http://127.0.0.1:{admin}/metrics").text
+    finally:
+        loop.loop.call_soon_threadsafe(stop.set)
+        task.result(10)
+        loop.close()
