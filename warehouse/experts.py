@@ -64,6 +64,7 @@ class ExpertIngestor:
     def __init__(self) -> None:
         self._last: dict[str, tuple[datetime, np.ndarray]] = {}
         self._placement: dict[str, np.ndarray] = {}
+        self._events_until: dict[str, datetime] = {}  # latest rebalance stored, per target
 
     def write(self, con: duckdb.DuckDBPyConnection, target: str, ts: datetime, snap: ExpertSnapshot) -> int:
         """Store one snapshot inside the caller's transaction; returns expert_load rows written."""
@@ -91,11 +92,32 @@ class ExpertIngestor:
         con.execute("INSERT INTO expert_snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [ts, target, seconds, layers, experts, snap.phy2log.shape[1], snap.ranks, bool(reset)])  # fmt: skip
         self._store_placement(con, target, ts, snap)
-        for ev in snap.rebalances:
-            for layer, (before, planned) in enumerate(zip(ev.balancedness_before, ev.balancedness_planned)):
-                con.execute("INSERT INTO eplb_rebalances VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                            [ev.at, target, ev.duration_seconds, ev.moved_replicas, layer, before, planned])  # fmt: skip
+        self._store_rebalances(con, target, snap.rebalances)
         return rows
+
+    def _store_rebalances(self, con: duckdb.DuckDBPyConnection, target: str, events: list[RebalanceEvent]) -> None:
+        """Only the events newer than the last one stored: a snapshot repeats the recent ones every time."""
+        if target not in self._events_until:
+            row = con.execute("SELECT max(ts) FROM eplb_rebalances WHERE target = ?", [target]).fetchall()
+            self._events_until[target] = row[0][0] if row and row[0][0] is not None else datetime.min
+        new = [ev for ev in events if ev.at > self._events_until[target]]
+        if not new:
+            return
+        rows = [(ev.at, ev.duration_seconds, ev.moved_replicas, layer, before, planned)
+                for ev in new for layer, (before, planned) in enumerate(zip(ev.balancedness_before, ev.balancedness_planned))]  # fmt: skip
+        cols = list(zip(*rows))
+        batch = pa.table({
+            "ts": pa.array(cols[0], type=pa.timestamp("us")), "target": pa.array([target] * len(rows), type=pa.string()),
+            "duration_seconds": pa.array(cols[1], type=pa.float64()), "moved_replicas": pa.array(cols[2], type=pa.int32()),
+            "layer": pa.array(cols[3], type=pa.int16()), "balancedness_before": pa.array(cols[4], type=pa.float64()),
+            "balancedness_planned": pa.array(cols[5], type=pa.float64()),
+        })  # fmt: skip
+        con.register("_rebalances", batch)
+        try:
+            con.execute("INSERT OR IGNORE INTO eplb_rebalances SELECT * FROM _rebalances")
+        finally:
+            con.unregister("_rebalances")
+        self._events_until[target] = max(ev.at for ev in new)
 
     def _store_placement(self, con: duckdb.DuckDBPyConnection, target: str, ts: datetime, snap: ExpertSnapshot) -> None:
         known = self._placement.get(target)

@@ -41,6 +41,12 @@ def over_time(q: Query, p: dict[str, list[tuple[str, int]]], sheet: PriceSheet, 
     return cost_over_time(tokens, gpus, sheet, start, end, step)
 
 
+def first_count(q: Query) -> datetime | None:
+    df = q("SELECT min(ts) AS ts FROM scrapes WHERE up", None)
+    ts = df["ts"].iloc[0] if len(df) else None
+    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
+
+
 def latest_count(q: Query) -> datetime | None:
     df = q("SELECT max(ts) AS ts FROM scrapes WHERE up", None)
     ts = df["ts"].iloc[0] if len(df) else None

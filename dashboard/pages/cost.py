@@ -29,8 +29,10 @@ def _window(latest: datetime) -> tuple[datetime, datetime]:
         except ValueError:
             st.warning(f"Ignoring the window in the URL: from={qp['from']!r} to={qp['to']!r} are not ISO 8601 times.")
     c = st.columns([3, 2])
-    choice = c[0].segmented_control("Window (UTC)", WINDOWS, default="Yesterday", key="cost_window") or "Yesterday"
     today = latest.replace(hour=0, minute=0, second=0, microsecond=0)
+    first = data.first_count(query)
+    default = "Yesterday" if first is not None and first < today else "Today"  # a new install has no yesterday
+    choice = c[0].segmented_control("Window (UTC)", WINDOWS, default=default, key="cost_window") or default
     if choice == "Yesterday":
         return today - timedelta(days=1), today
     if choice == "Today":

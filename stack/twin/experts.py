@@ -38,7 +38,8 @@ class ExpertState:
     phy2log: np.ndarray  # [layers, slots] current placement
     balancedness: np.ndarray  # [layers] over the last tick
     last_load: np.ndarray  # [layers, experts] tokens routed in the last tick
-    rebalances: list[Rebalance] = field(default_factory=list)
+    rebalances: list[Rebalance] = field(default_factory=list)  # the latest ones (snapshots carry these)
+    rebalances_total: int = 0  # every rebalance since start (the counter)
 
 
 class ExpertModel:
@@ -132,6 +133,7 @@ class ExpertModel:
             Rebalance(at, duration, moved, np.nan_to_num(before).tolist(), np.nan_to_num(after).tolist())
         )
         st.rebalances = st.rebalances[-50:]
+        st.rebalances_total += 1
         st.phy2log = new
 
     @property

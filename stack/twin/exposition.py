@@ -238,7 +238,7 @@ def render_plugin(st: ExpertState, model_name: str) -> str:
         )
     last = st.rebalances[-1] if st.rebalances else None
     p.head("moemeter_eplb_rebalances_total", "counter", "EPLB rebalances performed.")
-    p.sample("moemeter_eplb_rebalances_total", {"model_name": model_name}, float(len(st.rebalances)))
+    p.sample("moemeter_eplb_rebalances_total", {"model_name": model_name}, float(st.rebalances_total))
     p.head("moemeter_eplb_last_rebalance_duration_seconds", "gauge", "Wall time of the last EPLB rebalance.")
     p.sample(
         "moemeter_eplb_last_rebalance_duration_seconds",

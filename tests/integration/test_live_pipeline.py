@@ -20,6 +20,7 @@ from warehouse.db import Warehouse
 pytestmark = pytest.mark.integration
 PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "live.py")
 USERS_PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "users.py")
+COST_PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "cost.py")
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +122,16 @@ def test_users_page_shows_the_p90_per_user_tokens_per_second_of_the_gateway_reco
 def test_users_page_explains_an_empty_warehouse(empty_api, monkeypatch):
     at = run_page(USERS_PAGE, empty_api, monkeypatch)
     assert "No request records yet" in at.info[0].value
+
+
+def test_cost_page_prices_the_twin_rack(pipeline, monkeypatch):
+    """A new install has no yesterday: the page opens on today, says the rack was observed for only
+    part of it, and prices all 72 GPUs for the whole of it (reserved GPUs cost money either way)."""
+    wh, api = pipeline
+    at = run_page(COST_PAGE, api.url, monkeypatch)
+    assert at.segmented_control(key="cost_window").value == "Today"
+    assert "counted only from" in at.warning[0].value
+    latest = wh.query_df("SELECT max(ts) t FROM scrapes").t[0]
+    hours = (latest - latest.normalize()).total_seconds() / 3600 + 1 / 3600
+    assert number(metric(at, "Cost").lstrip("$")) == pytest.approx(72 * hours * 38.96, abs=0.01)
+    assert len(at.dataframe[0].value) > 100  # every user of the twin's gateway, with a share of the cost

@@ -64,6 +64,11 @@ def test_rebalance_events_are_stored_once_per_layer(con):
         "SELECT layer, balancedness_before, balancedness_planned FROM eplb_rebalances ORDER BY layer"
     ).fetchall()
     assert rows == [(0, 0.8, 0.98), (1, 0.7, 0.97)]
+    # a restarted collector, the same recent events again plus a newer one: only the new one is added
+    later = {**ev, "time": ev["time"] + 600, "balancedness_before": [0.6, 0.5]}
+    ExpertIngestor().write(con, "d", T0 + timedelta(seconds=180), snap([[1, 1], [1, 1]], [[0, 1], [1, 0]],
+                                                                       rebalances=[ev, later]))  # fmt: skip
+    assert con.execute("SELECT count(*), count(DISTINCT ts) FROM eplb_rebalances").fetchall() == [(4, 2)]
 
 
 @pytest.mark.parametrize("body,match", [
