@@ -19,6 +19,7 @@ from .db import insert_arrow
 
 log = logging.getLogger(__name__)
 SCHEMA = "moemeter.requests/1"
+MAX_TEXT = 1024  # the gateway cuts user names to 256 characters; anything this long is not a record
 _TEXT = ("request_id", "user", "tenant", "model", "endpoint", "outcome")
 _INT = ("status", "prompt_tokens", "generated_tokens")
 _OPT_FLOAT = ("ttft_seconds", "itl_mean_seconds", "itl_max_seconds", "decode_tokens_per_second")
@@ -44,6 +45,8 @@ def _record_row(r: Any) -> tuple[Any, ...]:
     for k in _TEXT:
         if not isinstance(r.get(k), str):
             raise ValueError(f"{k} must be a string")
+        if len(r[k]) > MAX_TEXT:
+            raise ValueError(f"{k} is {len(r[k])} characters long (at most {MAX_TEXT})")
     for k in _INT:
         if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] < 0:
             raise ValueError(f"{k} must be a non-negative integer")
