@@ -60,14 +60,16 @@ def render() -> None:
         return
     start, end = _window(latest)
     sheet = data.price_sheet(query)
-    base_price = sheet.gpu[0].usd_per_gpu_hour if len(sheet.gpu) == 1 else None
+    latest_price = max(sheet.gpu, key=lambda p: p.effective).usd_per_gpu_hour if sheet.gpu else 38.96
     with st.expander("What if", expanded=False):
-        c = st.columns(2)
-        price = c[0].number_input("GPU-hour price, USD", min_value=0.0, value=float(base_price or 38.96), step=0.5,
-                                  key="whatif_price", help="Replaces the price sheet's GPU prices for this view")  # fmt: skip
-        util = c[1].slider("Utilisation: tokens served x", 0.1, 3.0, 1.0, 0.1, key="whatif_util",
+        c = st.columns(3)
+        what_if = c[0].toggle("Another GPU-hour price", key="whatif_on",
+                              help="Replaces the price sheet's GPU prices, every pool, the whole window, in this view only")  # fmt: skip
+        price = c[1].number_input("GPU-hour price, USD", min_value=0.0, value=float(latest_price), step=0.5,
+                                  key="whatif_price", disabled=not what_if)  # fmt: skip
+        util = c[2].slider("Utilisation: tokens served x", 0.1, 3.0, 1.0, 0.1, key="whatif_util",
                            help="The same GPUs serving this many times the tokens: $/M tokens divide by it")  # fmt: skip
-    if base_price is None or price != base_price:
+    if what_if:
         sheet = with_gpu_price(sheet, price)
     pools = data.pools(query, start, end)
     if not pools["prefill"] and not pools["decode"]:

@@ -60,6 +60,8 @@ def test_the_page_shows_the_reports_numbers(api, monkeypatch) -> None:
 
 def test_what_if_price_and_utilisation(api, monkeypatch) -> None:
     at = open_page(api, monkeypatch)
+    at.toggle(key="whatif_on").set_value(True).run()
+    assert metric(at, "Cost") == "$467.52"  # the sheet's price to start from
     at.number_input(key="whatif_price").set_value(3.0).run()
     assert metric(at, "Cost") == "$36.00"  # (2 + 4) GPUs x 2 h x $3
     at.slider(key="whatif_util").set_value(2.0).run()
