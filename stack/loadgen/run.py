@@ -181,7 +181,13 @@ class LoadGen:
             async for line in r.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                chunk = json.loads(line[6:])
+                try:
+                    chunk = json.loads(line[6:])
+                except ValueError:
+                    res.error = "malformed_chunk"
+                    continue
+                if not isinstance(chunk, dict):
+                    continue
                 if "error" in chunk:
                     res.error = str(chunk["error"].get("code") or "stream_error")
                     continue
