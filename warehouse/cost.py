@@ -204,17 +204,14 @@ def _pool_cost(sheet: PriceSheet, pool: str, gpus: int, start: datetime, end: da
                seconds: pd.Series, at: pd.Series) -> PoolCost:  # fmt: skip
     """Reserved GPU-hours and cost over the whole window; idle = the scrape intervals in which the
     pool's token counters did not move, priced at the price in effect then."""
-    cost = sum(
-        gpus * (b - a).total_seconds() / 3600 * p.usd_per_gpu_hour for a, b, p in sheet.gpu_segments(pool, start, end)
-    )
+    cost = sheet.gpu_cost(pool, gpus, start, end)
     idle_hours = idle_cost = 0.0
     for t, n, sec in zip(at, tokens, seconds):
         if n == 0 and pd.notna(sec) and sec > 0:
             b = pd.Timestamp(t).to_pydatetime()
             a = b - timedelta(seconds=float(sec))
             idle_hours += gpus * float(sec) / 3600
-            idle_cost += sum(gpus * (y - x).total_seconds() / 3600 * p.usd_per_gpu_hour
-                             for x, y, p in sheet.gpu_segments(pool, a, b))  # fmt: skip
+            idle_cost += sheet.gpu_cost(pool, gpus, a, b)
     window = (end - start).total_seconds()
     tps = float(tokens.sum()) / (window * gpus) if gpus and window else 0.0
     return PoolCost(gpus, gpus * window / 3600, cost, idle_hours, idle_cost, tps)
@@ -359,10 +356,8 @@ def cost_over_time(tokens: pd.DataFrame, gpus: dict[str, int], sheet: PriceSheet
     while t < end:
         u = min(t + step, end)
         sel = tokens[(ts >= t) & (ts < u)] if len(tokens) else tokens
-        pc = sum(gpus["prefill"] * (b - a).total_seconds() / 3600 * p.usd_per_gpu_hour
-                 for a, b, p in sheet.gpu_segments("prefill", t, u))  # fmt: skip
-        dc = sum(gpus["decode"] * (b - a).total_seconds() / 3600 * p.usd_per_gpu_hour
-                 for a, b, p in sheet.gpu_segments("decode", t, u))  # fmt: skip
+        pc = sheet.gpu_cost("prefill", gpus["prefill"], t, u)
+        dc = sheet.gpu_cost("decode", gpus["decode"], t, u)
         prompt, cached, gen = (float(sel[c].sum()) if len(sel) else 0.0 for c in ("prompt", "cached", "generated"))
         hours = (u - t).total_seconds() / 3600
         rows.append({"bucket": t, "prefill_gpu_hours": gpus["prefill"] * hours, "decode_gpu_hours": gpus["decode"] * hours,

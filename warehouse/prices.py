@@ -76,6 +76,13 @@ class PriceSheet:
                 out.append((a, b, p))
         return out
 
+    def gpu_cost(self, pool: str, gpus: int, start: datetime, end: datetime) -> float:
+        """USD for `gpus` GPUs of `pool` over [start, end), each piece at the price in effect then."""
+        return sum(
+            gpus * (b - a).total_seconds() / 3600 * p.usd_per_gpu_hour
+            for a, b, p in self.gpu_segments(pool, start, end)
+        )
+
     def token_price_at(self, t: datetime) -> TokenPrice | None:
         current = None
         for p in sorted(self.tokens, key=lambda p: p.effective):
