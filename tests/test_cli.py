@@ -128,29 +128,12 @@ def test_eplb_rules_file_passes_promtool(tmp_path, capsys):
     assert "SUCCESS: 3 rules found" in check.stdout
 
 
-def _wait_ok(url: str, proc: subprocess.Popen, within: float = 30) -> None:  # type: ignore[type-arg]
-    import time
-
-    import httpx
-
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"{url} did not answer")
-
-
 @pytest.mark.integration
 def test_loadgen_through_the_gateway_to_the_twin(tmp_path, capsys):
     """The commands a user runs: the twin as upstream, the gateway, the load generator."""
     import httpx
 
-    from tests.e2e.test_browser import free_port
+    from tests.e2e.test_browser import free_port, wait_http
 
     up, gw = free_port(), free_port()
     twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--openai-port", str(up)],
@@ -159,8 +142,8 @@ def test_loadgen_through_the_gateway_to_the_twin(tmp_path, capsys):
                              "--port", str(gw), "--records", str(tmp_path / "gw.sqlite")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
-        _wait_ok(f"http://127.0.0.1:{up}/v1/models", twin)
-        _wait_ok(f"http://127.0.0.1:{gw}/health", gate)
+        wait_http(f"http://127.0.0.1:{up}/v1/models", 30, twin)
+        wait_http(f"http://127.0.0.1:{gw}/health", 30, gate)
         out = tmp_path / "requests.jsonl"
         assert main(["loadgen", "--url", f"http://127.0.0.1:{gw}", "--sessions", "4", "--users", "3",
                      "--think-seconds", "0", "--answer-tokens", "8", "--json", "--out", str(out)]) == 0  # fmt: skip

@@ -30,9 +30,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, timeout: float) -> None:
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
+    """Until `url` answers 200; with `proc`, fail at once (with its output) if that process exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc is not None:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return
