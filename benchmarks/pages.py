@@ -7,15 +7,63 @@ the Live, Experts and Users pages, this adds CPU overhead and Cost).
 from __future__ import annotations
 
 import json
+import statistics
 import sys
+import time
 from datetime import timedelta
+from pathlib import Path
 
 import duckdb
 
-from dashboard.data import cost, live, overhead
+from dashboard.data import cost, experts, live, overhead, users
 from warehouse.api import LocalQuery
 
-from .run import _timed, experts_queries, live_queries, users_queries
+
+def live_queries(q: live.Query, w: live.Window) -> None:
+    tgts = live.targets(q)
+    tpg = live.tokens_per_gpu(live.token_rates(q, w), live.pool_gpus(tgts))
+    ttft, itl, tpot = (live.histogram_counts(q, w, f) for f in ("vllm:time_to_first_token_seconds",
+                       "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds"))  # fmt: skip
+    live.headline(tpg, ttft, itl, tpot, live.scrape_health(q, w))
+    live.per_user_tokens_per_second(tpot)
+    live.queue_and_kv(q, w)
+    live.gpus_latest(q, w.start)
+    live.gpus_over_time(q, w)
+
+
+def experts_queries(q: live.Query, w: live.Window) -> None:
+    """What the Experts page asks for one decode target."""
+    target = experts.eplb_targets(q)[0]
+    steps = experts.rank_steps(q, w, target)
+    bal = experts.balancedness_over_time(steps)
+    experts.measured_around(experts.rebalances(q, w, target), bal)
+    shares = experts.expert_share(q, w, target)
+    experts.hot_experts(shares, experts.share_trend(q, w, target, shares.nlargest(10, "share")))
+    experts.rank_matrix(steps)
+    current = experts.current_placement(q, w, target)
+    if current is not None:
+        experts.placement(q, w, target, 0)
+    experts.load_matrix(shares)
+
+
+def users_queries(q: live.Query, w: live.Window) -> None:
+    """What the Users page asks for at its first render."""
+    s = users.summary(q, w)
+    users.tps_histogram(q, w)
+    users.tps_over_time(q, w)
+    top = users.users_table(q, w, limit=25)
+    if s is not None and len(top):
+        users.user_history(q, w, str(top.user_id[0]))
+
+
+def _timed(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    times = []
+    for _ in range(repeats):
+        s = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - s)
+    times.sort()
+    return round(statistics.median(times), 3), round(times[int(0.95 * (len(times) - 1))], 3)
 
 
 def overhead_queries(q: live.Query, w: live.Window) -> None:
@@ -38,18 +86,27 @@ PAGES = {"live": live_queries, "experts": experts_queries, "users": users_querie
          "cost": cost_queries}  # fmt: skip
 
 
-def main() -> None:
-    con = duckdb.connect(sys.argv[1], read_only=True)
-    q = LocalQuery(con)
-    end = live.latest_scrape_time(q)
-    assert end is not None, "no scrapes in this file"
+def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
+    """p50/p95 seconds of each page's queries over the last 1 h, 24 h and 7 days of the file's history."""
     out: dict[str, object] = {}
-    for label, seconds in (("1h", 3600), ("24h", 86400), ("7d", 7 * 86400)):
-        w = live.Window.ending(end, seconds)
-        for page, fn in PAGES.items():
-            p50, p95 = _timed(lambda f=fn, w=w: f(q, w), 5)  # type: ignore[misc]
-            out[f"{page}_{label}_p50_seconds"], out[f"{page}_{label}_p95_seconds"] = p50, p95
-    print(json.dumps(out, indent=2))
+    with duckdb.connect(str(db), read_only=True) as con:
+        q = LocalQuery(con)
+        end = live.latest_scrape_time(q)
+        if end is None:
+            raise SystemExit(f"{db}: no scrapes in this file")
+        for label, seconds in (("1h", 3600), ("24h", 86400), ("7d", 7 * 86400)):
+            w = live.Window.ending(end, seconds)
+            out[f"tables_{label}"] = w.tables["inc"]
+            for page, fn in PAGES.items():
+                p50, p95 = _timed(lambda f=fn, w=w: f(q, w), repeats)  # type: ignore[misc]
+                out[f"{page}_{label}_p50_seconds"], out[f"{page}_{label}_p95_seconds"] = p50, p95
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
+        raise SystemExit("usage: python -m benchmarks.pages WAREHOUSE.duckdb")
+    print(json.dumps(time_pages(Path(sys.argv[1])), indent=2))
 
 
 if __name__ == "__main__":

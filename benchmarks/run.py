@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import signal
 import statistics
 import subprocess
@@ -35,16 +34,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.scrape import http_fetcher
 from collectors.service import Collector
 from collectors.targets import load_targets
-from dashboard.data import experts, live, users
+from dashboard.data import live
 from warehouse.api import LocalQuery
 from warehouse.db import Warehouse
+
+from . import pages
 
 ROOT = Path(__file__).parents[1]
 ROUNDS = 10
@@ -186,19 +189,6 @@ def _samples_seen(name: str) -> int:
     return int(r["rows"][0][0])
 
 
-def live_queries(q: live.Query, w: live.Window) -> None:
-    tgts = live.targets(q)
-    tpg = live.tokens_per_gpu(live.token_rates(q, w), live.pool_gpus(tgts))
-    hists = [live.histogram_counts(q, w, f) for f in ("vllm:time_to_first_token_seconds",
-             "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds")]  # fmt: skip
-    health = live.scrape_health(q, w)
-    live.headline(tpg, *hists, health)
-    live.per_user_tokens_per_second(hists[2])
-    live.queue_and_kv(q, w)
-    live.gpus_latest(q, w.start)
-    live.gpus_over_time(q, w)
-
-
 def bench_live_page(tmp: Path) -> dict[str, float]:
     db = tmp / "history.duckdb"
     t0 = time.perf_counter()
@@ -216,7 +206,7 @@ def bench_live_page(tmp: Path) -> dict[str, float]:
             times = []
             for _ in range(QUERY_REPEATS):
                 s = time.perf_counter()
-                live_queries(q, w)
+                pages.live_queries(q, w)
                 times.append(time.perf_counter() - s)
             times.sort()
             result[f"live_page_{label}_p50_seconds"] = round(statistics.median(times), 3)
@@ -233,66 +223,21 @@ def bench_live_page(tmp: Path) -> dict[str, float]:
     }
 
 
-def experts_queries(q: live.Query, w: live.Window) -> None:
-    """What the Experts page asks for one decode target."""
-    target = experts.eplb_targets(q)[0]
-    steps = experts.rank_steps(q, w, target)
-    bal = experts.balancedness_over_time(steps)
-    experts.measured_around(experts.rebalances(q, w, target), bal)
-    shares = experts.expert_share(q, w, target)
-    experts.hot_experts(shares, experts.share_trend(q, w, target, shares.nlargest(10, "share")))
-    experts.rank_matrix(steps)
-    current = experts.current_placement(q, w, target)
-    if current is not None:
-        experts.placement(q, w, target, 0)
-    experts.load_matrix(shares)
-
-
-def users_queries(q: live.Query, w: live.Window) -> None:
-    """What the Users page asks for at its first render."""
-    s = users.summary(q, w)
-    users.tps_histogram(q, w)
-    users.tps_over_time(q, w)
-    top = users.users_table(q, w, limit=25)
-    if s is not None and len(top):
-        users.user_history(q, w, str(top.user_id[0]))
-
-
-def _timed(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeats):
-        s = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - s)
-    times.sort()
-    return round(statistics.median(times), 3), round(times[int(0.95 * (len(times) - 1))], 3)
-
-
 def bench_history(tmp: Path) -> dict[str, object]:
     span = os.environ.get("MOEMETER_BENCH_HISTORY", "24h")
-    db = tmp / "day.duckdb"
+    keep = os.environ.get("MOEMETER_BENCH_KEEP_DB")  # a path: the history stays there for `benchmarks.pages`
+    db = Path(keep) if keep else tmp / "day.duckdb"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "moemeter", "twin", "--fast-forward", span, "--interval", "60",
-                    "--db", str(db)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)  # fmt: skip
-    wall = time.perf_counter() - t0
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest child so far
-    size_mb = sum(f.stat().st_size for f in tmp.glob("day.duckdb*")) / 1e6
-    wh = Warehouse(db)
-    result: dict[str, object] = {"span": span, "scrape_interval_seconds": 60, "fast_forward_wall_seconds": round(wall),
-                                 "db_megabytes": round(size_mb), "peak_rss_megabytes_largest_child": round(peak_mb)}  # fmt: skip
-    with wh.cursor() as cur:
-        q = LocalQuery(cur)
-        end = live.latest_scrape_time(q)
-        assert end is not None
+    out = subprocess.run([sys.executable, "-m", "moemeter", "twin", "--fast-forward", span, "--interval", "60",
+                          "--db", str(db)], cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout  # fmt: skip
+    ff = json.loads(out.strip().splitlines()[-1])
+    result: dict[str, object] = {"span": span, "scrape_interval_seconds": 60, "wall_seconds": round(time.perf_counter() - t0),
+                                 "samples": ff["samples"], "db_megabytes": ff["db_megabytes"],
+                                 "peak_rss_megabytes": ff["peak_rss_megabytes"]}  # fmt: skip
+    with duckdb.connect(str(db), read_only=True) as con:
         for table in ("samples", "increments", "increments_1m", "increments_1h", "expert_load", "requests"):
-            result[f"rows_{table}"] = cur.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-        for label, seconds in (("1h", 3600), ("24h", 86400)):
-            w = live.Window.ending(end, seconds)
-            for page, fn in (("live", live_queries), ("experts", experts_queries), ("users", users_queries)):
-                p50, p95 = _timed(lambda f=fn, w=w: f(q, w), 5)  # type: ignore[misc]
-                result[f"{page}_page_{label}_p50_seconds"], result[f"{page}_page_{label}_p95_seconds"] = p50, p95
-            result[f"tables_{label}"] = w.tables["inc"]
-    wh.close()
+            result[f"rows_{table}"] = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+    result["pages"] = pages.time_pages(db)
     return result
 
 
@@ -406,7 +351,7 @@ async def _gateway_rounds(direct: str, through: str, requests: int, stream_token
     out: dict[str, list[float]] = {"direct": [], "through": [], "stream_direct": [], "stream_through": [],
                                    "paced_direct": [], "paced_through": []}  # fmt: skip
     body = {"model": "bench", "prompt": "one two three four five six seven eight", "max_tokens": 16}
-    long = {"model": "bench", "prompt": "a b c", "max_tokens": stream_tokens, "stream": True}
+    long: dict[str, Any] = {"model": "bench", "prompt": "a b c", "max_tokens": stream_tokens, "stream": True}
     async with aiohttp.ClientSession() as session:
         for url in (direct, through):  # warm up both paths (connections, the gateway's model list)
             for _ in range(50):

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -65,7 +66,7 @@ def cmd_twin(args: argparse.Namespace) -> int:
         write_targets(targets, Path(args.targets_out))
     if args.openai_port:
         _serve_simulated_upstream(profile.model.name, args.host, args.openai_port)
-    gpus = sum(int(t["gpus"]) for t in targets if t["role"] == "gpu")
+    gpus = sum(int(str(t["gpus"])) for t in targets if t["role"] == "gpu")
     print(f"twin {profile.name} (seed {args.seed}): {len(targets)} endpoints, {gpus} GPUs"
           + (f", targets in {args.targets_out}" if args.targets_out else ""), flush=True)  # fmt: skip
     _wait_for_signal()
@@ -122,6 +123,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     roles = {ep.name: ep for ep in twin.endpoints()}
     t, n, rounds, began = 0.0, 0, 0, time.perf_counter()
     snapshot_every = max(1, round(60 / args.interval))
+    report_every = max(1, int(seconds / args.interval) // 20)  # about every 5%
     while t <= seconds:
         ts = start + timedelta(seconds=t)
         pages = twin.pages(start.timestamp() + t)
@@ -147,13 +149,26 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
         n += wh.write(job, timeout=None)  # a checkpoint of a large file may take a while: wait for it
         t += args.interval
         rounds += 1
+        if rounds % report_every == 0:
+            _progress(t, seconds, time.perf_counter() - began)
     wh.close()
-    print(
-        json.dumps(
-            {"db": args.db, "seconds": seconds, "samples": n, "wall_seconds": round(time.perf_counter() - began, 2)}
-        )
-    )
+    wall = time.perf_counter() - began
+    size = sum(f.stat().st_size for f in Path(args.db).parent.glob(Path(args.db).name + "*"))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"db": args.db, "seconds": seconds, "samples": n, "wall_seconds": round(wall, 2),
+                      "db_megabytes": round(size / 1e6), "peak_rss_megabytes": round(peak)}))  # fmt: skip
     return 0
+
+
+def _progress(done: float, total: float, wall: float) -> None:
+    """One line on stderr: how much history is written, and about how long the rest will take."""
+
+    def span(s: float) -> str:
+        return f"{s / 3600:.1f} h" if total >= 7200 else f"{s / 60:.1f} min"
+
+    left = wall * max(0.0, total - done) / done
+    print(f"fast-forward: {span(min(done, total))} of {span(total)} written ({min(100, 100 * done / total):.0f}%) "
+          f"in {wall / 60:.1f} min, about {left / 60:.0f} min left", file=sys.stderr, flush=True)  # fmt: skip
 
 
 # -------------------------------------------------------------------------- serve
@@ -673,9 +688,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     api = f"http://127.0.0.1:{args.api_port}"
     children: list[subprocess.Popen[bytes]] = []
+    names: dict[int, str] = {}  # pid -> "twin --profile", "serve --targets", ...
 
     def start(cmd: list[str]) -> None:
         children.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+        names[children[-1].pid] = " ".join(cmd[2:4])
 
     if args.stack == "local-cpu":
         start([*me, "localstack", "--workdir", str(workdir / "local-cpu"), "--targets-out", str(targets)])
@@ -692,7 +709,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         while True:
             for c in children:
                 if c.poll() is not None:
-                    print(f"moemeter up: {' '.join(c.args[2:4])} exited with {c.returncode}; stopping", flush=True)  # type: ignore[index]
+                    print(f"moemeter up: {names[c.pid]} exited with {c.returncode}; stopping", flush=True)
                     code = c.returncode or 1
                     raise KeyboardInterrupt
             time.sleep(0.5)

@@ -78,8 +78,11 @@ def test_bad_inputs_exit_2_with_the_reason_and_store_nothing(tmp_path, capsys):
 def test_fast_forward_writes_history_through_the_ingest_path(tmp_path, capsys):
     db = str(tmp_path / "h.duckdb")
     assert main(["twin", "--fast-forward", "30s", "--db", db, "--seed", "3"]) == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out, err = capsys.readouterr()
+    summary = json.loads(out.strip().splitlines()[-1])
     assert summary["samples"] > 7 * 39_000
+    assert summary["db_megabytes"] > 0 and summary["peak_rss_megabytes"] > 0
+    assert "fast-forward: 0.5 min of 0.5 min written (100%)" in err  # progress, on stderr
     assert (
         main(
             ["query", "--db", db, "--json", "SELECT count(DISTINCT ts) AS n, count(DISTINCT target) AS t FROM scrapes"]

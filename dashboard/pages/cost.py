@@ -11,6 +11,7 @@ import streamlit as st
 from dashboard.data import cost as data
 from dashboard.figures import cost as figures
 from dashboard.source import api_url, query
+from dashboard.widgets import day_span
 from warehouse.cost import NoData, with_gpu_price
 
 WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
@@ -44,8 +45,7 @@ def _window(latest: datetime) -> tuple[datetime, datetime]:
     d = c[1].date_input(
         "From / to", (today.date() - timedelta(days=1), today.date() - timedelta(days=1)), key="cost_dates"
     )
-    d0, d1 = (d[0], d[-1]) if isinstance(d, tuple) and d else (today.date(), today.date())
-    return datetime.combine(d0, datetime.min.time()), datetime.combine(d1, datetime.min.time()) + timedelta(days=1)
+    return day_span(d, today.date())
 
 
 def _utc(text: str) -> datetime:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import httpx
 import streamlit as st
@@ -11,6 +11,7 @@ import streamlit as st
 from dashboard.data import live as data
 from dashboard.figures import live as figures
 from dashboard.source import api_url, query
+from dashboard.widgets import day_span
 
 REFRESH_SECONDS = 5
 
@@ -27,9 +28,7 @@ def _window_controls() -> tuple[str, datetime | None, datetime | None, bool]:
     start = end = None
     if choice == "Custom":
         today = datetime.utcnow().date()
-        d0, d1 = cols[1].date_input("From / to (UTC)", (today, today), key="custom_dates") or (today, today)
-        start = datetime.combine(d0, datetime.min.time())
-        end = datetime.combine(d1 if d1 else d0, datetime.min.time()) + timedelta(days=1)
+        start, end = day_span(cols[1].date_input("From / to (UTC)", (today, today), key="custom_dates"), today)
     auto = cols[3].toggle("Auto-refresh", value=True, key="auto")
     return choice or "15 min", start, end, auto
 

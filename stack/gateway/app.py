@@ -317,7 +317,8 @@ class Gateway:
         assert self.session is not None
         tracker: StreamTracker | None = None
         if rec.stream:
-            opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+            raw = body.get("stream_options")
+            opts: dict[str, Any] = raw if isinstance(raw, dict) else {}
             tracker = StreamTracker(t0, client_wants_usage=bool(opts.get("include_usage")))
             body = {**body, "stream_options": {**opts, "include_usage": True}}
         url = f"{self.upstream}/v1/{rec.endpoint}"

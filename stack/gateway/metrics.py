@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .records import RequestRecord
@@ -75,7 +76,7 @@ class GatewayMetrics(Collector):
             self.itl.observe(r.itl_mean_seconds)
         self.e2e.observe(r.e2e_seconds)
 
-    def collect(self) -> Iterator[object]:
+    def collect(self) -> Iterator[Metric]:
         req = CounterMetricFamily("moemeter_gateway_requests", "Requests finished, by user and outcome.",
                                   labels=["user", "outcome"])  # fmt: skip
         for (u, outcome), n in sorted(self.requests.items()):

@@ -290,8 +290,8 @@ class RackModel:
         self.state[entering] = DECODE
         active = np.flatnonzero(self.state == DECODE)
         ctx = self.prompt[active] + self.progress[active]
-        batch = np.bincount(self.dc_engine[active], minlength=n_dc).astype(float)
-        context = np.bincount(self.dc_engine[active], weights=ctx, minlength=n_dc)
+        batch = np.bincount(self.dc_engine[active], minlength=n_dc).astype(np.float64)
+        context = np.bincount(self.dc_engine[active], weights=ctx, minlength=n_dc).astype(np.float64)
         self.decode_batch, self.decode_context = batch, context
         # A sequence counts for the part of the tick it is in the batch (long fast-forward ticks
         # would otherwise charge every step with sequences that join late or leave early).
@@ -399,6 +399,7 @@ class RackModel:
             inst.http_requests += sel.sum()
         chat = self.user[agents] % 10 < 7
         r = self.router
+        assert r.duration is not None
         r.duration.observe(np.where(chat, 0, 1), finish - self.arrival[agents])
         self.gateway.add(self.user[agents], self.arrival[agents], first, finish, prompt, self.cached[agents], n_out,
                          tpot)  # fmt: skip

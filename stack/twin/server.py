@@ -14,12 +14,14 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from .config import TwinProfile
 from .exposition import expert_snapshot, render_dcgm, render_plugin, render_router, render_step_phases, render_vllm
 from .model import TICK_SECONDS, RackModel
+from .stats import InstanceStats
 
 log = logging.getLogger(__name__)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -64,23 +66,27 @@ class Twin:
 
     def endpoints(self) -> list[Endpoint]:
         assert self.model is not None
-        m, topo = self.model, self.profile.topology
-        out = [Endpoint(s.name, "prefill", s.dp, lambda s=s: render_vllm(s, self.profile)
-                        + render_step_phases(s, self.profile.model.name)) for s in m.prefill]  # fmt: skip
-        model = self.profile.model.name
+        m, topo, profile = self.model, self.profile.topology, self.profile
+        model = profile.model.name
+
+        def prefill_page(s: InstanceStats) -> str:
+            return render_vllm(s, profile) + render_step_phases(s, model)
+
         # The decode instance runs EPLB and the moemeter plugin: its page adds the plugin's families.
-        out += [Endpoint(s.name, "decode", s.dp,
-                         lambda s=s: render_vllm(s, self.profile) + render_plugin(m.experts.state, model)
-                         + render_step_phases(s, model),
-                         snapshot=lambda: expert_snapshot(m.experts.state, model, m.now))
-                for s in m.decode]  # fmt: skip
-        out.append(Endpoint("router", "router", 0, lambda: render_router(m.router)))
+        def decode_page(s: InstanceStats) -> str:
+            return render_vllm(s, profile) + render_plugin(m.experts.state, model) + render_step_phases(s, model)
+
+        def snapshot() -> dict[str, object]:
+            return expert_snapshot(m.experts.state, model, m.now)
+
+        out = [Endpoint(s.name, "prefill", s.dp, partial(prefill_page, s)) for s in m.prefill]
+        out += [Endpoint(s.name, "decode", s.dp, partial(decode_page, s), snapshot=snapshot) for s in m.decode]
+        out.append(Endpoint("router", "router", 0, partial(render_router, m.router)))
         out.append(Endpoint("gateway", "gateway", 0, m.gateway.render, feed=m.gateway.page))
         for t in range(topo.trays):
             gpus = m.gpus[t * topo.gpus_per_tray : (t + 1) * topo.gpus_per_tray]
             host = f"gb300-tray-{t:02d}"
-            out.append(Endpoint(f"gpu-tray-{t:02d}", "gpu", len(gpus),
-                                lambda g=gpus, h=host: render_dcgm(g, h, self.profile), host))  # fmt: skip
+            out.append(Endpoint(f"gpu-tray-{t:02d}", "gpu", len(gpus), partial(render_dcgm, gpus, host, profile), host))
         return out
 
     def pages(self, at: float) -> dict[str, str]:

@@ -83,6 +83,17 @@ def test_live_page_shows_the_twins_numbers(pipeline, monkeypatch):
     assert any("GPU utilisation (72 GPUs)" in s for s in titles)
 
 
+def test_live_page_custom_range_survives_a_half_picked_date_range(pipeline, monkeypatch):
+    _, api = pipeline
+    at = run_page(PAGE, api.url, monkeypatch)
+    at.segmented_control(key="range").set_value("Custom").run()
+    assert not at.exception, at.exception
+    today = at.date_input(key="custom_dates").value[0]
+    at.date_input(key="custom_dates").set_value((today,)).run()  # the start picked, the end not yet
+    assert not at.exception, at.exception
+    assert "Targets up" in [m.label for m in at.metric]
+
+
 def test_live_page_says_so_when_the_api_is_unreachable(monkeypatch):
     at = run_page(PAGE, "http://127.0.0.1:9", monkeypatch)
     assert "Cannot reach the warehouse query API" in at.error[0].value

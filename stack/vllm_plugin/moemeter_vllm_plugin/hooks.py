@@ -286,7 +286,7 @@ def install() -> None:
 
 
 def _note_config_on_init(cls: type) -> None:
-    original_init = cls.__init__
+    original_init = cls.__init__  # type: ignore[misc]
     if getattr(original_init, "__moemeter__", False):
         return
 

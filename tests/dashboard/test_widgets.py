@@ -1,0 +1,20 @@
+from datetime import date, datetime
+
+from dashboard.widgets import day_span
+
+D1, D2 = date(2026, 11, 3), date(2026, 11, 5)
+
+
+def test_a_picked_range_covers_whole_days():
+    assert day_span((D1, D2), D1) == (datetime(2026, 11, 3), datetime(2026, 11, 6))
+
+
+def test_a_half_picked_range_or_none_falls_back_without_failing():
+    assert day_span((D1,), D2) == (datetime(2026, 11, 3), datetime(2026, 11, 4))
+    assert day_span((), D2) == (datetime(2026, 11, 5), datetime(2026, 11, 6))
+    assert day_span(None, D2) == (datetime(2026, 11, 5), datetime(2026, 11, 6))
+    assert day_span(D1, D2) == (datetime(2026, 11, 3), datetime(2026, 11, 4))
+
+
+def test_a_reversed_range_is_put_in_order():
+    assert day_span((D2, D1), D1) == (datetime(2026, 11, 3), datetime(2026, 11, 6))
