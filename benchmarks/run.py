@@ -1,4 +1,4 @@
-"""`make bench`: ingest cost per scrape interval and Live page query time, as ratios in one run.
+"""`make bench`: ingest, history, page queries, Prometheus, plugin and gateway overheads, as ratios in one run.
 
 1. Ingest: the twin runs in its own process; this process scrapes the whole rack over HTTP,
    parses and inserts, N rounds. Baseline in the same run: the same pages parsed by
@@ -10,16 +10,17 @@
 4. Plugin overhead: real vLLM on CPU with and without the moemeter plugin, inter-token latency.
 5. History: the twin fast-forwards a day (MOEMETER_BENCH_HISTORY, default 24h) of the whole
    rack, expert snapshots included, through the ingest path at a 60 s scrape interval: wall
-   time, file size, peak memory; then every Live, Experts and Users page query over 1 h and 24 h.
+   time, file size, peak memory; then every page's queries (benchmarks/pages.py) over 1 h,
+   24 h and 7 days. MOEMETER_BENCH_KEEP_DB=PATH keeps the file.
 6. Gateway: the metering gateway and the twin's simulated OpenAI server in their own processes;
    one request at a time, non-streaming, direct to the upstream and through the gateway,
    interleaved: latency the gateway adds at p50 and p99; and streams direct and through it,
    tokens/s ratio: 4,000 tokens as fast as the upstream writes them (every process of the three
    then saturates a core: a worst case), and 1,000 tokens paced at ~1 ms (above the write-up's
    826 tokens/s for a single user).
-Results go to benchmarks/results/latest.json and are printed. `python -m benchmarks.run SECTION ...`
-runs only the sections named (planner, ingest, live_page, vs_prometheus, plugin_overhead,
-history, gateway).
+Results go to benchmarks/results/latest.json, one entry per section with its date and commit, and
+are printed. `python -m benchmarks.run SECTION ...` runs only the sections named (planner, ingest,
+live_page, vs_prometheus, plugin_overhead, history, gateway), replacing their entries.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from collectors.scrape import http_fetcher
 from collectors.service import Collector
 from collectors.targets import load_targets
 from dashboard.data import live
+from stack.ready import wait_http
 from warehouse.api import LocalQuery
 from warehouse.db import Warehouse
 
@@ -100,19 +102,6 @@ def bench_ingest(tmp: Path) -> dict[str, float]:
     }
 
 
-def _wait_ready(url: str, within: float) -> None:
-    """Until `url` answers 200; a server that does not within `within` seconds fails the bench."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} did not answer within {within:g} s")
-
-
 def _cpu_seconds(pid: int) -> float:
     """utime + stime of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -154,7 +143,7 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
         for name, (cmd, ready) in runs.items():
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
-                _wait_ready(ready, 60)
+                wait_http(ready, 60)
                 time.sleep(12)  # past the first scrapes, which create every series
                 cpu0 = _cpu_seconds(proc.pid)
                 before = _samples_seen(name)
@@ -262,7 +251,7 @@ def bench_plugin_overhead(tmp: Path, requests: int = 12, tokens: int = 48) -> di
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
             try:
                 url = "http://127.0.0.1:18291"
-                _wait_ready(url + "/health", 300)
+                wait_http(url + "/health", 300)
                 body = {"model": "tiny-moe", "prompt": "warm up", "max_tokens": 4, "ignore_eos": True}
                 httpx.post(url + "/v1/completions", json=body, timeout=120)
                 before = _itl(url)
@@ -385,8 +374,8 @@ def bench_gateway(tmp: Path, requests: int = 3000, stream_tokens: int = 4000, st
                            "--port", str(gw_port), "--records", str(tmp / "gateway.sqlite")], cwd=ROOT,
                           stdout=subprocess.DEVNULL)  # fmt: skip
     try:
-        _wait_ready(f"http://127.0.0.1:{up_port}/v1/models", 30)
-        _wait_ready(f"http://127.0.0.1:{gw_port}/health", 30)
+        wait_http(f"http://127.0.0.1:{up_port}/v1/models", 30)
+        wait_http(f"http://127.0.0.1:{gw_port}/health", 30)
         t = asyncio.run(_gateway_rounds(f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}", requests,
                                         stream_tokens, streams))  # fmt: skip
         gw_cpu = _cpu_seconds(gw.pid)
@@ -418,15 +407,17 @@ def main() -> None:
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         sys.exit(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
-    result: dict[str, object] = {}
+    path = ROOT / "benchmarks" / "results" / "latest.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result: dict[str, object] = json.loads(path.read_text()) if path.exists() else {}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as d:
-        for name in names:
-            result[name] = SECTIONS[name](Path(d))  # type: ignore[operator]
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / ("latest.json" if not sys.argv[1:] else f"latest-{'-'.join(names)}.json")
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+        for name in names:  # each section replaces its own entry; the others keep theirs, with their own date
+            measured = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit.strip()}
+            section: dict[str, object] = SECTIONS[name](Path(d))  # type: ignore[operator, assignment]
+            result[name] = {**measured, **section}
+            path.write_text(json.dumps(result, indent=2) + "\n")
+            print(json.dumps({name: result[name]}, indent=2), flush=True)
 
 
 if __name__ == "__main__":

@@ -20,10 +20,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from stack.loadgen.run import LoadGen
 from stack.loadgen.workload import WorkloadSpec
+from stack.ready import NotReady, wait_http
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).parents[1]
@@ -122,21 +121,10 @@ class LocalCpuStack:
                                                start_new_session=True)  # fmt: skip
 
     def _wait(self, urls: list[str], within: float) -> None:
-        deadline = time.monotonic() + within
-        pending = list(urls)
-        while pending and time.monotonic() < deadline:
-            for name, c in self.children.items():
-                if c.poll() is not None:
-                    raise StackError(f"{name} exited with {c.returncode}; see {self.workdir / (name + '.log')}")
-            try:
-                if httpx.get(pending[0], timeout=2).status_code == 200:
-                    pending.pop(0)
-                    continue
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        if pending:
-            raise StackError(f"{pending[0]} did not answer within {within:.0f} s; logs in {self.workdir}")
+        try:
+            wait_http(urls, within, self.children)
+        except NotReady as exc:
+            raise StackError(f"{exc}; logs in {self.workdir}") from exc
 
     def stop(self) -> None:
         for c in self.children.values():

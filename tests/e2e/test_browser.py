@@ -11,11 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from stack import ready
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 ROOT = Path(__file__).parents[2]
@@ -32,17 +32,11 @@ def free_port() -> int:
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
     """Until `url` answers 200; with `proc`, fail at once (with its output) if that process exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {timeout}s")
+    try:
+        ready.wait_http(url, timeout, {"the process": proc} if proc is not None else None)
+    except ready.NotReady as exc:
+        output = proc.stdout.read() if proc is not None and proc.stdout and proc.poll() is not None else ""
+        raise AssertionError(f"{exc}\n{output}") from exc
 
 
 @pytest.fixture

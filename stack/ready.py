@@ -1,0 +1,34 @@
+"""Waiting for servers this process started: until each URL answers 200, or one of them exits."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Mapping
+
+import httpx
+
+
+class NotReady(RuntimeError):
+    pass
+
+
+def wait_http(urls: str | list[str], within: float,
+              children: Mapping[str, subprocess.Popen] | None = None) -> None:  # type: ignore[type-arg]  # fmt: skip
+    """Until every URL answers 200 (in order). Raises NotReady naming the URL that did not answer
+    within `within` seconds, or at once the child that exited meanwhile."""
+    deadline = time.monotonic() + within
+    pending = [urls] if isinstance(urls, str) else list(urls)
+    while pending and time.monotonic() < deadline:
+        for name, c in (children or {}).items():
+            if c.poll() is not None:
+                raise NotReady(f"{name} exited with {c.returncode}")
+        try:
+            if httpx.get(pending[0], timeout=2).status_code == 200:
+                pending.pop(0)
+                continue
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    if pending:
+        raise NotReady(f"{pending[0]} did not answer within {within:g} s")
