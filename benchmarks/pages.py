@@ -56,7 +56,7 @@ def users_queries(q: live.Query, w: live.Window) -> None:
         users.user_history(q, w, str(top.user_id[0]))
 
 
-def _timed(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def timed(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     times = []
     for _ in range(repeats):
         s = time.perf_counter()
@@ -98,7 +98,7 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
             w = live.Window.ending(end, seconds)
             out[f"tables_{label}"] = w.tables["inc"]
             for page, fn in PAGES.items():
-                p50, p95 = _timed(lambda f=fn, w=w: f(q, w), repeats)  # type: ignore[misc]
+                p50, p95 = timed(lambda f=fn, w=w: f(q, w), repeats)  # type: ignore[misc]
                 out[f"{page}_{label}_p50_seconds"], out[f"{page}_{label}_p95_seconds"] = p50, p95
     return out
 

@@ -192,14 +192,8 @@ def bench_live_page(tmp: Path) -> dict[str, float]:
         result: dict[str, object] = {}
         for label, seconds in (("15min_raw", 900), ("6h_rollups", 6 * 3600)):
             w = live.Window.ending(end, seconds)
-            times = []
-            for _ in range(QUERY_REPEATS):
-                s = time.perf_counter()
-                pages.live_queries(q, w)
-                times.append(time.perf_counter() - s)
-            times.sort()
-            result[f"live_page_{label}_p50_seconds"] = round(statistics.median(times), 3)
-            result[f"live_page_{label}_p95_seconds"] = round(times[int(0.95 * (len(times) - 1))], 3)
+            p50, p95 = pages.timed(lambda w=w: pages.live_queries(q, w), QUERY_REPEATS)  # type: ignore[misc]
+            result[f"live_page_{label}_p50_seconds"], result[f"live_page_{label}_p95_seconds"] = p50, p95
             result[f"live_page_{label}_tables"] = w.tables["inc"]
         rows = cur.execute("SELECT count(*) FROM samples").fetchall()[0][0]
     wh.close()
