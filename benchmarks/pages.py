@@ -1,7 +1,8 @@
-"""Every dashboard page's queries over 1 h, 24 h and 7 days of a warehouse file, p50/p95 of 5 runs.
+"""Every dashboard page's queries over 1 h, 24 h and 7 days of a warehouse file, p50/p95 of 5 runs,
+through the query API as the dashboard sends them (HTTP, SQL checked, Arrow back, no cache).
 
-`python -m benchmarks.pages DB` (the history section of `make bench` builds such a file; it times
-the Live, Experts and Users pages, this adds CPU overhead and Cost).
+`python -m benchmarks.pages DB` times a file you have; the history section of `make bench` builds
+a day of twin history and runs this on it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import duckdb
-
 from dashboard.data import cost, experts, live, overhead, users
-from warehouse.api import LocalQuery
+from warehouse.api import QueryClient, QueryServer
+from warehouse.db import Warehouse
 
 
 def live_queries(q: live.Query, w: live.Window) -> None:
@@ -87,10 +87,14 @@ PAGES = {"live": live_queries, "experts": experts_queries, "users": users_querie
 
 
 def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
-    """p50/p95 seconds of each page's queries over the last 1 h, 24 h and 7 days of the file's history."""
+    """p50/p95 seconds of each page's queries over the last 1 h, 24 h and 7 days of the file's history,
+    asked as the dashboard asks them: through the query API over HTTP (SQL checked, Arrow back), uncached."""
+    wh = Warehouse(db, read_only="benchmark")
+    api = QueryServer(wh)
+    api.start()
     out: dict[str, object] = {}
-    with duckdb.connect(str(db), read_only=True) as con:
-        q = LocalQuery(con)
+    try:
+        q = QueryClient(api.url, timeout=120)
         end = live.latest_scrape_time(q)
         if end is None:
             raise SystemExit(f"{db}: no scrapes in this file")
@@ -100,6 +104,10 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
             for page, fn in PAGES.items():
                 p50, p95 = timed(lambda f=fn, w=w: f(q, w), repeats)  # type: ignore[misc]
                 out[f"{page}_{label}_p50_seconds"], out[f"{page}_{label}_p95_seconds"] = p50, p95
+    finally:
+        api.shutdown()
+        api.server_close()
+        wh.close()
     return out
 
 

@@ -21,9 +21,15 @@ def api_url() -> str:
     return os.environ.get("MOEMETER_API", DEFAULT_API).rstrip("/")
 
 
+@st.cache_resource(show_spinner=False)
+def _client(url: str) -> QueryClient:
+    """One client per API for the whole app: its connections are reused by every page's queries."""
+    return QueryClient(url)
+
+
 @st.cache_data(ttl=2, show_spinner=False)
 def _cached(url: str, sql: str, params: tuple[Any, ...]) -> pd.DataFrame:
-    return QueryClient(url)(sql, list(params))
+    return _client(url)(sql, list(params))
 
 
 def query(sql: str, params: list[Any] | None = None) -> pd.DataFrame:

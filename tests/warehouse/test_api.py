@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import httpx
 import pytest
@@ -59,6 +60,42 @@ def test_over_http_writes_are_refused_and_nothing_changes(server):
     with pytest.raises(QueryRefused, match="only SELECT"):
         q("DELETE FROM scrapes")
     assert q("SELECT count(*) AS n FROM scrapes")["n"][0] == 1
+
+
+def test_a_clients_queries_share_one_connection_and_a_refused_one_does_not_spoil_it(tmp_path):
+    accepted = []
+
+    class Counting(QueryServer):
+        def process_request(self, request, client_address):  # type: ignore[no-untyped-def]
+            accepted.append(client_address)
+            super().process_request(request, client_address)
+
+    wh = Warehouse(tmp_path / "k.duckdb")
+    srv = Counting(wh)
+    srv.start()
+    try:
+        q = QueryClient(srv.url)
+        assert [q("SELECT ? AS x", [i])["x"][0] for i in range(5)] == list(range(5))
+        assert len(accepted) == 1  # keep-alive: one TCP connection for all five
+        with pytest.raises(QueryRefused, match="only SELECT"):
+            q("DELETE FROM scrapes")
+        with pytest.raises(QueryRefused, match="request body must be"):  # refused before its body is read
+            q("SELECT '" + "x" * 2_000_000 + "'")
+        assert q("SELECT 7 AS x")["x"][0] == 7  # on a fresh connection: the refused ones were closed
+        assert len(accepted) == 3
+    finally:
+        srv.shutdown()
+        wh.close()
+
+
+def test_a_connection_the_server_closed_when_idle_is_replaced(server, monkeypatch):
+    from warehouse import api
+
+    monkeypatch.setattr(api._Handler, "timeout", 0.2)  # the server drops idle connections after 0.2 s
+    q = QueryClient(server.url)
+    assert q("SELECT 1 AS x")["x"][0] == 1
+    time.sleep(0.5)
+    assert q("SELECT 2 AS x")["x"][0] == 2
 
 
 def test_json_format_and_bad_requests(server):
