@@ -124,7 +124,8 @@ class LocalCpuStack:
         try:
             wait_http(urls, within, self.children)
         except NotReady as exc:
-            raise StackError(f"{exc}; logs in {self.workdir}") from exc
+            where = self.workdir / f"{exc.child}.log" if exc.child else self.workdir
+            raise StackError(f"{exc}; see {where}") from exc
 
     def stop(self) -> None:
         for c in self.children.values():

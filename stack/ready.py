@@ -10,7 +10,9 @@ import httpx
 
 
 class NotReady(RuntimeError):
-    pass
+    def __init__(self, message: str, child: str | None = None) -> None:
+        super().__init__(message)
+        self.child = child  # the name of the child that exited, if that is why
 
 
 def wait_http(urls: str | list[str], within: float,
@@ -22,7 +24,7 @@ def wait_http(urls: str | list[str], within: float,
     while pending and time.monotonic() < deadline:
         for name, c in (children or {}).items():
             if c.poll() is not None:
-                raise NotReady(f"{name} exited with {c.returncode}")
+                raise NotReady(f"{name} exited with {c.returncode}", child=name)
         try:
             if httpx.get(pending[0], timeout=2).status_code == 200:
                 pending.pop(0)

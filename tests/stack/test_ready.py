@@ -27,6 +27,7 @@ def test_stops_at_once_when_a_child_exits():
     child = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
     child.wait()
     t = time.monotonic()
-    with pytest.raises(NotReady, match="server exited with 3"):
+    with pytest.raises(NotReady, match="server exited with 3") as exc:
         wait_http("http://127.0.0.1:9/health", 60, {"server": child})
+    assert exc.value.child == "server"
     assert time.monotonic() - t < 5
