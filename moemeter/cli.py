@@ -21,6 +21,10 @@ log = logging.getLogger("moemeter")
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DB = "moemeter.duckdb"
 DEFAULT_API_PORT = 8431
+MEMORY_HELP = (
+    "memory for the warehouse (DuckDB buffer pool, writer and queries together), e.g. 4GB; "
+    "default: DuckDB's, 80%% of RAM"
+)
 DEFAULT_DASHBOARD_PORT = 8501
 
 
@@ -113,7 +117,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     if not 0.01 <= args.tick <= args.interval:
         raise CliError(f"--tick must be between 0.01 s and the interval ({args.interval:g} s)")
     twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120, tick=args.tick)
-    wh = _open_warehouse(args.db)
+    wh = _open_warehouse(args.db, memory_limit=args.memory_limit)
     ingestor, experts, requests = Ingestor(), ExpertIngestor(), RequestIngestor()
     twin.pages(start.timestamp())  # warm up to the first scrape
     assert twin.model is not None
@@ -188,7 +192,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not token and not is_loopback(args.api_host):
         raise CliError(f"--api-host {args.api_host} is beyond loopback: the query API then needs a token "
                        f"({TOKEN_ENV} in the environment, or --api-token-file FILE)")  # fmt: skip
-    wh = _open_warehouse(args.db, serve_read_only=True)
+    wh = _open_warehouse(args.db, serve_read_only=True, memory_limit=args.memory_limit)
     try:
         api = QueryServer(wh, args.api_host, args.api_port, token)
     except OSError as exc:
@@ -760,21 +764,21 @@ def _api_token(args: argparse.Namespace) -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
-def _open_warehouse(db: str, serve_read_only: bool = False):  # type: ignore[no-untyped-def]
+def _open_warehouse(db: str, serve_read_only: bool = False, memory_limit: str | None = None):  # type: ignore[no-untyped-def]
     """The read-write warehouse on `db`, or a CliError saying why it cannot be opened. With
     `serve_read_only`, an existing file that cannot be written opens read-only instead, so the
     query API keeps serving what it holds."""
     from warehouse.db import Warehouse, WarehouseError, storage_problem
 
     try:
-        return Warehouse(db)
+        return Warehouse(db, memory_limit=memory_limit)
     except WarehouseError as exc:
         if not (serve_read_only and storage_problem(exc) == "read-only" and Path(db).is_file()):
             raise CliError(str(exc)) from exc
         log.error("%s: serving its queries read-only, NOT collecting; fix the file system or permissions "
                   "and restart to collect again", exc)  # fmt: skip
         try:
-            return Warehouse(db, read_only=str(exc))
+            return Warehouse(db, read_only=str(exc), memory_limit=memory_limit)
         except WarehouseError as again:
             raise CliError(str(again)) from again
 
@@ -838,6 +842,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fast-forward", metavar="DURATION", help="instead of serving, write DURATION (e.g. 24h) of "
                    "history ending now into --db through the ingest path")  # fmt: skip
     s.add_argument("--db", help="DuckDB file for --fast-forward")
+    s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
     s.add_argument("--interval", type=float, default=5.0, help="scrape interval for --fast-forward, seconds")
     s.add_argument("--tick", type=float, default=1.0, help="simulation step for --fast-forward, seconds (serving "
                    "uses 0.1 s; 1 s runs ~4x faster and gives ~3%% fewer tokens)")  # fmt: skip
@@ -857,6 +862,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-raw-days", type=float, default=2.0, help="days raw samples are kept (then minute rollups)")
     s.add_argument("--keep-minute-days", type=float, default=30.0, help="days per-minute rollups are kept")
     s.add_argument("--keep-hour-days", type=float, default=365.0, help="days per-hour rollups are kept")
+    s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("gateway", help="the metering gateway: OpenAI-compatible, in front of vllm-router")

@@ -73,6 +73,9 @@ def test_bad_inputs_exit_2_with_the_reason_and_store_nothing(tmp_path, capsys):
     assert main(["query", "--db", str(tmp_path / "none.duckdb"), "SELECT 1"]) == 2
     assert main(["twin", "--profile", "no-such-profile"]) == 2
     assert "available:" in capsys.readouterr().err
+    assert main(["twin", "--fast-forward", "10s", "--db", db, "--memory-limit", "lots"]) == 2
+    assert "memory limit 'lots': give a size such as 512MB" in capsys.readouterr().err
+    assert not Path(db).exists()
 
 
 def test_fast_forward_writes_history_through_the_ingest_path(tmp_path, capsys):

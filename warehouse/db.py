@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +67,7 @@ class WriterHealth:
 
 
 REMIND_SECONDS = 60.0
+MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*[KMGT]i?B", re.IGNORECASE)
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -112,12 +114,19 @@ def apply_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
 class Warehouse:
     """Owns the DuckDB file. `submit` queues a write; `cursor` gives a reader its own connection."""
 
-    def __init__(self, path: str | Path, *, lock_down: bool = True, read_only: str | None = None) -> None:
+    def __init__(self, path: str | Path, *, lock_down: bool = True, read_only: str | None = None,
+                 memory_limit: str | None = None) -> None:  # fmt: skip
         """`read_only`: open without writing, for a file that cannot be written (the reason why);
-        every write then fails at once and /health says so."""
+        every write then fails at once and /health says so. `memory_limit` (e.g. "4GB"): DuckDB's
+        buffer pool for the writer and every reader together (DuckDB's default: 80% of RAM); past
+        it, DuckDB evicts cached blocks and spills large queries to disk."""
         self.path = str(path)
+        if memory_limit is not None and not MEMORY_LIMIT.fullmatch(memory_limit.strip()):
+            raise WarehouseError(f"memory limit {memory_limit!r}: give a size such as 512MB, 4GB or 2GiB")
         try:
             self._con = duckdb.connect(self.path, read_only=read_only is not None)
+            if memory_limit is not None:
+                self._con.execute(f"SET memory_limit = '{memory_limit.strip()}'")
         except duckdb.Error as exc:
             raise WarehouseError(f"cannot open {self.path}: {exc}") from exc
         if read_only is None:

@@ -62,3 +62,20 @@ def test_an_unopenable_path_is_a_clear_error(tmp_path):
 
     with pytest.raises(WarehouseError, match="cannot open"):
         Warehouse(tmp_path / "no-such-dir" / "w.duckdb")
+
+
+def test_a_memory_limit_holds_for_writer_and_readers_and_cannot_be_lifted_by_sql(tmp_path):
+    wh = Warehouse(tmp_path / "m.duckdb", memory_limit="256MB")
+    assert wh.query_df("SELECT current_setting('memory_limit') AS m")["m"][0] == "244.1 MiB"
+    with pytest.raises(duckdb.Error, match="locked"):
+        wh.query_df("SET memory_limit = '20GB'")
+    wh.close()
+
+
+@pytest.mark.parametrize("bad", ["lots", "4", "-1GB", "1GB; DROP TABLE samples", "50%"])
+def test_a_bad_memory_limit_is_refused_before_the_file_is_touched(tmp_path, bad):
+    from warehouse.db import WarehouseError
+
+    with pytest.raises(WarehouseError, match="give a size such as"):
+        Warehouse(tmp_path / "m.duckdb", memory_limit=bad)
+    assert not (tmp_path / "m.duckdb").exists()
