@@ -1,5 +1,6 @@
 """Every dashboard page's queries over 1 h, 24 h and 7 days of a warehouse file, p50/p95 of 5 runs,
-through the query API as the dashboard sends them (HTTP, SQL checked, Arrow back, no cache).
+through the query API as the dashboard sends them (HTTP, SQL checked, Arrow back, no cache); then
+each page rendered whole (AppTest: queries, figures and widgets, no browser) for those ranges.
 
 `python -m benchmarks.pages DB` times a file you have; the history section of `make bench` builds
 a day of twin history and runs this on it.
@@ -8,6 +9,7 @@ a day of twin history and runs this on it.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -104,10 +106,52 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
             for page, fn in PAGES.items():
                 p50, p95 = timed(lambda f=fn, w=w: f(q, w), repeats)  # type: ignore[misc]
                 out[f"{page}_{label}_p50_seconds"], out[f"{page}_{label}_p95_seconds"] = p50, p95
+        out.update(render_pages(api.url, repeats=3))
     finally:
         api.shutdown()
         api.server_close()
         wh.close()
+    return out
+
+
+PAGE_DIR = Path(__file__).parents[1] / "dashboard" / "pages"
+RANGE = {"1h": "1 h", "24h": "24 h", "7d": "7 d"}
+RENDER = {  # page: its file, the key of its range control, the control's value per window
+    "live": ("live.py", "range", RANGE),
+    "experts": ("experts.py", "exp_range", RANGE),
+    "users": ("users.py", "users_range", RANGE),
+    "overhead": ("overhead.py", "ovh_range", RANGE),
+    "cost": ("cost.py", "cost_window", {"24h": "Last 24 h", "7d": "Last 7 days"}),
+}
+
+
+def render_pages(api_url: str, repeats: int = 3) -> dict[str, float]:
+    """Seconds to render each page whole (queries, figures, widgets; Streamlit's AppTest, no browser)
+    after choosing a range, its query cache cleared each time."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    before, os.environ["MOEMETER_API"] = os.environ.get("MOEMETER_API"), api_url
+    out: dict[str, float] = {}
+    try:
+        for page, (file, key, values) in RENDER.items():
+            at = AppTest.from_file(str(PAGE_DIR / file), default_timeout=300)
+            at.run()  # imports and the default range, not timed
+
+            def render(at: AppTest = at, key: str = key, value: str = "", page: str = page) -> None:
+                st.cache_data.clear()
+                at.segmented_control(key=key).set_value(value).run()
+                if at.exception:
+                    raise RuntimeError(f"{page} page failed: {at.exception}")
+
+            for label, value in values.items():
+                p50, _ = timed(lambda v=value: render(value=v), repeats)  # type: ignore[misc]
+                out[f"{page}_{label}_render_p50_seconds"] = p50
+    finally:
+        if before is None:
+            os.environ.pop("MOEMETER_API", None)
+        else:
+            os.environ["MOEMETER_API"] = before
     return out
 
 
