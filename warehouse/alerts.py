@@ -59,8 +59,9 @@ def evaluate_alerts(rules: AlertRules, rank_steps: pd.DataFrame, last_rebalance:
                 )
                 out.append(Firing("EPLBRankHot", f"layer {layer} rank {rank}", float(ratio), since,
                                   f"rank {rank} carries at least {ratio:.2f}x the mean load of layer {layer}"))  # fmt: skip
-        bal = df.groupby(["bucket", "layer"])["tokens"].agg(lambda s: s.mean() / s.max() if s.max() > 0 else 1.0)
-        bal = bal.rename("balancedness").reset_index()
+        g = df.groupby(["bucket", "layer"])["tokens"]
+        top = g.max()
+        bal = (g.mean() / top.where(top > 0)).fillna(1.0).rename("balancedness").reset_index()
         span_b = trailing(bal, rules.unbalanced_minutes)
         if span_b is not None:
             worst = span_b.groupby("layer")["balancedness"].max()

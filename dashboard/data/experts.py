@@ -14,11 +14,17 @@ from warehouse.alerts import trailing_run_start
 
 from .live import Query, Window
 
+# Summed per series first, labels read per series after (not per row: a day holds millions).
 RANK_SQL = """
-SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket,
-       json_extract_string(s.labels, '$.layer')::INTEGER AS layer, s.engine::INTEGER AS rank, sum(i.delta) AS tokens
-FROM {inc} i JOIN series s USING (series_id)
-WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.target = ? AND s.metric = 'moemeter_expert_rank_tokens_total'
+WITH per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS tokens
+    FROM {inc} i
+    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP
+      AND i.series_id IN (SELECT series_id FROM series WHERE target = ? AND metric = 'moemeter_expert_rank_tokens_total')
+    GROUP BY ALL)
+SELECT p.bucket, json_extract_string(s.labels, '$.layer')::INTEGER AS layer, s.engine::INTEGER AS rank,
+       sum(p.tokens) AS tokens
+FROM per_series p JOIN series s USING (series_id)
 GROUP BY ALL ORDER BY bucket, layer, rank
 """
 
@@ -95,17 +101,20 @@ def share_trend(q: Query, w: Window, target: str, experts: pd.DataFrame | None =
     """ts, layer, expert, share of its layer at each snapshot (each hour for windows stepped in
     hours); only for `experts` (rows of layer, expert) when given, so a day of snapshots is not
     read back for ten sparklines."""
-    params: list[object] = [w.start, w.end, target] * 2
-    pick = ""
-    if experts is not None:  # (layer, expert) as one key: layer * 2^20 + expert
+    layers = pick = ""
+    keys: list[object] = []
+    if experts is not None:  # (layer, expert) as one key: layer * 2^20 + expert; totals only for their layers
+        layers = "AND list_contains(?::BIGINT[], layer::BIGINT)"
         pick = "AND list_contains(?::BIGINT[], e.layer::BIGINT * 1048576 + e.expert)"
-        params.append([int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()])
+        keys = [sorted({int(r.layer) for r in experts.itertuples()}),
+                [int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()]]  # fmt: skip
     tb = w.tables
     sql = f"""WITH total AS (SELECT ts, layer, sum(tokens) AS tokens FROM {tb["exp"]}
-                             WHERE ts {tb["after"]} AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL)
+                             WHERE ts {tb["after"]} AND ts <= ?::TIMESTAMP AND target = ? {layers} GROUP BY ALL)
               SELECT e.ts, e.layer, e.expert, e.tokens / nullif(t.tokens, 0) AS share
               FROM {tb["exp"]} e JOIN total t USING (ts, layer)
               WHERE e.ts {tb["after"]} AND e.ts <= ?::TIMESTAMP AND e.target = ? {pick}"""
+    params: list[object] = [w.start, w.end, target, *keys[:1], w.start, w.end, target, *keys[1:]]
     return q(sql, params)
 
 
@@ -125,14 +134,24 @@ def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.
     if events.empty:
         return events.assign(measured_before=pd.Series(dtype=float), measured_after=pd.Series(dtype=float))
     span = pd.Timedelta(minutes=minutes)
-    buckets = bal["bucket"].drop_duplicates().sort_values()
-    step = buckets.diff().min() if len(buckets) > 1 else pd.Timedelta(0)
-    before, after = [], []
-    for ts in events["ts"]:
-        b = bal[(bal["bucket"] + step <= ts) & (bal["bucket"] + step > ts - span)]["balancedness"]
-        a = bal[(bal["bucket"] >= ts) & (bal["bucket"] < ts + span)]["balancedness"]
-        before.append(b.mean() if len(b) else np.nan)
-        after.append(a.mean() if len(a) else np.nan)
+    per = bal.groupby("bucket")["balancedness"].agg(["sum", "count"]).sort_index()
+    step = per.index.to_series().diff().min() if len(per) > 1 else pd.Timedelta(0)
+    starts = per.index.to_numpy()
+    # Prefix sums over the sorted steps: the mean of the rows of steps [i, j) in O(1) per event.
+    total = np.concatenate([[0.0], per["sum"].cumsum().to_numpy()])
+    count = np.concatenate([[0], per["count"].cumsum().to_numpy()])
+    ts = events["ts"].to_numpy(dtype="datetime64[ns]")
+    step_ns, span_ns = np.timedelta64(step.value, "ns"), np.timedelta64(span.value, "ns")
+
+    def mean(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        n = count[j] - count[i]
+        return np.where(n > 0, (total[j] - total[i]) / np.maximum(n, 1), np.nan)
+
+    # before: steps that end in (ts - span, ts]; after: steps that start in [ts, ts + span)
+    before = mean(
+        np.searchsorted(starts, ts - span_ns - step_ns, "right"), np.searchsorted(starts, ts - step_ns, "right")
+    )
+    after = mean(np.searchsorted(starts, ts, "left"), np.searchsorted(starts, ts + span_ns, "left"))
     return events.assign(measured_before=before, measured_after=after)
 
 
