@@ -90,21 +90,23 @@ def pool_gpus(tgts: pd.DataFrame) -> dict[str, int]:
 
 # ------------------------------------------------------------------------- tokens
 TOKEN_SQL = """
-WITH per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, s.target, s.role, s.metric,
-           json_extract_string(s.labels, '$.source') AS source,
-           sum(i.delta) AS delta, sum(i.seconds) AS seconds
-    FROM {inc} i JOIN series_targets s USING (series_id)
-    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
-      AND s.metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
+WITH picked AS (
+    SELECT series_id, target, role, metric, json_extract_string(labels, '$.source') AS source
+    FROM series_targets
+    WHERE role IN ('prefill', 'decode')
+      AND metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
+), per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta, sum(i.seconds) AS seconds
+    FROM {inc} i
+    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
     GROUP BY ALL
 ), per_target AS (
-    SELECT bucket, target, role,
-           sum(delta) FILTER (WHERE metric = 'vllm:prompt_tokens_total') AS prompt,
-           sum(delta) FILTER (WHERE metric = 'vllm:prompt_tokens_by_source_total' AND source = 'local_cache_hit') AS cached,
-           sum(delta) FILTER (WHERE metric = 'vllm:generation_tokens_total') AS generated,
-           max(seconds) AS seconds
-    FROM per_series GROUP BY ALL
+    SELECT p.bucket, s.target, s.role,
+           sum(p.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total') AS prompt,
+           sum(p.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_by_source_total' AND s.source = 'local_cache_hit') AS cached,
+           sum(p.delta) FILTER (WHERE s.metric = 'vllm:generation_tokens_total') AS generated,
+           max(p.seconds) AS seconds
+    FROM per_series p JOIN picked s USING (series_id) GROUP BY ALL
 )
 SELECT bucket, role,
        sum(coalesce(prompt, 0) / seconds) AS prompt_per_s,
@@ -152,17 +154,24 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------- histograms
+# Increases are summed per series first and joined to their labels after: labels per series,
+# not per row (24 h of per-minute rollups is millions of rows).
 HIST_SQL = """
-SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, s.role, s.le, sum(i.delta) AS count
-FROM {inc} i JOIN series_targets s USING (series_id)
-WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.metric = ? AND s.role IN ('prefill', 'decode')
+WITH picked AS (SELECT series_id, role, le FROM series_targets WHERE metric = ? AND role IN ('prefill', 'decode')),
+per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS count
+    FROM {inc} i
+    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
+    GROUP BY ALL)
+SELECT p.bucket, s.role, s.le, sum(p.count) AS count
+FROM per_series p JOIN picked s USING (series_id)
 GROUP BY ALL ORDER BY bucket, role, le
 """
 
 
 def histogram_counts(q: Query, w: Window, family: str) -> pd.DataFrame:
     """Bucket increases of a vLLM histogram family, summed over engines, per step and pool."""
-    return q(HIST_SQL.format(**w.tables), [*_params(w), f"{family}_bucket"])
+    return q(HIST_SQL.format(**w.tables), [f"{family}_bucket", *_params(w)])
 
 
 def histogram_quantile(quantile: float, les: np.ndarray, cumulative: np.ndarray) -> float:
