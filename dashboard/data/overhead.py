@@ -16,15 +16,25 @@ from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES
 
 from .live import Query, Window
 
+# Increases summed per series first, labels joined after (per series, not per row).
 STEP_SQL = """
-SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, s.role AS pool, s.target, s.engine,
-       coalesce(json_extract_string(s.labels, '$.phase'), 'wall') AS phase,
-       sum(i.delta) FILTER (WHERE s.metric LIKE '%_sum') AS seconds,
-       sum(i.delta) FILTER (WHERE s.metric LIKE '%_count') AS steps
-FROM {inc} i JOIN series_targets s USING (series_id)
-WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
-  AND s.metric IN ('moemeter_step_phase_seconds_sum', 'moemeter_step_phase_seconds_count',
-                   'moemeter_step_seconds_sum', 'moemeter_step_seconds_count')
+WITH picked AS (
+    SELECT series_id, role AS pool, target, engine, metric,
+           coalesce(json_extract_string(labels, '$.phase'), 'wall') AS phase
+    FROM series_targets
+    WHERE role IN ('prefill', 'decode')
+      AND metric IN ('moemeter_step_phase_seconds_sum', 'moemeter_step_phase_seconds_count',
+                     'moemeter_step_seconds_sum', 'moemeter_step_seconds_count')
+), per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta
+    FROM {inc} i
+    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
+    GROUP BY ALL
+)
+SELECT p.bucket, s.pool, s.target, s.engine, s.phase,
+       sum(p.delta) FILTER (WHERE s.metric LIKE '%_sum') AS seconds,
+       sum(p.delta) FILTER (WHERE s.metric LIKE '%_count') AS steps
+FROM per_series p JOIN picked s USING (series_id)
 GROUP BY ALL
 """
 
@@ -65,13 +75,21 @@ def long_phases(table: pd.DataFrame, by: str = "bucket") -> pd.DataFrame:
 
 
 API_SQL = """
-SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, s.role AS pool, s.metric, sum(i.delta) AS delta
-FROM {inc} i JOIN series_targets s USING (series_id)
-WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND s.role = 'prefill'
-  AND s.metric IN ('vllm:time_to_first_token_seconds_sum', 'vllm:time_to_first_token_seconds_count',
-                   'vllm:request_queue_time_seconds_sum', 'vllm:request_queue_time_seconds_count',
-                   'vllm:request_prefill_time_seconds_sum', 'vllm:request_prefill_time_seconds_count',
-                   'moemeter_api_output_seconds_sum', 'moemeter_api_output_seconds_count')
+WITH picked AS (
+    SELECT series_id, role AS pool, metric FROM series_targets
+    WHERE role = 'prefill'
+      AND metric IN ('vllm:time_to_first_token_seconds_sum', 'vllm:time_to_first_token_seconds_count',
+                     'vllm:request_queue_time_seconds_sum', 'vllm:request_queue_time_seconds_count',
+                     'vllm:request_prefill_time_seconds_sum', 'vllm:request_prefill_time_seconds_count',
+                     'moemeter_api_output_seconds_sum', 'moemeter_api_output_seconds_count')
+), per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta
+    FROM {inc} i
+    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
+    GROUP BY ALL
+)
+SELECT p.bucket, s.pool, s.metric, sum(p.delta) AS delta
+FROM per_series p JOIN picked s USING (series_id)
 GROUP BY ALL
 """
 
