@@ -24,8 +24,7 @@ from warehouse.db import Warehouse
 def live_queries(q: live.Query, w: live.Window) -> None:
     tgts = live.targets(q)
     tpg = live.tokens_per_gpu(live.token_rates(q, w), live.pool_gpus(tgts))
-    ttft, itl, tpot = (live.histogram_counts(q, w, f) for f in ("vllm:time_to_first_token_seconds",
-                       "vllm:inter_token_latency_seconds", "vllm:request_time_per_output_token_seconds"))  # fmt: skip
+    ttft, itl, tpot = live.histograms_counts(q, w, list(live.LATENCY_FAMILIES)).values()
     live.headline(tpg, ttft, itl, tpot, live.scrape_health(q, w))
     live.per_user_tokens_per_second(tpot)
     live.queue_and_kv(q, w)

@@ -18,6 +18,8 @@ Query = Callable[[str, list[Any] | None], pd.DataFrame]
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
 POINTS = 120  # points per chart
+LATENCY_FAMILIES = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                    "vllm:request_time_per_output_token_seconds")  # fmt: skip
 ROLLUP_SECONDS = 60  # steps of whole minutes read the per-minute rollups
 
 
@@ -157,21 +159,29 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
 # Increases are summed per series first and joined to their labels after: labels per series,
 # not per row (24 h of per-minute rollups is millions of rows).
 HIST_SQL = """
-WITH picked AS (SELECT series_id, role, le FROM series_targets WHERE metric = ? AND role IN ('prefill', 'decode')),
+WITH picked AS (SELECT series_id, metric, role, le FROM series_targets
+                WHERE list_contains(?::VARCHAR[], metric) AND role IN ('prefill', 'decode')),
 per_series AS (
     SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS count
     FROM {inc} i
     WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
     GROUP BY ALL)
-SELECT p.bucket, s.role, s.le, sum(p.count) AS count
+SELECT s.metric, p.bucket, s.role, s.le, sum(p.count) AS count
 FROM per_series p JOIN picked s USING (series_id)
-GROUP BY ALL ORDER BY bucket, role, le
+GROUP BY ALL ORDER BY metric, bucket, role, le
 """
 
 
 def histogram_counts(q: Query, w: Window, family: str) -> pd.DataFrame:
     """Bucket increases of a vLLM histogram family, summed over engines, per step and pool."""
-    return q(HIST_SQL.format(**w.tables), [f"{family}_bucket", *_params(w)])
+    return histograms_counts(q, w, [family])[family]
+
+
+def histograms_counts(q: Query, w: Window, families: list[str]) -> dict[str, pd.DataFrame]:
+    """`histogram_counts` of several families in one pass over the increments (one scan, not one each)."""
+    df = q(HIST_SQL.format(**w.tables), [[f"{f}_bucket" for f in families], *_params(w)])
+    cols = ["bucket", "role", "le", "count"]
+    return {f: df.loc[df["metric"] == f"{f}_bucket", cols].reset_index(drop=True) for f in families}
 
 
 def histogram_quantile(quantile: float, les: np.ndarray, cumulative: np.ndarray) -> float:

@@ -49,9 +49,7 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
                f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · step {w.step_seconds}s")  # fmt: skip
 
     tpg = data.tokens_per_gpu(data.token_rates(query, w), gpus)
-    ttft = data.histogram_counts(query, w, "vllm:time_to_first_token_seconds")
-    itl = data.histogram_counts(query, w, "vllm:inter_token_latency_seconds")
-    tpot = data.histogram_counts(query, w, "vllm:request_time_per_output_token_seconds")
+    ttft, itl, tpot = data.histograms_counts(query, w, list(data.LATENCY_FAMILIES)).values()
     health = data.scrape_health(query, w)
     head = data.headline(tpg, ttft, itl, tpot, health)
 
