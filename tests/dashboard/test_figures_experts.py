@@ -16,11 +16,13 @@ def test_each_rebalance_is_one_vertical_line_on_both_figures():
         assert all(s.x0 == s.x1 and s.yref == "paper" and s.line.dash == "dash" for s in fig.layout.shapes)
 
 
-def test_a_day_of_rebalances_every_5_minutes_draws_fainter_lines():
+def test_a_day_of_rebalances_every_5_minutes_is_one_tick_each_along_the_top():
     events = pd.DataFrame({"ts": pd.date_range("2026-11-30", periods=288, freq="5min")})
-    fig = figures.balancedness_figure(_bal(120), events)
-    assert len(fig.layout.shapes) == 288
-    assert all(s.opacity < 1 and s.line.dash == "dot" for s in fig.layout.shapes)
+    for fig in (figures.balancedness_figure(_bal(120), events), figures.balancedness_summary_figure(_bal(120), events)):
+        assert not fig.layout.shapes
+        [ticks] = [t for t in fig.data if t.name == "EPLB rebalance"]
+        assert [pd.Timestamp(x) for x in ticks.x] == list(events["ts"]) and ticks.yaxis == "y3"
+        assert fig.layout.yaxis3.overlaying == "y" and fig.layout.yaxis3.visible is False
 
 
 def test_no_rebalances_no_lines():
