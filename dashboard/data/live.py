@@ -156,20 +156,28 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------- histograms
-# Increases are summed per series first and joined to their labels after: labels per series,
-# not per row (24 h of per-minute rollups is millions of rows).
-HIST_SQL = """
-WITH picked AS (SELECT series_id, metric, role, le FROM series_targets
-                WHERE list_contains(?::VARCHAR[], metric) AND role IN ('prefill', 'decode')),
-per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS count
+# Increases summed per step and series of a `picked` CTE (series_id and labels); queries join the
+# labels after, per series, not per row (24 h of per-minute rollups is millions of rows).
+# Its parameters: step seconds, start, end.
+PER_SERIES_SQL = """per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta
     FROM {inc} i
     WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
-    GROUP BY ALL)
-SELECT s.metric, p.bucket, s.role, s.le, sum(p.count) AS count
+    GROUP BY ALL
+)"""
+
+HIST_SQL = (
+    """
+WITH picked AS (SELECT series_id, metric, role, le FROM series_targets
+                WHERE list_contains(?::VARCHAR[], metric) AND role IN ('prefill', 'decode')),
+"""
+    + PER_SERIES_SQL
+    + """
+SELECT s.metric, p.bucket, s.role, s.le, sum(p.delta) AS count
 FROM per_series p JOIN picked s USING (series_id)
 GROUP BY ALL ORDER BY metric, bucket, role, le
 """
+)
 
 
 def histogram_counts(q: Query, w: Window, family: str) -> pd.DataFrame:

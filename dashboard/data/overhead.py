@@ -14,10 +14,10 @@ import pandas as pd
 
 from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES
 
-from .live import Query, Window
+from .live import PER_SERIES_SQL, Query, Window
 
-# Increases summed per series first, labels joined after (per series, not per row).
-STEP_SQL = """
+STEP_SQL = (
+    """
 WITH picked AS (
     SELECT series_id, role AS pool, target, engine, metric,
            coalesce(json_extract_string(labels, '$.phase'), 'wall') AS phase
@@ -25,18 +25,16 @@ WITH picked AS (
     WHERE role IN ('prefill', 'decode')
       AND metric IN ('moemeter_step_phase_seconds_sum', 'moemeter_step_phase_seconds_count',
                      'moemeter_step_seconds_sum', 'moemeter_step_seconds_count')
-), per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta
-    FROM {inc} i
-    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
-    GROUP BY ALL
-)
+), """
+    + PER_SERIES_SQL
+    + """
 SELECT p.bucket, s.pool, s.target, s.engine, s.phase,
        sum(p.delta) FILTER (WHERE s.metric LIKE '%_sum') AS seconds,
        sum(p.delta) FILTER (WHERE s.metric LIKE '%_count') AS steps
 FROM per_series p JOIN picked s USING (series_id)
 GROUP BY ALL
 """
+)
 
 
 def step_time(q: Query, w: Window) -> pd.DataFrame:
@@ -74,7 +72,8 @@ def long_phases(table: pd.DataFrame, by: str = "bucket") -> pd.DataFrame:
     return table.melt(id_vars=[by], value_vars=[*PHASES, "other"], var_name="phase", value_name="ms")
 
 
-API_SQL = """
+API_SQL = (
+    """
 WITH picked AS (
     SELECT series_id, role AS pool, metric FROM series_targets
     WHERE role = 'prefill'
@@ -82,16 +81,14 @@ WITH picked AS (
                      'vllm:request_queue_time_seconds_sum', 'vllm:request_queue_time_seconds_count',
                      'vllm:request_prefill_time_seconds_sum', 'vllm:request_prefill_time_seconds_count',
                      'moemeter_api_output_seconds_sum', 'moemeter_api_output_seconds_count')
-), per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta
-    FROM {inc} i
-    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
-    GROUP BY ALL
-)
+), """
+    + PER_SERIES_SQL
+    + """
 SELECT p.bucket, s.pool, s.metric, sum(p.delta) AS delta
 FROM per_series p JOIN picked s USING (series_id)
 GROUP BY ALL
 """
+)
 
 
 def api_server_delay(q: Query, w: Window) -> pd.DataFrame:
