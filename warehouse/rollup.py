@@ -50,9 +50,11 @@ class Rollups:
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
         stored = dict(con.execute("SELECT name, through FROM rollup_state").fetchall())
-        first = con.execute("SELECT min(ts) FROM samples").fetchall()[0][0]
+        first = con.execute("""SELECT least((SELECT min(ts) FROM samples), (SELECT min(ts) FROM expert_load),
+                                            (SELECT min(ingested_at) FROM requests))""").fetchall()[0][0]  # fmt: skip
         for name, unit, *_ in _LEVELS:
-            # start at the oldest data, so a database from before rollups is covered too
+            # start at the oldest data (of any kind: a file may hold request records alone), so a
+            # database from before rollups is covered too
             self._through[name] = stored.get(name) or (floor(first, unit) if first is not None else None)
         self._loaded = True
 

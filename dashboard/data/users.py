@@ -3,7 +3,9 @@
 DESIGN.md: per-user tokens/s of a request = 1 / its mean inter-token latency (ITL); "P90 per-user
 tokens/s" is the slow tail, 1 / (90th percentile over requests of mean ITL). Windows up to
 RAW_SECONDS read the per-request rows (exact quantiles); longer ones read the hourly sums and the
-hourly ITL histogram (bins of 1%: quantiles within 0.5%), through the last whole hour.
+hourly ITL histogram (bins of 1%: quantiles within 0.5%), through the last whole hour, plus the
+records stored since the last hourly roll-up (a request is rolled up by when it was stored and
+counted in the hour it finished, so one stored late counts at once, not an hour later).
 """
 
 from __future__ import annotations
@@ -14,20 +16,36 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
+from warehouse.requests import HOUR_ITL_SQL, HOUR_SUMS_SQL
+from warehouse.requests import ITL_BIN_SCALE as BIN_SCALE
+
 from .live import Query, Window
 
 RAW_SECONDS = 6 * 3600
-BIN_SCALE = 100.0  # requests_itl_1h.bin = round(BIN_SCALE * ln(itl seconds))
+_PENDING = ("ingested_at >= coalesce((SELECT max(through) FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)"
+            " AND finished_at >= ? AND finished_at < ?")  # fmt: skip
+# Per hour [?, ?) twice: the hourly tables' rows, and the same sums of the records not rolled up yet.
+HOURLY = (
+    f"hourly AS (SELECT * FROM requests_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_SUMS_SQL.format(where=_PENDING)})"
+)
+HOURLY_ITL = (
+    f"itl AS (SELECT * FROM requests_itl_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_ITL_SQL.format(where=_PENDING)})"
+)
 
 
 def hourly(w: Window) -> bool:
     return w.seconds > RAW_SECONDS
 
 
-def _hours(w: Window) -> tuple[datetime, datetime]:
-    """The whole hours the hourly tables hold for this window."""
-    start = w.start.replace(minute=0, second=0, microsecond=0)
-    return start, w.end.replace(minute=0, second=0, microsecond=0)
+def _hours(w: Window) -> list[datetime]:
+    """The parameters of HOURLY / HOURLY_ITL: the whole hours of this window."""
+    return _between(
+        w.start.replace(minute=0, second=0, microsecond=0), w.end.replace(minute=0, second=0, microsecond=0)
+    )
+
+
+def _between(start: datetime, end: datetime) -> list[datetime]:
+    return [start, end, start, end]
 
 
 def _tps(itl: float | None) -> float:
@@ -51,14 +69,15 @@ class Summary:
 
 def summary(q: Query, w: Window) -> Summary | None:
     if hourly(w):
-        h0, h1 = _hours(w)
-        tot = q("""SELECT sum(requests) n, count(DISTINCT user_id) users, sum(errors) errors, sum(prompt_tokens) p,
+        hours = _hours(w)
+        tot = q(f"""WITH {HOURLY}
+                   SELECT sum(requests) n, count(DISTINCT user_id) users, sum(errors) errors, sum(prompt_tokens) p,
                           sum(cached_prompt_tokens) c, sum(generated_tokens) g,
                           sum(ttft_sum_seconds) / nullif(sum(requests), 0) ttft
-                   FROM requests_1h WHERE ts >= ? AND ts < ?""", [h0, h1])  # fmt: skip
+                   FROM hourly""", hours)  # fmt: skip
         if tot.empty or pd.isna(tot.n[0]) or not tot.n[0]:
             return None
-        p50, p90 = itl_quantiles_from_histogram(q, h0, h1)
+        p50, p90 = itl_quantiles_from_histogram(q, hours[0], hours[1])
         r = tot.iloc[0]
         return Summary(int(r.n), int(r.users), int(r.errors), int(r.p), int(r.c), int(r.g), _tps(p50), _tps(p90),
                        float(r.ttft) if pd.notna(r.ttft) else math.nan, math.nan, exact=False)  # fmt: skip
@@ -77,10 +96,10 @@ def summary(q: Query, w: Window) -> Summary | None:
 
 def itl_quantiles_from_histogram(q: Query, start: datetime, end: datetime) -> tuple[float, float]:
     """Median and 90th percentile of mean ITL (seconds) from the hourly 1% histogram."""
-    df = q("""WITH h AS (SELECT bin, sum(requests) n FROM requests_itl_1h WHERE ts >= ? AND ts < ? GROUP BY bin),
+    df = q(f"""WITH {HOURLY_ITL}, h AS (SELECT bin, sum(requests) n FROM itl GROUP BY bin),
                    c AS (SELECT bin, sum(n) OVER (ORDER BY bin) cum, sum(n) OVER () total FROM h)
               SELECT min(bin) FILTER (WHERE cum >= 0.5 * total) b50, min(bin) FILTER (WHERE cum >= 0.9 * total) b90
-              FROM c""", [start, end])  # fmt: skip
+              FROM c""", _between(start, end))  # fmt: skip
     if df.empty or pd.isna(df.b50[0]):
         return math.nan, math.nan
     return math.exp(float(df.b50[0]) / BIN_SCALE), math.exp(float(df.b90[0]) / BIN_SCALE)
@@ -89,9 +108,8 @@ def itl_quantiles_from_histogram(q: Query, start: datetime, end: datetime) -> tu
 def tps_histogram(q: Query, w: Window, width: int = 5) -> pd.DataFrame:
     """Requests by per-user tokens/s, in log bins `width`% wide: tokens_per_second (bin centre), requests."""
     if hourly(w):
-        h0, h1 = _hours(w)
-        df = q(f"""SELECT floor(bin / {width}) k, sum(requests) requests FROM requests_itl_1h
-                   WHERE ts >= ? AND ts < ? GROUP BY ALL ORDER BY k""", [h0, h1])  # fmt: skip
+        df = q(f"""WITH {HOURLY_ITL} SELECT floor(bin / {width}) k, sum(requests)::BIGINT requests FROM itl
+                   GROUP BY ALL ORDER BY k""", _hours(w))  # fmt: skip
     else:
         df = q(f"""SELECT floor({BIN_SCALE} * ln(itl_mean_seconds) / {width}) k, count(*) requests FROM requests
                    WHERE finished_at > ? AND finished_at <= ? AND itl_mean_seconds > 0
@@ -105,13 +123,12 @@ def tps_histogram(q: Query, w: Window, width: int = 5) -> pd.DataFrame:
 def tps_over_time(q: Query, w: Window) -> pd.DataFrame:
     """bucket, tps_p50, tps_p90, requests: per-user tokens/s quantiles per step."""
     if hourly(w):
-        h0, h1 = _hours(w)
-        df = q("""WITH c AS (SELECT ts, bin, sum(requests) OVER (PARTITION BY ts ORDER BY bin) cum,
-                                    sum(requests) OVER (PARTITION BY ts) total FROM requests_itl_1h
-                             WHERE ts >= ? AND ts < ?)
+        df = q(f"""WITH {HOURLY_ITL}, h AS (SELECT ts, bin, sum(requests) requests FROM itl GROUP BY ALL),
+                  c AS (SELECT ts, bin, sum(requests) OVER (PARTITION BY ts ORDER BY bin) cum,
+                               sum(requests) OVER (PARTITION BY ts) total FROM h)
                   SELECT ts bucket, min(bin) FILTER (WHERE cum >= 0.5 * total) b50,
-                         min(bin) FILTER (WHERE cum >= 0.9 * total) b90, max(total) requests
-                  FROM c GROUP BY ts ORDER BY ts""", [h0, h1])  # fmt: skip
+                         min(bin) FILTER (WHERE cum >= 0.9 * total) b90, max(total)::BIGINT requests
+                  FROM c GROUP BY ts ORDER BY ts""", _hours(w))  # fmt: skip
         if df.empty:
             return pd.DataFrame(columns=["bucket", "tps_p50", "tps_p90", "requests"])
         return pd.DataFrame({"bucket": df["bucket"], "tps_p50": [math.exp(-b / BIN_SCALE) for b in df["b50"]],
@@ -136,19 +153,22 @@ def users_table(q: Query, w: Window, limit: int = 50, order: str = "tokens") -> 
     if order not in ("tokens", "generated_tokens", "requests", "errors"):
         raise ValueError(f"cannot order users by {order!r}")
     if hourly(w):
-        h0, h1 = _hours(w)
-        df = q(f"""SELECT user_id, string_agg(DISTINCT tenant, ', ') tenant, sum(requests) requests, sum(errors) errors,
-                          sum(prompt_tokens) prompt_tokens, sum(cached_prompt_tokens) cached_prompt_tokens,
-                          sum(generated_tokens) generated_tokens, sum(prompt_tokens + generated_tokens) tokens,
+        df = q(f"""WITH {HOURLY}
+                   SELECT user_id, string_agg(DISTINCT tenant, ', ') tenant, sum(requests)::BIGINT requests,
+                          sum(errors)::BIGINT errors, sum(prompt_tokens)::BIGINT prompt_tokens,
+                          sum(cached_prompt_tokens)::BIGINT cached_prompt_tokens,
+                          sum(generated_tokens)::BIGINT generated_tokens,
+                          sum(prompt_tokens + generated_tokens)::BIGINT tokens,
                           sum(timed) / nullif(sum(itl_sum_seconds), 0) tps_mean, NULL::DOUBLE tps_p90,
                           sum(ttft_sum_seconds) / nullif(sum(requests), 0) ttft_p50, NULL::DOUBLE ttft_p90
-                   FROM requests_1h WHERE ts >= ? AND ts < ? GROUP BY user_id
-                   ORDER BY {order} DESC, user_id LIMIT ?""", [h0, h1, limit])  # fmt: skip
+                   FROM hourly GROUP BY user_id
+                   ORDER BY {order} DESC, user_id LIMIT ?""", [*_hours(w), limit])  # fmt: skip
     else:
         df = q(f"""SELECT user_id, string_agg(DISTINCT tenant, ', ') tenant, count(*) requests,
-                          count(*) FILTER (WHERE outcome <> 'ok') errors, sum(prompt_tokens) prompt_tokens,
-                          coalesce(sum(cached_prompt_tokens), 0) cached_prompt_tokens,
-                          sum(generated_tokens) generated_tokens, sum(prompt_tokens + generated_tokens) tokens,
+                          count(*) FILTER (WHERE outcome <> 'ok') errors, sum(prompt_tokens)::BIGINT prompt_tokens,
+                          coalesce(sum(cached_prompt_tokens), 0)::BIGINT cached_prompt_tokens,
+                          sum(generated_tokens)::BIGINT generated_tokens,
+                          sum(prompt_tokens + generated_tokens)::BIGINT tokens,
                           count(itl_mean_seconds) / nullif(sum(itl_mean_seconds), 0) tps_mean,
                           1 / quantile_cont(itl_mean_seconds, 0.9) tps_p90,
                           quantile_cont(ttft_seconds, 0.5) ttft_p50, quantile_cont(ttft_seconds, 0.9) ttft_p90
@@ -168,14 +188,14 @@ def find_users(q: Query, text: str, limit: int = 50) -> list[str]:
 def user_history(q: Query, w: Window, user: str) -> pd.DataFrame:
     """bucket, requests, errors, prompt_tokens, generated_tokens, tps_mean for one user."""
     if hourly(w):
-        h0, h1 = _hours(w)
-        return q("""SELECT ts bucket, sum(requests) requests, sum(errors) errors, sum(prompt_tokens) prompt_tokens,
-                           sum(generated_tokens) generated_tokens, sum(timed) / nullif(sum(itl_sum_seconds), 0) tps_mean
-                    FROM requests_1h WHERE user_id = ? AND ts >= ? AND ts < ? GROUP BY ts ORDER BY ts""",
-                 [user, h0, h1])  # fmt: skip
+        return q(f"""WITH {HOURLY}
+                    SELECT ts bucket, sum(requests)::BIGINT requests, sum(errors)::BIGINT errors,
+                           sum(prompt_tokens)::BIGINT prompt_tokens, sum(generated_tokens)::BIGINT generated_tokens,
+                           sum(timed) / nullif(sum(itl_sum_seconds), 0) tps_mean
+                    FROM hourly WHERE user_id = ? GROUP BY ts ORDER BY ts""", [*_hours(w), user])  # fmt: skip
     return q("""SELECT time_bucket(to_seconds(?::BIGINT), finished_at) bucket, count(*) requests,
-                       count(*) FILTER (WHERE outcome <> 'ok') errors, sum(prompt_tokens) prompt_tokens,
-                       sum(generated_tokens) generated_tokens,
+                       count(*) FILTER (WHERE outcome <> 'ok') errors, sum(prompt_tokens)::BIGINT prompt_tokens,
+                       sum(generated_tokens)::BIGINT generated_tokens,
                        count(itl_mean_seconds) / nullif(sum(itl_mean_seconds), 0) tps_mean
                 FROM requests WHERE user_id = ? AND finished_at > ? AND finished_at <= ? GROUP BY ALL ORDER BY bucket""",
              [w.step_seconds, user, w.start, w.end])  # fmt: skip

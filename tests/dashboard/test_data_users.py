@@ -16,27 +16,36 @@ from stack.twin.config import load_profile
 from stack.twin.model import RackModel
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
-from warehouse.requests import RequestIngestor, roll_requests_1h
+from warehouse.requests import RequestIngestor
+from warehouse.rollup import Rollups
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 START = T0.replace(tzinfo=UTC).timestamp()
 
 
-@pytest.fixture(scope="module")
-def seeded():
-    """Five simulated minutes of the twin rack's requests, fed in rounds as the collector would."""
-    con = duckdb.connect()
-    apply_migrations(con)
-    model = RackModel(load_profile("deepseek-v4.1-flash"), seed=5, start=START - 60, tick=0.5)
+def feed(con, start: float, rounds: range, stored_at: datetime, gateway: str = "gateway") -> pd.DataFrame:
+    """The twin rack's gateway records, fed in 15 s rounds as the collector would, stored from
+    `stored_at` on; returns the records."""
+    model = RackModel(load_profile("deepseek-v4.1-flash"), seed=5, start=start - 60, tick=0.5)
     ing, after, records = RequestIngestor(), 0, []
-    for k in range(1, 21):
-        model.advance(START + 15 * k)
+    for k in rounds:
+        model.advance(start + 15 * k)
         page = model.gateway.page(after, 10**6)
         after = page["next"]
         records += page["records"]
-        ing.write(con, "gateway", page, T0 + timedelta(seconds=15 * k))
-    roll_requests_1h(con, T0 - timedelta(hours=1), T0 + timedelta(hours=1))
-    return LocalQuery(con), pd.DataFrame(records)
+        ing.write(con, gateway, page, stored_at + timedelta(seconds=15 * k))
+    return pd.DataFrame(records)
+
+
+@pytest.fixture(scope="module")
+def seeded():
+    """Five simulated minutes of the twin rack's requests, rolled up into their hour."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    records = feed(con, START, range(1, 21), T0)
+    Rollups().advance(con, T0 + timedelta(hours=1))
+    assert con.execute("SELECT sum(requests) FROM requests_1h").fetchall() == [(len(records),)]
+    return LocalQuery(con), records
 
 
 def finished(df: pd.DataFrame) -> pd.Series:
@@ -119,3 +128,34 @@ def test_an_empty_window_says_none(seeded) -> None:
     assert users.summary(q, w) is None
     assert users.tps_histogram(q, w).empty and users.tps_over_time(q, w).empty
     assert math.isnan(users.itl_quantiles_from_histogram(q, T0 + timedelta(days=2), T0 + timedelta(days=3))[0])
+
+
+def test_records_stored_after_their_hour_was_rolled_up_count_at_once_and_once() -> None:
+    """A gateway read late (the collector was down): records that finished at 12:55-13:00 are
+    stored at 13:05, after the 12:00 hour was rolled up. The hourly view counts them at once, and
+    still once after the next roll-up."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    rolls = Rollups()
+    on_time = feed(con, START - 3600, range(1, 11), T0 - timedelta(hours=1))  # 11:00:15 .. 11:02:30
+    rolls.advance(con, T0)  # 11:00 rolled up
+    late = feed(con, START - 300, range(1, 21), T0 + timedelta(minutes=5), "gateway-b")  # finished 11:55 .. 12:00
+    before = late[finished(late) < T0]
+    assert len(before) > 100  # most finished in the rolled-up hour
+    q = LocalQuery(con)
+    w = Window.between(T0 - timedelta(hours=23), T0 + timedelta(hours=1, minutes=30))
+    assert users.hourly(w)
+    want = len(on_time) + len(late)
+    for now in (None, T0 + timedelta(hours=1), T0 + timedelta(hours=2)):  # before and after the next roll-ups
+        if now is not None:
+            rolls.advance(con, now)
+        s = users.summary(q, w)
+        assert s is not None and s.requests == want, now
+        assert s.generated_tokens == on_time.generated_tokens.sum() + late.generated_tokens.sum()
+        assert users.tps_over_time(q, w).requests.sum() == (on_time.itl_mean_seconds.notna().sum()
+                                                             + late.itl_mean_seconds.notna().sum())  # fmt: skip
+        assert users.users_table(q, w, limit=1000).requests.sum() == want
+        hours = users.user_history(q, w, str(late.user.iloc[0]))
+        both = pd.concat([on_time, late])
+        assert hours.requests.sum() == (both.user == late.user.iloc[0]).sum()
+        assert hours.set_index("bucket").requests.get(T0 - timedelta(hours=1), 0) >= 1
