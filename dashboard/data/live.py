@@ -91,18 +91,27 @@ def pool_gpus(tgts: pd.DataFrame) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------- tokens
-TOKEN_SQL = """
+# Increases (and interval seconds) summed per step and series of a `picked` CTE (series_id and
+# labels), before any label is read: queries join the labels after, per series and step, not per
+# row (24 h of per-minute rollups is millions of rows). Its parameters: step seconds, start, end.
+PER_SERIES_SQL = """per_series AS (
+    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta, sum(i.seconds) AS seconds
+    FROM {inc} i
+    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
+    GROUP BY ALL
+)"""
+
+TOKEN_SQL = (
+    """
 WITH picked AS (
     SELECT series_id, target, role, metric, json_extract_string(labels, '$.source') AS source
     FROM series_targets
     WHERE role IN ('prefill', 'decode')
       AND metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
-), per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta, sum(i.seconds) AS seconds
-    FROM {inc} i
-    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
-    GROUP BY ALL
-), per_target AS (
+),
+"""
+    + PER_SERIES_SQL
+    + """, per_target AS (
     SELECT p.bucket, s.target, s.role,
            sum(p.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total') AS prompt,
            sum(p.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_by_source_total' AND s.source = 'local_cache_hit') AS cached,
@@ -116,6 +125,7 @@ SELECT bucket, role,
        sum(coalesce(generated, 0) / seconds) AS generated_per_s
 FROM per_target WHERE seconds > 0 GROUP BY ALL ORDER BY bucket, role
 """
+)
 
 
 def token_rates(q: Query, w: Window) -> pd.DataFrame:
@@ -156,16 +166,6 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------- histograms
-# Increases summed per step and series of a `picked` CTE (series_id and labels); queries join the
-# labels after, per series, not per row (24 h of per-minute rollups is millions of rows).
-# Its parameters: step seconds, start, end.
-PER_SERIES_SQL = """per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta
-    FROM {inc} i
-    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
-    GROUP BY ALL
-)"""
-
 HIST_SQL = (
     """
 WITH picked AS (SELECT series_id, metric, role, le FROM series_targets
