@@ -131,9 +131,9 @@ def test_an_empty_window_says_none(seeded) -> None:
 
 
 def test_records_stored_after_their_hour_was_rolled_up_count_at_once_and_once() -> None:
-    """A gateway read late (the collector was down): records that finished at 12:55-13:00 are
-    stored at 13:05, after the 12:00 hour was rolled up. The hourly view counts them at once, and
-    still once after the next roll-up."""
+    """A gateway read late (the collector was down): records that finished at 11:55-12:00 are
+    stored from 12:05, after the 11:00 hour was rolled up. The hourly view counts them at once, and
+    still once after the next roll-ups."""
     con = duckdb.connect()
     apply_migrations(con)
     rolls = Rollups()
