@@ -5,7 +5,9 @@ Needs Debian's chromium (`make test` installs it); saves build/screenshots/live.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import re
 import signal
 import socket
@@ -28,6 +30,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_port_block(size: int = 10) -> int:
+    """The first of `size` free ports, all below the kernel's ephemeral range: a server started
+    minutes later still finds its port free, since no port 0 bind or outgoing connection of the
+    processes started meanwhile (vLLM, NIXL, the router) is given one from there."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10000, low - size, 10)
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(base, base + size):
+                    held.enter_context(socket.socket()).bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no {size} free ports in a row between 10000 and {low}")
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]

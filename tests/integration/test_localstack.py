@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_browser import free_port
+from tests.e2e.test_browser import free_port_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 ROOT = Path(__file__).parents[2]
@@ -29,7 +29,7 @@ def localstack(tmp_path_factory):
     if not (ROOT / ".vllm-venv" / ".installed").exists():
         subprocess.run(["make", "vllm-env"], cwd=ROOT, check=True, timeout=1800)
     tmp = tmp_path_factory.mktemp("localstack")
-    base = free_port() // 10 * 10 % 50000 + 10000  # a block of ten ports, away from ephemeral ones
+    base = free_port_block(10)  # router +0, vLLM +1 and +2, gateway +3, router metrics +9
     proc = subprocess.Popen([sys.executable, "-m", "moemeter", "localstack", "--workdir", str(tmp / "work"),
                              "--targets-out", str(tmp / "targets.json"), "--base-port", str(base),
                              "--traffic-sessions", "0"],
