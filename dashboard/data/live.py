@@ -180,13 +180,9 @@ GROUP BY ALL ORDER BY metric, bucket, role, le
 )
 
 
-def histogram_counts(q: Query, w: Window, family: str) -> pd.DataFrame:
-    """Bucket increases of a vLLM histogram family, summed over engines, per step and pool."""
-    return histograms_counts(q, w, [family])[family]
-
-
 def histograms_counts(q: Query, w: Window, families: list[str]) -> dict[str, pd.DataFrame]:
-    """`histogram_counts` of several families in one pass over the increments (one scan, not one each)."""
+    """Per vLLM histogram family: its bucket increases, summed over engines, per step and pool
+    (bucket, role, le, count); all families in one pass over the increments, not one each."""
     df = q(HIST_SQL.format(**w.tables), [[f"{f}_bucket" for f in families], *_params(w)])
     cols = ["bucket", "role", "le", "count"]
     return {f: df.loc[df["metric"] == f"{f}_bucket", cols].reset_index(drop=True) for f in families}

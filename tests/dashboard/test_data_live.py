@@ -86,7 +86,8 @@ def test_histogram_quantile_matches_prometheus_interpolation():
 
 def test_p90_per_user_is_one_over_the_p90_mean_itl_of_decode_requests(seeded):
     q, _ = seeded
-    tpot = live.histogram_counts(q, window(), "vllm:request_time_per_output_token_seconds")
+    family = "vllm:request_time_per_output_token_seconds"
+    tpot = live.histograms_counts(q, window(), [family])[family]
     per_user = live.per_user_tokens_per_second(tpot)
     dec = tpot[tpot["role"] == "decode"].groupby("le")["count"].sum()
     expected = 1.0 / live.histogram_quantile(0.9, dec.index.to_numpy(), dec.to_numpy())
