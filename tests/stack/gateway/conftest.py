@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,12 +15,7 @@ from stack.gateway.app import Gateway
 from stack.gateway.keys import Keys
 from stack.gateway.records import RecordLog
 from stack.twin.upstream import SimulatedUpstream
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.e2e.test_browser import free_port
 
 
 class LoopThread:
