@@ -79,7 +79,7 @@ class Collector:
             return n
 
         try:
-            return self.warehouse.write(job)
+            return self.warehouse.write_stored(job, "a collector round")
         except Exception:
             # The transaction rolled back: forget what the ingestors believe was stored, so
             # they reload series, last values and feed cursors from the database.
@@ -92,9 +92,9 @@ class Collector:
         if not gateways:
             return []
         ingestor = self.request_ingestor
-        cursors = await asyncio.to_thread(
-            self.warehouse.write, lambda con: {t.name: ingestor.cursor(con, t.name) for t in gateways}
-        )
+        cursors = await asyncio.to_thread(self.warehouse.write_stored,
+                                          lambda con: {t.name: ingestor.cursor(con, t.name) for t in gateways},
+                                          "the request feeds' cursors")  # fmt: skip
         results = list(await asyncio.gather(*(fetch_feed(t, cursors[t.name], fetch, self.timeout) for t in gateways)))
         for r in results:
             if r.error:

