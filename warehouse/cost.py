@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
+from .requests import HOURLY
 
 Query = Callable[[str, list[Any] | None], pd.DataFrame]
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
@@ -233,39 +234,27 @@ def revenue(sheet: PriceSheet, tokens: pd.DataFrame) -> float | None:
     return total
 
 
-USERS_RAW_SQL = """
-SELECT user_id AS user, sum(prompt_tokens)::BIGINT AS prompt_tokens,
-       coalesce(sum(cached_prompt_tokens), 0)::BIGINT AS cached_prompt_tokens,
-       sum(generated_tokens)::BIGINT AS generated_tokens, count(*) AS requests
-FROM requests WHERE finished_at >= ? AND finished_at < ? GROUP BY user_id
-"""
-USERS_1H_SQL = """
-SELECT user_id AS user, sum(prompt_tokens)::BIGINT AS prompt_tokens,
-       sum(cached_prompt_tokens)::BIGINT AS cached_prompt_tokens,
-       sum(generated_tokens)::BIGINT AS generated_tokens, sum(requests)::BIGINT AS requests
-FROM requests_1h WHERE ts >= ? AND ts < ? GROUP BY user_id
+# Per user, the requests that finished in [start, end): its whole hours [h0, h1) from the hourly
+# sums plus the records not rolled up yet (the Users page's `hourly`), the edges from the records.
+USERS_SQL = f"""
+WITH {HOURLY}
+SELECT user_id AS user, sum(requests)::BIGINT AS requests, sum(prompt_tokens)::BIGINT AS prompt_tokens,
+       sum(cached_prompt_tokens)::BIGINT AS cached_prompt_tokens, sum(generated_tokens)::BIGINT AS generated_tokens
+FROM (SELECT user_id, requests, prompt_tokens, cached_prompt_tokens, generated_tokens FROM hourly
+      UNION ALL
+      SELECT user_id, 1, prompt_tokens, coalesce(cached_prompt_tokens, 0), generated_tokens FROM requests
+      WHERE finished_at >= ? AND finished_at < ? OR finished_at >= ? AND finished_at < ?)
+GROUP BY user_id ORDER BY user_id
 """
 
 
 def user_tokens(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
-    """Per user: prompt, cached prompt and generated tokens of the requests that finished in the window
-    (whole hours already rolled up from `requests_1h`, the rest from `requests`)."""
-    _, through_1h = rollup_through(q)
-    h0, h1 = _ceil(start, HOUR), min(_floor(end, HOUR), through_1h or start)
-    parts = []
-    if h0 < h1 and through_1h is not None:
-        # Whole hours from the hourly sums, plus the records of those hours stored after their roll-up
-        # (a request is rolled up by when it was stored, counted by when it finished).
-        late = USERS_RAW_SQL.replace("WHERE finished_at", "WHERE ingested_at >= ? AND finished_at")
-        parts += [q(USERS_1H_SQL, [h0, h1]), q(late, [through_1h, h0, h1]), q(USERS_RAW_SQL, [start, h0]),
-                  q(USERS_RAW_SQL, [h1, end])]  # fmt: skip
-    else:
-        parts.append(q(USERS_RAW_SQL, [start, end]))
-    parts = [p for p in parts if not p.empty]
-    cols = ["user", "requests", "prompt_tokens", "cached_prompt_tokens", "generated_tokens"]
-    if not parts:
-        return pd.DataFrame(columns=cols)
-    return pd.concat(parts).groupby("user", as_index=False)[cols[1:]].sum()[cols]
+    """Per user: requests, prompt, cached prompt and generated tokens of the requests that finished
+    in the window."""
+    h0, h1 = _ceil(start, HOUR), _floor(end, HOUR)
+    if h0 >= h1:  # no whole hour: all from the records
+        h0 = h1 = start
+    return q(USERS_SQL, [h0, h1, h0, h1, start, h0, h1, end])
 
 
 def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd.DataFrame:

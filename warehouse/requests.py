@@ -160,6 +160,18 @@ FROM requests WHERE {where} GROUP BY ALL"""
 HOUR_ITL_SQL = f"""
 SELECT time_bucket(INTERVAL 1 HOUR, finished_at) AS ts, {ITL_BIN_SQL} AS bin, count(*) AS requests
 FROM requests WHERE {{where}} AND itl_mean_seconds > 0 GROUP BY ALL"""
+# A record not rolled up yet (stored after the roll-up's `through`) that finished in [?, ?). Every
+# record is in exactly one of the two: rolled up (in requests_1h) or this.
+_PENDING = ("ingested_at >= coalesce((SELECT max(through) FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)"
+            " AND finished_at >= ? AND finished_at < ?")  # fmt: skip
+# CTEs `hourly` and `itl`: per hour [?, ?) twice, the hourly tables' rows and the same sums of the
+# records not rolled up yet: every request that finished in those hours, once.
+HOURLY = (
+    f"hourly AS (SELECT * FROM requests_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_SUMS_SQL.format(where=_PENDING)})"
+)
+HOURLY_ITL = (
+    f"itl AS (SELECT * FROM requests_itl_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_ITL_SQL.format(where=_PENDING)})"
+)
 
 
 def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:

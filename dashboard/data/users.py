@@ -16,21 +16,12 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
-from warehouse.requests import HOUR_ITL_SQL, HOUR_SUMS_SQL
+from warehouse.requests import HOURLY, HOURLY_ITL
 from warehouse.requests import ITL_BIN_SCALE as BIN_SCALE
 
 from .live import Query, Window
 
 RAW_SECONDS = 6 * 3600
-_PENDING = ("ingested_at >= coalesce((SELECT max(through) FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)"
-            " AND finished_at >= ? AND finished_at < ?")  # fmt: skip
-# Per hour [?, ?) twice: the hourly tables' rows, and the same sums of the records not rolled up yet.
-HOURLY = (
-    f"hourly AS (SELECT * FROM requests_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_SUMS_SQL.format(where=_PENDING)})"
-)
-HOURLY_ITL = (
-    f"itl AS (SELECT * FROM requests_itl_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_ITL_SQL.format(where=_PENDING)})"
-)
 
 
 def hourly(w: Window) -> bool:

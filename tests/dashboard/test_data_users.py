@@ -14,6 +14,7 @@ from dashboard.data import users
 from dashboard.data.live import Window
 from stack.twin.config import load_profile
 from stack.twin.model import RackModel
+from warehouse import cost
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.requests import RequestIngestor
@@ -159,3 +160,12 @@ def test_records_stored_after_their_hour_was_rolled_up_count_at_once_and_once() 
         both = pd.concat([on_time, late])
         assert hours.requests.sum() == (both.user == late.user.iloc[0]).sum()
         assert hours.set_index("bucket").requests.get(T0 - timedelta(hours=1), 0) >= 1
+        # The Cost page's per-user tokens read the same hourly view: every record once, edges cut exactly.
+        for a, b in ((w.start, w.end), (T0 - timedelta(minutes=4, seconds=21), T0 + timedelta(hours=1, seconds=7))):
+            truth = con.execute("""SELECT user_id AS user, count(*) AS requests, sum(prompt_tokens) AS prompt_tokens,
+                                          coalesce(sum(cached_prompt_tokens), 0) AS cached_prompt_tokens,
+                                          sum(generated_tokens) AS generated_tokens
+                                   FROM requests WHERE finished_at >= ? AND finished_at < ?
+                                   GROUP BY user_id ORDER BY user_id""", [a, b]).df()  # fmt: skip
+            got = cost.user_tokens(q, a, b)
+            assert len(truth) > 10 and got.to_dict("records") == truth.to_dict("records"), (now, a, b)
