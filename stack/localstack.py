@@ -154,14 +154,20 @@ class LocalCpuStack:
                 c.wait()
 
 
+def threads(pid: int) -> list[int]:
+    """The thread ids of `pid`; none once it has exited."""
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
 def process_tree(pid: int) -> list[int]:
     """`pid` and every process below it, from /proc; processes that exit meanwhile are left out."""
     tree, todo = [], [pid]
     while todo:
         p = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{p}/task")
-        except FileNotFoundError:
+        if not (tasks := threads(p)):
             continue
         tree.append(p)
         for t in tasks:
@@ -172,23 +178,20 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-def threads(pid: int) -> list[int]:
-    try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except FileNotFoundError:
-        return []
+def tree_threads(pid: int) -> list[int]:
+    """Every thread of `pid` and of the processes below it."""
+    return [t for p in process_tree(pid) for t in threads(p)]
 
 
 def pin_tree(pid: int, core: int) -> int:
     """Bind every thread of `pid` and the processes below it to `core`; returns how many."""
     bound = 0
-    for p in process_tree(pid):
-        for t in threads(p):
-            try:
-                os.sched_setaffinity(t, {core})
-            except ProcessLookupError:  # the thread ended meanwhile
-                continue
-            bound += 1
+    for t in tree_threads(pid):
+        try:
+            os.sched_setaffinity(t, {core})
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+        bound += 1
     if not bound:
         raise StackError(f"process {pid} has exited: nothing to bind to core {core}")
     return bound

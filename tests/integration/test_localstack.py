@@ -52,15 +52,14 @@ def localstack(tmp_path_factory):
 
 def cores_of(pid: int) -> set[frozenset[int]]:
     """The cores the threads of `pid` and the processes below it may run on."""
-    from stack.localstack import process_tree, threads
+    from stack.localstack import tree_threads
 
     out = set()
-    for p in process_tree(pid):
-        for t in threads(p):
-            try:
-                out.add(frozenset(os.sched_getaffinity(t)))
-            except ProcessLookupError:
-                pass
+    for t in tree_threads(pid):
+        try:
+            out.add(frozenset(os.sched_getaffinity(t)))
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
     return out
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from stack.localstack import StackError, pin_tree, process_tree, threads
+from stack.localstack import StackError, pin_tree, process_tree, threads, tree_threads
 
 TREE = """
 import subprocess, sys, threading, time
@@ -43,7 +43,7 @@ def tree():
 def test_every_thread_of_the_tree_is_bound_to_the_core(tree, core):
     pids = process_tree(tree.pid)
     assert len(pids) == 2 and pids[0] == tree.pid
-    tids = [t for p in pids for t in threads(p)]
+    tids = tree_threads(tree.pid)
     assert len(tids) == 8  # main thread + 3 in each
     assert pin_tree(tree.pid, core) == 8
     assert {t: os.sched_getaffinity(t) for t in tids} == {t: {core} for t in tids}
