@@ -180,6 +180,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from collectors.service import Collector
     from collectors.targets import TargetsError, load_targets
     from warehouse.api import TOKEN_ENV, QueryServer, is_loopback
+    from warehouse.limits import Limits
 
     deadline = time.monotonic() + args.wait_targets
     while not Path(args.targets).exists() and time.monotonic() < deadline:
@@ -192,9 +193,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not token and not is_loopback(args.api_host):
         raise CliError(f"--api-host {args.api_host} is beyond loopback: the query API then needs a token "
                        f"({TOKEN_ENV} in the environment, or --api-token-file FILE)")  # fmt: skip
+    if args.query_timeout <= 0 or args.query_max_rows <= 0 or args.query_max_mb <= 0 or args.query_concurrency <= 0:
+        raise CliError("--query-timeout, --query-max-rows, --query-max-mb and --query-concurrency must be positive")
+    limits = Limits(timeout_seconds=args.query_timeout, max_result_rows=args.query_max_rows,
+                    max_result_bytes=int(args.query_max_mb * 2**20))  # fmt: skip
     wh = _open_warehouse(args.db, serve_read_only=True, memory_limit=args.memory_limit)
     try:
-        api = QueryServer(wh, args.api_host, args.api_port, token)
+        api = QueryServer(wh, args.api_host, args.api_port, token, limits, args.query_concurrency)
     except OSError as exc:
         wh.close()
         raise CliError(f"cannot bind the query API on {args.api_host}:{args.api_port}: {exc}") from exc
@@ -367,10 +372,14 @@ def _open_read_only(db: str):  # type: ignore[no-untyped-def]
     """A read-only connection to the file, or a CliError that says to use the API instead."""
     import duckdb
 
+    from warehouse.readonly import lock_down
+
     if not Path(db).exists():
         raise CliError(f"no database at {db}")
     try:
-        return duckdb.connect(db, read_only=True)
+        con = duckdb.connect(db, read_only=True)
+        lock_down(con)
+        return con
     except duckdb.Error as exc:
         raise CliError(f"cannot open {db} ({exc}); while `moemeter serve` holds it, go through its query API: "
                        f"--api http://127.0.0.1:{DEFAULT_API_PORT}") from exc  # fmt: skip
@@ -380,7 +389,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
     import pandas as pd
 
-    from warehouse.api import LocalQuery, QueryClient, QueryRefused
+    from warehouse.api import LocalQuery, QueryClient, QueryError, QueryRefused
 
     try:
         if args.api:
@@ -390,6 +399,8 @@ def cmd_query(args: argparse.Namespace) -> int:
                 df = LocalQuery(con)(args.sql)
     except QueryRefused as exc:
         raise CliError(f"refused: {exc}") from exc
+    except QueryError as exc:
+        raise CliError(str(exc)) from exc
     except duckdb.Error as exc:
         raise CliError(f"query failed: {exc}") from exc
     if args.json:
@@ -424,13 +435,15 @@ def _with_query(args: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
     """Run fn(query) on the query API (--api) or the file opened read-only (--db)."""
     import duckdb
 
-    from warehouse.api import LocalQuery, QueryClient
+    from warehouse.api import LocalQuery, QueryClient, QueryError
 
     try:
         if args.api:
             return fn(QueryClient(args.api))
         with _open_read_only(args.db) as con:
             return fn(LocalQuery(con))
+    except QueryError as exc:
+        raise CliError(str(exc)) from exc
     except duckdb.Error as exc:
         raise CliError(f"query failed: {exc}") from exc
 
@@ -565,7 +578,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- export
 def cmd_export(args: argparse.Namespace) -> int:
-    from warehouse.api import LocalQuery, QueryClient
+    from warehouse.api import LocalQuery, QueryClient, QueryError
     from warehouse.export import DIMENSION_TABLES, FACT_TABLES, ExportError, export_parquet
 
     start, end = _parse_time(args.from_), _parse_time(args.to)
@@ -578,7 +591,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         else:
             with _open_read_only(args.db) as con:
                 done = export_parquet(LocalQuery(con), Path(args.out), start, end, tables, rack=args.rack)
-    except ExportError as exc:
+    except (ExportError, QueryError) as exc:
         raise CliError(str(exc)) from exc
     for e in done:
         print(f"{e.table:16s} {e.day.isoformat() if e.day else 'all':10s} {e.rows:>12,d} rows  {e.path}")
@@ -798,6 +811,8 @@ def _field_doc(cls: type, name: str) -> str:
 
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    from warehouse.limits import Limits
+
     p = argparse.ArgumentParser(prog="moemeter", description="Observability and cost accounting for PD-disaggregated, "
                                 "wide-EP vLLM MoE serving.")  # fmt: skip
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -863,6 +878,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-minute-days", type=float, default=30.0, help="days per-minute rollups are kept")
     s.add_argument("--keep-hour-days", type=float, default=365.0, help="days per-hour rollups are kept")
     s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
+    s.add_argument("--query-timeout", type=float, default=Limits.timeout_seconds, metavar="SECONDS",
+                   help="stop a query API statement on the server after this long (504)")  # fmt: skip
+    s.add_argument("--query-max-rows", type=int, default=Limits.max_result_rows, metavar="N",
+                   help="refuse a result of more rows (413)")  # fmt: skip
+    s.add_argument("--query-max-mb", type=float, default=Limits.max_result_bytes / 2**20, metavar="MIB",
+                   help="refuse a result of more MiB (413)")  # fmt: skip
+    s.add_argument("--query-concurrency", type=int, default=4, metavar="N",
+                   help="statements run at once; more wait up to 5 s, then get 503 with Retry-After")  # fmt: skip
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("gateway", help="the metering gateway: OpenAI-compatible, in front of vllm-router")

@@ -3,23 +3,33 @@
 Bound beyond loopback it requires a token (MOEMETER_API_TOKEN, or a file) as
 `Authorization: Bearer <token>` on every request; the client sends MOEMETER_API_TOKEN.
 
-POST /query {"sql": "...", "params": [...], "format": "arrow"|"json"}: exactly one SELECT
-statement (DuckDB's own parser decides), run on a reader cursor. Anything else is refused
-with 400 and the reason. GET /health answers {"ok": true, "writer": {...}}: whether writes
-succeed, and if not since when, why (disk full, read-only) and how many rounds were lost.
+POST /query {"sql": "...", "params": [...], "format": "arrow"|"json"}: one read, run through
+warehouse.readonly (read-only transaction, parse-tree check, limits) on a reader cursor.
+Answers: 200 with the result; 400 a refused or failed statement (the message names the
+construct); 408 a request body not received in time; 411/413 a body without a length or over
+the limit, or a result over the limit; 503 with Retry-After while `max_concurrent` statements
+run and the queue wait passed; 504 a statement stopped at the time limit. GET /health answers
+{"ok": true, "writer": {...}}: whether writes succeed, and if not since when, why (disk full,
+read-only) and how many rounds were lost. /health never waits for a query.
 """
 
 from __future__ import annotations
 
+import base64
 import hmac
 import ipaddress
 import json
 import logging
 import math
 import os
+import select
+import socket
 import threading
+import time
+import uuid
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
+from datetime import time as dtime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,50 +38,90 @@ import duckdb
 import httpx
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .db import Warehouse
+from .readonly import (
+    ClientGone,
+    Limits,
+    QueryBusy,
+    QueryError,
+    QueryRefused,
+    QueryTimeout,
+    QueryTooLarge,
+    run_read,
+)
 
 log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 1 << 20
+BODY_SECONDS = 10.0  # a request body must arrive within this (a slow client holds a thread no longer)
+QUEUE_SECONDS = 5.0  # a statement waits this long for a free slot, then gets 503
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 TOKEN_ENV = "MOEMETER_API_TOKEN"
+__all__ = ["QueryClient", "QueryServer", "LocalQuery", "QueryError", "QueryRefused", "ApiUnreachable",
+           "table_to_json", "is_loopback", "TOKEN_ENV"]  # fmt: skip
 
 
-class QueryRefused(ValueError):
-    """The statement is not a single SELECT."""
-
-
-def check_select(sql: str) -> None:
-    """Pass exactly one SELECT statement; refuse everything else with the reason."""
-    try:
-        statements = duckdb.extract_statements(sql)
-    except duckdb.Error as exc:
-        raise QueryRefused(f"cannot parse SQL: {exc}") from exc
-    if len(statements) != 1:
-        raise QueryRefused(f"exactly one statement is allowed, got {len(statements)}")
-    kind = statements[0].type
-    if kind != duckdb.StatementType.SELECT:
-        raise QueryRefused(f"only SELECT statements are allowed, got {kind.name}")
-
-
-def run_select(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> pa.Table:
-    check_select(sql)
-    return con.sql(sql, params=params or None).to_arrow_table()
+class ApiUnreachable(QueryError):
+    """The query API did not answer (not running, wrong address, or the connection broke)."""
 
 
 def _json_value(v: Any) -> Any:
+    """One value of any DuckDB type as JSON: BLOB as base64, temporal values in ISO 8601,
+    NaN as null and infinities as strings at any depth, lists and structs recursively."""
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
     if isinstance(v, Decimal):
-        v = float(v)
-    if isinstance(v, float) and not math.isfinite(v):
-        return None if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-    if isinstance(v, (datetime, date)):
+        return _json_value(float(v))
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode()
+    if isinstance(v, (datetime, date, dtime)):
         return v.isoformat()
-    return v
+    if isinstance(v, timedelta):
+        return v.total_seconds()
+    if isinstance(v, pa.MonthDayNano):  # INTERVAL
+        return {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
+    if isinstance(v, dict):
+        return {str(k): _json_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):  # lists, arrays, and a MAP's (key, value) pairs
+        return [_json_value(x) for x in v]
+    if isinstance(v, uuid.UUID):
+        return str(v)
+    return str(v)
+
+
+def _column_values(col: pa.ChunkedArray) -> list[Any]:
+    try:
+        return [_json_value(v) for v in col.to_pylist()]
+    except (OverflowError, ValueError, pa.ArrowException):  # e.g. a date past Python's year 9999: as text
+        try:
+            return pc.cast(col, pa.string()).to_pylist()
+        except pa.ArrowException:
+            return [str(v) for v in col]
 
 
 def table_to_json(tbl: pa.Table) -> dict[str, Any]:
-    rows = [[_json_value(v) for v in row.values()] for row in tbl.to_pylist()]
+    """Columns kept apart by position (two columns of one name both arrive)."""
+    columns = [_column_values(col) for col in tbl.columns]
+    rows = [list(r) for r in zip(*columns, strict=True)] if columns else []
     return {"columns": tbl.column_names, "types": [str(t) for t in tbl.schema.types], "rows": rows}
+
+
+def _peer_gone(sock: socket.socket) -> bool:
+    """True once the client closed its side (readable with nothing to read)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.headers = status, headers or {}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -80,18 +130,22 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # else headers and body in two writes wait ~40 ms for a delayed ACK
     timeout = 120  # seconds an idle kept-alive connection (and its thread) is held
 
-    def _reply(self, status: int, body: bytes, content_type: str, close: bool = False) -> None:
+    def _reply(self, status: int, body: bytes, content_type: str, close: bool = False,
+               headers: dict[str, str] | None = None) -> None:  # fmt: skip
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         if close:
             self.send_header("Connection", "close")  # the client then opens a new one for its next query
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
-    def _error(self, status: int, message: str) -> None:
+    def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         # A refused request's body may be unread: this connection is not reused.
-        self._reply(status, json.dumps({"error": message}).encode(), "application/json", close=True)
+        self._reply(status, json.dumps({"error": message}).encode(), "application/json", close=True, headers=headers)
 
     def _authorized(self) -> bool:
         """The token, when the server has one, compared in constant time; never logged."""
@@ -113,40 +167,71 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(404, "GET /health or POST /query")
 
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding"):
+            raise _Refusal(411, "send the body with a Content-Length (no Transfer-Encoding)")
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            raise _Refusal(411, "a Content-Length header is required")
+        if not raw.strip().isdigit():
+            raise _Refusal(400, f"Content-Length {raw[:40]!r} is not a number of bytes")
+        length = int(raw)
+        if length == 0:
+            raise _Refusal(400, 'empty body: send {"sql": "SELECT ..."}')
+        if length > MAX_REQUEST_BYTES:
+            raise _Refusal(413, f"request body of {length:,} bytes; the limit is {MAX_REQUEST_BYTES:,}")
+        data, deadline = bytearray(), time.monotonic() + BODY_SECONDS
+        try:
+            while len(data) < length:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _Refusal(408, f"the request body did not arrive within {BODY_SECONDS:g} s")
+                self.connection.settimeout(left)
+                chunk = self.rfile.read1(length - len(data))
+                if not chunk:
+                    raise _Refusal(400, f"the body ended after {len(data):,} of {length:,} bytes")
+                data += chunk
+        except TimeoutError:
+            raise _Refusal(408, f"the request body did not arrive within {BODY_SECONDS:g} s") from None
+        finally:
+            self.connection.settimeout(self.timeout)
+        return bytes(data)
+
+    def _read_request(self) -> tuple[str, list[Any], str]:
+        data = self._read_body()
+        try:
+            req = json.loads(data)
+        except RecursionError:
+            raise _Refusal(400, "bad request: the JSON is nested too deeply") from None
+        except ValueError as exc:  # also bytes that are not UTF-8
+            raise _Refusal(400, f"bad request: the body is not JSON in UTF-8 ({exc})") from None
+        if not isinstance(req, dict) or "sql" not in req:
+            raise _Refusal(400, 'bad request: send a JSON object {"sql": ..., "params": [...], "format": ...}')
+        sql, params, fmt = req["sql"], req.get("params") or [], req.get("format", "arrow")
+        if not isinstance(sql, str) or not isinstance(params, list) or fmt not in ("arrow", "json"):
+            raise _Refusal(400, "bad request: sql must be a string, params a list, format arrow or json")
+        return sql, params, fmt
+
     def do_POST(self) -> None:  # noqa: N802
         if not self._authorized():
             return
         if self.path != "/query":
             self._error(404, "POST /query")
             return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length <= 0 or length > MAX_REQUEST_BYTES:
-            self._error(400, f"request body must be 1..{MAX_REQUEST_BYTES} bytes of JSON")
-            return
         try:
-            req = json.loads(self.rfile.read(length))
-            sql, params, fmt = req["sql"], req.get("params") or [], req.get("format", "arrow")
-            if not isinstance(sql, str) or not isinstance(params, list) or fmt not in ("arrow", "json"):
-                raise TypeError("sql must be a string, params a list, format arrow or json")
-        except (ValueError, KeyError, TypeError) as exc:
-            self._error(400, f"bad request: {exc}")
-            return
-        try:
-            with self.server.warehouse.cursor() as cur:
-                tbl = run_select(cur, sql, params)
-        except QueryRefused as exc:
-            self._error(400, str(exc))
-            return
-        except duckdb.Error as exc:
-            self._error(400, f"query failed: {exc}")
-            return
-        if fmt == "json":
-            self._reply(200, json.dumps(table_to_json(tbl)).encode(), "application/json")
-            return
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, tbl.schema) as writer:
-            writer.write_table(tbl)
-        self._reply(200, sink.getvalue().to_pybytes(), ARROW_STREAM)
+            sql, params, fmt = self._read_request()
+            body, content_type = self.server.answer(sql, params, fmt, gone=lambda: _peer_gone(self.connection))
+        except _Refusal as exc:
+            self._error(exc.status, str(exc), exc.headers)
+        except ClientGone:
+            self.close_connection = True  # nobody to answer
+        except QueryError as exc:
+            self._error(exc.status, str(exc))
+        except Exception as exc:  # never a dropped connection: the client gets the reason
+            log.exception("query api: unexpected error")
+            self._error(500, f"internal error: {type(exc).__name__}: {exc}")
+        else:
+            self._reply(200, body, content_type)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         log.debug("query api: " + format, *args)
@@ -161,17 +246,42 @@ def is_loopback(host: str) -> bool:
 
 class QueryServer(ThreadingHTTPServer):
     """The API on `host`. Off loopback it requires `token` (Authorization: Bearer), and refuses
-    to start without one."""
+    to start without one. At most `max_concurrent` statements run at once; each within `limits`."""
 
     daemon_threads = True
 
-    def __init__(self, warehouse: Warehouse, host: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
+    def __init__(self, warehouse: Warehouse, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 limits: Limits | None = None, max_concurrent: int = 4) -> None:  # fmt: skip
         if not token and not is_loopback(host):
             raise QueryRefused(f"the query API on {host} (beyond loopback) needs a token: set {TOKEN_ENV} or "
                                "--api-token-file")  # fmt: skip
         super().__init__((host, port), _Handler)
         self.warehouse = warehouse
         self.token = token
+        self.limits = limits or Limits()
+        self.max_concurrent = max_concurrent
+        self._slots = threading.BoundedSemaphore(max_concurrent)
+
+    def answer(self, sql: str, params: list[Any], fmt: str, gone: Any = None) -> tuple[bytes, str]:
+        """The reply body and its type for one statement, or a QueryError."""
+        if not self._slots.acquire(timeout=QUEUE_SECONDS):
+            raise _Refusal(503, f"{self.max_concurrent} queries are running and none finished within "
+                                f"{QUEUE_SECONDS:g} s; retry shortly", {"Retry-After": "2"})  # fmt: skip
+        try:
+            with self.warehouse.cursor() as cur:
+                tbl = run_read(cur, sql, params, self.limits, gone)
+        finally:
+            self._slots.release()
+        if fmt == "json":
+            body = json.dumps(table_to_json(tbl), allow_nan=False).encode()
+            if len(body) > self.limits.max_result_bytes:
+                raise QueryTooLarge(f"the JSON answer is {len(body) / 2**20:,.0f} MiB; the limit is "
+                                    f"{self.limits.max_result_bytes / 2**20:,.0f} MiB (Arrow is smaller)")  # fmt: skip
+            return body, "application/json"
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, tbl.schema) as writer:
+            writer.write_table(tbl)
+        return sink.getvalue().to_pybytes(), ARROW_STREAM
 
     @property
     def url(self) -> str:
@@ -184,12 +294,15 @@ class QueryServer(ThreadingHTTPServer):
         return t
 
 
+ERRORS: dict[int, type[QueryError]] = {400: QueryRefused, 413: QueryTooLarge, 503: QueryBusy, 504: QueryTimeout}
+
+
 @dataclass
 class QueryClient:
-    """What the dashboard and CLI use: SQL in, DataFrame out."""
+    """What the dashboard and CLI use: SQL in, DataFrame out; every failure a QueryError."""
 
     url: str
-    timeout: float = 30.0
+    timeout: float = Limits.timeout_seconds + 15  # past the server's own limit, whose 504 says more
     token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV) or None, repr=False)
     # One connection pool for all its queries: a new httpx client per query costs ~18 ms (TLS setup).
     _http: httpx.Client = field(default_factory=httpx.Client, init=False, repr=False, compare=False)
@@ -197,30 +310,44 @@ class QueryClient:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
+    def _post(self, body: dict[str, Any]) -> httpx.Response:
+        post = lambda: self._http.post(f"{self.url}/query", json=body, timeout=self.timeout,  # noqa: E731
+                                       headers=self.headers())  # fmt: skip
+        try:
+            try:
+                resp = post()
+            except httpx.RemoteProtocolError:  # a kept-alive connection the server closed meanwhile: resend
+                resp = post()
+            if resp.status_code == 503:  # busy: wait as told, once
+                time.sleep(min(5.0, float(resp.headers.get("Retry-After", "1") or 1)))
+                resp = post()
+        except httpx.TimeoutException as exc:
+            raise QueryTimeout(f"the query API at {self.url} did not answer within {self.timeout:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise ApiUnreachable(f"the query API at {self.url} does not answer ({exc}); is `moemeter serve` "
+                                 "running there?") from exc  # fmt: skip
+        return resp
+
     def __call__(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
         wire = [p.isoformat() if isinstance(p, (datetime, date)) else p for p in params or []]
-        body = {"sql": sql, "params": wire}
-        try:
-            resp = self._http.post(f"{self.url}/query", json=body, timeout=self.timeout, headers=self.headers())
-        except (
-            httpx.RemoteProtocolError
-        ):  # a kept-alive connection the server closed meanwhile: a SELECT is safe to resend
-            resp = self._http.post(f"{self.url}/query", json=body, timeout=self.timeout, headers=self.headers())
+        resp = self._post({"sql": sql, "params": wire})
         if resp.status_code != 200:
             try:
                 message = resp.json()["error"]
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, TypeError):
                 message = resp.text[:200]
-            raise QueryRefused(message) if resp.status_code == 400 else RuntimeError(message)
+            raise ERRORS.get(resp.status_code, QueryError)(message)
         with pa.ipc.open_stream(resp.content) as reader:
             return reader.read_all().to_pandas()
 
 
 @dataclass
 class LocalQuery:
-    """The same contract as QueryClient over a connection in this process (CLI, tests)."""
+    """The same contract as QueryClient over a connection in this process (CLI, tests), through
+    the same read layer."""
 
     con: duckdb.DuckDBPyConnection
+    limits: Limits = field(default_factory=Limits)
 
     def __call__(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-        return run_select(self.con, sql, params).to_pandas()
+        return run_read(self.con, sql, params, self.limits).to_pandas()

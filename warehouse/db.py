@@ -24,6 +24,8 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from . import readonly
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -138,9 +140,7 @@ class Warehouse:
             log.warning("warehouse %s: read-only with migrations %s not applied; pages that need them fail",
                         self.path, pending)  # fmt: skip
         if lock_down:
-            # Readers share this database instance: no file or network access from SQL.
-            self._con.execute("SET enable_external_access = false")
-            self._con.execute("SET lock_configuration = true")
+            readonly.lock_down(self._con)  # readers share this database instance
         self.read_only = read_only
         self.health = WriterHealth()
         if read_only is not None:
