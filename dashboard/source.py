@@ -12,7 +12,8 @@ import httpx
 import pandas as pd
 import streamlit as st
 
-from warehouse.api import QueryClient
+from warehouse.api import ApiUnreachable, QueryClient
+from warehouse.readonly import QueryBusy, QueryRefused, QueryTimeout, QueryTooLarge
 
 DEFAULT_API = "http://127.0.0.1:8431"
 
@@ -54,3 +55,23 @@ def writer_warning(health: dict[str, Any] | None) -> str | None:
     return (f"The warehouse cannot write ({health.get('problem')}) since {health.get('since')} UTC: "
             f"{health.get('failed_writes')} rounds lost so far. Pages show what it holds, up to {last}. "
             f"Its message: {health.get('error')}")  # fmt: skip
+
+
+def api_error_message(exc: BaseException, url: str | None = None) -> str:
+    """What a page says when one of its queries failed: the cause and what to do, never a traceback."""
+    where = url or api_url()
+    if isinstance(exc, (ApiUnreachable, httpx.HTTPError)):
+        return f"Cannot reach the warehouse query API at {where}: {exc}"
+    if isinstance(exc, QueryTimeout):
+        return f"A query of this page took too long and the warehouse stopped it ({exc}). Pick a shorter range."
+    if isinstance(exc, QueryTooLarge):
+        return f"A query of this page asked for more than the warehouse sends at once ({exc}). Pick a shorter range."
+    if isinstance(exc, QueryBusy):
+        return f"The warehouse is busy with other queries ({exc}). This page retries on its next refresh."
+    if isinstance(exc, QueryRefused):
+        return f"The warehouse refused a query of this page: {exc}"
+    return f"The warehouse query API at {where} failed: {exc}"
+
+
+def show_api_error(exc: BaseException) -> None:
+    st.error(api_error_message(exc))

@@ -56,10 +56,28 @@ def test_query_refuses_anything_but_select(tmp_path, capsys):
     db = str(tmp_path / "w.duckdb")
     main(["ingest", "--file", str(FIXTURES / "vllm-router-0.1.17-pd.metrics.txt"), "--target", "router",
           "--at", "2026-11-30T10:00:00", "--db", db, "--role", "router"])  # fmt: skip
+    assert main(["query", "--db", db, "SELECT count(*) AS n FROM samples"]) == 0
+    rows = int(capsys.readouterr().out.split()[-1])
+    assert rows > 70
     assert main(["query", "--db", db, "DELETE FROM samples"]) == 2
     assert "only SELECT statements are allowed" in capsys.readouterr().err
+    assert main(["query", "--db", db, "WITH x AS (DELETE FROM samples RETURNING *) SELECT count(*) FROM x"]) == 2
+    assert "DELETE is not allowed" in capsys.readouterr().err
     assert main(["query", "--db", db, "SELECT count(*) AS n FROM samples"]) == 0
-    assert int(capsys.readouterr().out.split()[-1]) > 70
+    assert int(capsys.readouterr().out.split()[-1]) == rows
+
+
+def test_query_through_an_api_that_is_down_is_one_line_not_a_traceback(capsys):
+    from tests.e2e.test_browser import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    for argv in (["query", "--api", url, "SELECT 1"],
+                 ["export", "--api", url, "--out", "/nonexistent", "--from", "2026-11-30T10:00:00",
+                  "--to", "2026-11-30T11:00:00", "--tables", "scrapes"]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"the query API at {url} does not answer" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
 
 
 def test_bad_inputs_exit_2_with_the_reason_and_store_nothing(tmp_path, capsys):

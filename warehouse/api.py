@@ -92,19 +92,36 @@ def _json_value(v: Any) -> Any:
     return str(v)
 
 
-def _column_values(col: pa.ChunkedArray) -> list[Any]:
+def _textual(t: pa.DataType) -> pa.DataType:
+    """`t` with every date, time and timestamp inside it as text."""
+    if pa.types.is_temporal(t) and not pa.types.is_interval(t) and not pa.types.is_duration(t):
+        return pa.string()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(_textual(t.value_type))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_textual(t.value_type), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_textual(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(_textual(t.key_type), _textual(t.item_type))
+    return t
+
+
+def _column_values(name: str, col: pa.ChunkedArray) -> list[Any]:
     try:
         return [_json_value(v) for v in col.to_pylist()]
-    except (OverflowError, ValueError, pa.ArrowException):  # e.g. a date past Python's year 9999: as text
-        try:
-            return pc.cast(col, pa.string()).to_pylist()
-        except pa.ArrowException:
-            return [str(v) for v in col]
+    except (OverflowError, ValueError, pa.ArrowException):  # e.g. 'infinity' or a year past 9999: as text
+        pass
+    try:
+        return [_json_value(v) for v in pc.cast(col, _textual(col.type)).to_pylist()]
+    except (OverflowError, ValueError, pa.ArrowException) as exc:
+        raise QueryRefused(f"column {name!r} ({col.type}) cannot be sent as JSON ({exc}); ask for format arrow "
+                           "or cast it to VARCHAR") from exc  # fmt: skip
 
 
 def table_to_json(tbl: pa.Table) -> dict[str, Any]:
     """Columns kept apart by position (two columns of one name both arrive)."""
-    columns = [_column_values(col) for col in tbl.columns]
+    columns = [_column_values(n, c) for n, c in zip(tbl.column_names, tbl.columns, strict=True)]
     rows = [list(r) for r in zip(*columns, strict=True)] if columns else []
     return {"columns": tbl.column_names, "types": [str(t) for t in tbl.schema.types], "rows": rows}
 
@@ -127,6 +144,7 @@ class _Refusal(Exception):
 class _Handler(BaseHTTPRequestHandler):
     server: QueryServer
     protocol_version = "HTTP/1.1"  # keep-alive: a page's queries share one connection
+    default_request_version = "HTTP/1.0"  # a garbled request line still gets a status line, not HTTP/0.9 bare HTML
     disable_nagle_algorithm = True  # else headers and body in two writes wait ~40 ms for a delayed ACK
     timeout = 120  # seconds an idle kept-alive connection (and its thread) is held
 
@@ -261,16 +279,22 @@ class QueryServer(ThreadingHTTPServer):
         self.limits = limits or Limits()
         self.max_concurrent = max_concurrent
         self._slots = threading.BoundedSemaphore(max_concurrent)
+        self._count = threading.Lock()
+        self.running = 0  # statements running now
 
     def answer(self, sql: str, params: list[Any], fmt: str, gone: Any = None) -> tuple[bytes, str]:
         """The reply body and its type for one statement, or a QueryError."""
         if not self._slots.acquire(timeout=QUEUE_SECONDS):
             raise _Refusal(503, f"{self.max_concurrent} queries are running and none finished within "
                                 f"{QUEUE_SECONDS:g} s; retry shortly", {"Retry-After": "2"})  # fmt: skip
+        with self._count:
+            self.running += 1
         try:
             with self.warehouse.cursor() as cur:
                 tbl = run_read(cur, sql, params, self.limits, gone)
         finally:
+            with self._count:
+                self.running -= 1
             self._slots.release()
         if fmt == "json":
             body = json.dumps(table_to_json(tbl), allow_nan=False).encode()

@@ -168,7 +168,7 @@ def _check_tree(tree: dict[str, Any], limits: Limits) -> None:
         elif "sample" in item and "alias" in item and "class" not in item:  # a table reference
             if kind not in TABLE_REFS:
                 raise QueryRefused(f"table reference of type {kind} is not allowed")
-            relations += kind != "JOIN"
+            relations += kind not in ("JOIN", "EMPTY")
             if relations > limits.max_relations:
                 raise QueryTooLarge(f"the statement reads over {limits.max_relations} tables, views or table "
                                     "functions; join fewer at once")  # fmt: skip

@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard.data import cost as data
 from dashboard.figures import cost as figures
-from dashboard.source import api_url, query
+from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import day_span
 from warehouse.cost import NoData, with_gpu_price
 
@@ -139,4 +139,4 @@ st.title("Cost")
 try:
     render()
 except (httpx.HTTPError, RuntimeError) as exc:
-    st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")
+    show_api_error(exc)

@@ -12,7 +12,7 @@ import yaml
 from dashboard.data import experts as data
 from dashboard.data import live
 from dashboard.figures import experts as figures
-from dashboard.source import api_url, query
+from dashboard.source import api_url, query, show_api_error
 from warehouse.alerts import AlertRules, evaluate_alerts, prometheus_rules
 from warehouse.eplb import what_if
 
@@ -125,4 +125,4 @@ st.title("Experts")
 try:
     render()
 except (httpx.HTTPError, RuntimeError) as exc:
-    st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")
+    show_api_error(exc)

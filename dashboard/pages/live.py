@@ -10,7 +10,7 @@ import streamlit as st
 
 from dashboard.data import live as data
 from dashboard.figures import live as figures
-from dashboard.source import api_url, query
+from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import day_span
 
 REFRESH_SECONDS = 5
@@ -96,7 +96,7 @@ def live_body() -> None:
     try:
         render(choice, start, end)
     except (httpx.HTTPError, RuntimeError) as exc:
-        st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")
+        show_api_error(exc)
 
 
 live_body()

@@ -12,7 +12,7 @@ import streamlit as st
 from dashboard.data import live
 from dashboard.data import overhead as data
 from dashboard.figures import overhead as figures
-from dashboard.source import api_url, query
+from dashboard.source import api_url, query, show_api_error
 
 
 def _ms(v: float) -> str:
@@ -78,4 +78,4 @@ st.title("CPU overhead")
 try:
     render()
 except (httpx.HTTPError, RuntimeError) as exc:
-    st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")
+    show_api_error(exc)

@@ -11,7 +11,7 @@ import streamlit as st
 from dashboard.data import users as data
 from dashboard.data.live import RANGES
 from dashboard.figures import users as figures
-from dashboard.source import api_url, query
+from dashboard.source import api_url, query, show_api_error
 
 ORDERS = {"tokens": "tokens", "generated tokens": "generated_tokens", "requests": "requests", "errors": "errors"}
 
@@ -104,4 +104,4 @@ st.title("Users")
 try:
     render()
 except (httpx.HTTPError, RuntimeError) as exc:
-    st.error(f"Cannot reach the warehouse query API at {api_url()}: {exc}")
+    show_api_error(exc)

@@ -17,3 +17,22 @@ def test_banner_says_why_since_when_and_what_is_lost():
                            "error": "No space left on device"})  # fmt: skip
     assert text is not None
     assert "disk full" in text and "7 rounds lost" in text and "12:59:55" in text and "No space left" in text
+
+
+def test_each_query_failure_reads_as_its_cause_and_what_to_do():
+    import httpx
+
+    from dashboard.source import api_error_message
+    from warehouse.api import ApiUnreachable
+    from warehouse.readonly import QueryBusy, QueryError, QueryRefused, QueryTimeout, QueryTooLarge
+
+    url = "http://127.0.0.1:9"
+    said = {cls.__name__: api_error_message(cls("why"), url) for cls in
+            (ApiUnreachable, QueryTimeout, QueryTooLarge, QueryBusy, QueryRefused, QueryError)}  # fmt: skip
+    assert said["ApiUnreachable"] == f"Cannot reach the warehouse query API at {url}: why"
+    assert "took too long" in said["QueryTimeout"] and "shorter range" in said["QueryTimeout"]
+    assert "more than the warehouse sends" in said["QueryTooLarge"]
+    assert "busy" in said["QueryBusy"] and "refused" in said["QueryRefused"]
+    assert said["QueryError"] == f"The warehouse query API at {url} failed: why"
+    assert "Cannot reach" in api_error_message(httpx.ConnectError("refused"), url)
+    assert all("why" in text for text in said.values())

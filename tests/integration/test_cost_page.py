@@ -83,3 +83,27 @@ def test_a_window_without_data_says_so(api, monkeypatch) -> None:
 def test_an_empty_warehouse(empty_api, monkeypatch) -> None:
     at = run_page(PAGE, empty_api, monkeypatch)
     assert "No scrapes stored yet" in at.info[0].value
+
+
+def test_a_query_the_api_refuses_is_a_message_on_the_page_not_a_traceback(rack, monkeypatch) -> None:  # noqa: F811
+    from streamlit.testing.v1 import AppTest
+
+    from warehouse.limits import Limits
+
+    db, _ = rack
+    wh = Warehouse(db)
+    srv = QueryServer(wh, limits=Limits(max_result_rows=1))  # every query of more than one row gets 413
+    srv.start()
+    try:
+        monkeypatch.setenv("MOEMETER_API", srv.url)
+        at = AppTest.from_file(PAGE, default_timeout=60)
+        at.query_params["from"] = "2026-11-29T10:00:00Z"
+        at.query_params["to"] = "2026-11-29T12:00:00Z"
+        at.run()
+        assert not at.exception, at.exception
+        errors = [e.value for e in at.error]
+        assert any("asked for more than the warehouse sends at once" in e and "Pick a shorter range" in e
+                   for e in errors), errors  # fmt: skip
+    finally:
+        srv.shutdown()
+        wh.close()

@@ -1,4 +1,4 @@
-"""The query API passes exactly one SELECT and refuses everything else with the reason."""
+"""The query API over HTTP: results, keep-alive, tokens. Hostile input: test_readonly.py."""
 
 from __future__ import annotations
 
@@ -9,31 +9,8 @@ import httpx
 import pytest
 
 from warehouse.api import QueryClient, QueryRefused, QueryServer
-from warehouse.readonly import QueryTooLarge
-from warehouse.readonly import check_read_only as check_select
 from warehouse.db import Warehouse
-
-
-@pytest.mark.parametrize(
-    "sql", ["SELECT 1", "select * from samples limit 3", "WITH x AS (SELECT 1 AS a) SELECT a FROM x"]
-)
-def test_selects_pass(sql):
-    check_select(sql)
-
-
-@pytest.mark.parametrize("sql,match", [
-    ("INSERT INTO scrapes VALUES (now(), 'x', true, 0, 0, 0, NULL)", "only SELECT statements are allowed, got INSERT"),
-    ("DROP TABLE samples", "got DROP"),
-    ("SELECT 1; DROP TABLE samples", "exactly one statement"),
-    ("COPY samples TO '/tmp/x.csv'", "got COPY"),
-    ("ATTACH '/tmp/other.duckdb'", "got ATTACH"),
-    ("PRAGMA database_list", "got PRAGMA"),
-    ("SET threads = 1", "got SET"),
-    ("SELEC 1", "cannot parse"),
-])  # fmt: skip
-def test_everything_else_is_refused(sql, match):
-    with pytest.raises(QueryRefused, match=match):
-        check_select(sql)
+from warehouse.readonly import QueryTooLarge
 
 
 @pytest.fixture
