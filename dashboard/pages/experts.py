@@ -115,6 +115,9 @@ def render() -> None:
         "Redundant experts", 0, 2 * experts, int(phy2log.shape[1] - experts), step=ranks, key="redundant"
     )
     policy = f[1].radio("Policy", ["vllm", "refined"], horizontal=True, key="policy")
+    st.caption("`vllm` is vLLM 0.32's default EPLB policy exactly: the same rank loads and replica counts as vLLM "
+               "computes; which of two equally loaded experts takes which slot follows numpy's sort on this "
+               "machine, as vLLM's own does on its host. `refined` never has a higher maximum rank load.")  # fmt: skip
     result = what_if(load, phy2log, ranks, redundant, policy)
     f[2].metric("Mean balancedness: current → planned",
                 f"{result['current_balancedness'].mean():.3f} → {result['planned_balancedness'].mean():.3f}")  # fmt: skip

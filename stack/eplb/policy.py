@@ -6,6 +6,10 @@ hottest expert, then greedy balanced packing — hierarchical (groups to nodes, 
 to GPUs inside each node) when the groups divide over the nodes, global otherwise. Ties break
 as vLLM's do (numpy argsort of the negated float32 load, first argmin/argmax), so the
 placement is the one vLLM would choose and the page can predict the next rebalance.
+"Exact" means slot for slot the same as vLLM's code run with the same numpy on the same CPU
+(tested from the vLLM environment). numpy's argsort orders equal loads by the CPU's SIMD sort
+and its own version, so across machines only what ties cannot move is fixed: replica counts
+and rank loads; vLLM's own placement varies the same way.
 
 `refined`: same slots per GPU and every logical expert at least once, but packs globally and
 then improves the packing by pairwise swaps out of the most loaded GPU; per layer it keeps

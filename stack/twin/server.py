@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 import time
 import urllib.parse
@@ -105,17 +106,14 @@ class Twin:
         """Bind every endpoint, start the clock; returns the targets list."""
         servers: dict[str, ThreadingHTTPServer] = {}
         for name, port in self.ports.items():
-            srv = ThreadingHTTPServer((self.host, port), _Handler)
-            srv.daemon_threads = True
+            srv = _Server((self.host, port), _Handler)
             servers[name] = srv
         reach = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host  # what a local scraper dials
         base = {name: f"http://{reach}:{srv.server_address[1]}" for name, srv in servers.items()}
         topo = self.profile.topology
         self._build_model([base[f"prefill-{i}"] for i in range(topo.prefill_instances)],
                           [base[f"decode-{i}"] for i in range(topo.decode_instances)])  # fmt: skip
-        with self._lock:
-            assert self.model is not None
-            self.model.advance(time.time())
+        self._catch_up()
         cache: dict[str, tuple[float, str]] = {}
         targets: list[dict[str, object]] = []
         for ep in self.endpoints():
@@ -133,6 +131,18 @@ class Twin:
         self._thread = threading.Thread(target=self._clock, name="twin-clock", daemon=True)
         self._thread.start()
         return targets
+
+    def _catch_up(self) -> None:
+        """Advance to now until a pass takes under a tick: the warm-up takes seconds of CPU, and
+        the time it took would otherwise be simulated by the first scrape round (7.7 s on a busy
+        2-core machine, so most of the collector's first round timed out)."""
+        while True:
+            started = time.time()
+            with self._lock:
+                assert self.model is not None
+                self.model.advance(started)
+            if time.time() - started < self.tick:
+                return
 
     def _page_fn(self, ep: Endpoint, cache: dict[str, tuple[float, str]]) -> Callable[[], str]:
         def page() -> str:
@@ -188,6 +198,19 @@ class Twin:
             t.join()
         for srv in self._servers:
             srv.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:  # type: ignore[override]
+        """A scraper that gave up and closed is one line in the log, never a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError, TimeoutError)):
+            log.info("twin http: %s:%s went away before its answer was sent (%s)", *client_address[:2],
+                     type(exc).__name__)  # fmt: skip
+        else:
+            log.exception("twin http: error answering %s:%s", *client_address[:2])
 
 
 class _Handler(BaseHTTPRequestHandler):
