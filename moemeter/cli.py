@@ -721,7 +721,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
     print(f"moemeter up: dashboard {url}  (query API {api}, database {db}); Ctrl-C stops everything", flush=True)
     code = 0
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the children too, like Ctrl-C
+    # `kill` stops the children too, like Ctrl-C; SIGINT explicitly, as a shell's background job
+    # starts with it ignored (then Python raises no KeyboardInterrupt and `kill -INT` did nothing).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     try:
         while True:
             for c in children:
@@ -742,11 +745,14 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
+STOP_SECONDS = 8.0  # a child still running this long after SIGTERM gets SIGKILL
+
+
 def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
     for c in children:
         if c.poll() is None:
             os.killpg(c.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + STOP_SECONDS
     for c in children:
         try:
             c.wait(max(0.1, deadline - time.monotonic()))

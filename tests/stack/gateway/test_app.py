@@ -78,8 +78,10 @@ def test_stream_timings(tmp_path: Path) -> None:
         rec = records(rig)[0]
     finally:
         rig.loop.close()
-    assert 0.1 <= rec["ttft_seconds"] < 0.3
-    assert 0.02 <= rec["itl_mean_seconds"] < 0.04  # 10 gaps of 20 ms
+    # the upstream waits at least this long; how much longer depends on the machine (no upper bound)
+    assert rec["ttft_seconds"] >= 0.1
+    assert rec["itl_mean_seconds"] >= 0.02  # 10 gaps of at least 20 ms
+    assert rec["e2e_seconds"] >= rec["ttft_seconds"] + 10 * rec["itl_mean_seconds"] - 1e-6
     assert rec["itl_max_seconds"] >= rec["itl_mean_seconds"]
     assert rec["decode_tokens_per_second"] == pytest.approx(1 / rec["itl_mean_seconds"])
     assert rec["e2e_seconds"] >= 0.1 + 10 * 0.02
