@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date, datetime, timedelta
+from typing import Any
+
+import streamlit as st
 
 
 def day_span(picked: object, fallback: date) -> tuple[datetime, datetime]:
@@ -15,3 +19,22 @@ def day_span(picked: object, fallback: date) -> tuple[datetime, datetime]:
     first, last = (days[0], days[-1]) if days else (fallback, fallback)
     first, last = min(first, last), max(first, last)
     return datetime.combine(first, datetime.min.time()), datetime.combine(last, datetime.min.time()) + timedelta(days=1)
+
+
+def metric_columns(n: int, per_row: int = 4) -> list[Any]:
+    """`n` slots for metric cards in rows of at most `per_row`, balanced (7 -> 4 + 3): seven in
+    one row cut labels and values to "Rack tok/s per GPU (lo…" at 1280 px."""
+    rows = max(1, math.ceil(n / per_row))
+    width = math.ceil(n / rows)
+    slots: list[Any] = []
+    while len(slots) < n:
+        slots += st.columns(width)
+    return slots[:n]
+
+
+def compact(n: float) -> str:
+    """A count in at most ~6 characters: 20,384,912 -> 20.4M (the exact figure goes in the card's help)."""
+    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:,.0f}"

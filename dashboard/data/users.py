@@ -108,7 +108,9 @@ def tps_histogram(q: Query, w: Window, width: int = 5) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=["tokens_per_second", "requests"])
     itl = ((df["k"].astype(float) + 0.5) * width / BIN_SCALE).map(math.exp)
-    return pd.DataFrame({"tokens_per_second": 1.0 / itl, "requests": df["requests"].astype(int)})
+    out = pd.DataFrame({"tokens_per_second": 1.0 / itl, "requests": df["requests"].astype(int)})
+    keep = out["tokens_per_second"].map(math.isfinite) & (out["tokens_per_second"] > 0)  # a log axis takes no 0 or inf
+    return out[keep].reset_index(drop=True)
 
 
 def tps_over_time(q: Query, w: Window) -> pd.DataFrame:

@@ -9,17 +9,36 @@ import plotly.graph_objects as go
 from .live import _layout
 
 
-def expert_heatmap(shares: pd.DataFrame) -> go.Figure:
-    """Layer x logical expert: share of the layer's tokens."""
+def _whole_ticks(fig: go.Figure, axis: str, count: int) -> None:
+    """Integer ticks only (layers, experts, ranks), at most ~20 of them: never 0.5."""
+    getattr(fig, f"update_{axis}axes")(tickmode="linear", tick0=0, dtick=max(1, -(-count // 20)))
+
+
+def expert_heatmap(shares: pd.DataFrame, log: bool = False) -> go.Figure:
+    """Layer x logical expert: share of the layer's tokens, on Viridis (perceptually uniform, so
+    equal steps of colour are equal steps of share); `log` colours by log10 of the share, for hot
+    experts among many cold ones (an expert with no tokens is then left blank)."""
     if shares.empty:
         return _layout(go.Figure(), "Layer x expert: share of tokens")
     m = shares.pivot_table(index="layer", columns="expert", values="share", aggfunc="sum").fillna(0.0)
-    fig = go.Figure(go.Heatmap(z=m.to_numpy() * 100, x=list(m.columns), y=list(m.index), colorscale="Inferno",
-                               colorbar=dict(title="% of layer"),
-                               hovertemplate="layer %{y} expert %{x}: %{z:.2f}%<extra></extra>"))  # fmt: skip
+    pct = m.to_numpy() * 100
+    colorbar: dict[str, object] = dict(title="% of layer")
+    z = pct
+    if log:
+        with np.errstate(divide="ignore"):
+            z = np.where(pct > 0, np.log10(np.where(pct > 0, pct, 1.0)), np.nan)
+        finite = z[np.isfinite(z)]
+        if finite.size:
+            decades = np.arange(np.floor(finite.min()), np.ceil(finite.max()) + 1)
+            colorbar.update(tickvals=decades.tolist(), ticktext=[f"{10**d:g}%" for d in decades])
+    fig = go.Figure(go.Heatmap(z=z, x=list(m.columns), y=list(m.index), colorscale="Viridis", colorbar=colorbar,
+                               customdata=pct, hovertemplate="layer %{y} expert %{x}: %{customdata:.2f}%<extra></extra>"))  # fmt: skip
     fig.update_xaxes(title_text="logical expert")
     fig.update_yaxes(title_text="layer", autorange="reversed")
-    return _layout(fig, "Layer x expert: share of the layer's tokens", height=460)
+    _whole_ticks(fig, "x", m.shape[1])
+    _whole_ticks(fig, "y", m.shape[0])
+    title = "Layer x expert: share of the layer's tokens" + (" (log colour)" if log else "")
+    return _layout(fig, title, height=460)
 
 
 def rank_heatmap(matrix: pd.DataFrame) -> go.Figure:
@@ -31,6 +50,8 @@ def rank_heatmap(matrix: pd.DataFrame) -> go.Figure:
                                hovertemplate="layer %{y} rank %{x}: %{z:.2f}x mean<extra></extra>"))  # fmt: skip
     fig.update_xaxes(title_text="EP rank")
     fig.update_yaxes(title_text="layer", autorange="reversed")
+    _whole_ticks(fig, "x", matrix.shape[1])
+    _whole_ticks(fig, "y", matrix.shape[0])
     return _layout(fig, "Layer x rank: load / layer mean", height=460)
 
 

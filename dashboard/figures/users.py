@@ -15,9 +15,9 @@ def tps_distribution_figure(hist: pd.DataFrame, p50: float, p90: float) -> go.Fi
     fig = go.Figure(go.Bar(x=hist["tokens_per_second"], y=hist["requests"], name="requests",
                            marker_color=POOL_COLORS["decode"], hovertemplate="%{x:.0f} tok/s: %{y} requests<extra></extra>"))  # fmt: skip
     for value, name, dash in ((p50, "P50", "solid"), (p90, "P90", "dash")):
-        if not math.isnan(value):
-            fig.add_vline(x=value, line_dash=dash, line_color="#333333", annotation_text=f"{name} {value:,.0f}",
-                          annotation_position="top")  # fmt: skip
+        if math.isfinite(value) and value > 0:  # shapes and annotations on a log axis take log10 positions
+            fig.add_vline(x=math.log10(value), line_dash=dash, line_color="#333333",
+                          annotation_text=f"{name} {value:,.0f}", annotation_position="top")  # fmt: skip
     fig.update_xaxes(type="log", title_text="per-user tokens/s (1 / mean inter-token latency)")
     fig.update_yaxes(title_text="requests")
     return _layout(fig, "Distribution of per-user tokens/s", height=340)

@@ -11,7 +11,7 @@ import streamlit as st
 from dashboard.data import cost as data
 from dashboard.figures import cost as figures
 from dashboard.source import api_url, query, show_api_error
-from dashboard.widgets import day_span
+from dashboard.widgets import day_span, metric_columns
 from warehouse.cost import NoData, with_gpu_price
 
 WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
@@ -21,12 +21,13 @@ def _usd(v: float | None, digits: int = 2) -> str:
     return "—" if v is None else f"${v:,.{digits}f}"
 
 
-def _window(latest: datetime) -> tuple[datetime, datetime]:
-    """The window picked, or the one in the URL (?from=ISO&to=ISO, e.g. linked from a report)."""
+def _window(latest: datetime) -> tuple[datetime, datetime, bool]:
+    """The window picked, or the one in the URL (?from=ISO&to=ISO, e.g. linked from a report);
+    True when it came from the URL (then it is costed exactly as `moemeter report cost` would)."""
     qp = st.query_params
     if "from" in qp and "to" in qp:
         try:
-            return _utc(qp["from"]), _utc(qp["to"])
+            return _utc(qp["from"]), _utc(qp["to"]), True
         except ValueError:
             st.warning(f"Ignoring the window in the URL: from={qp['from']!r} to={qp['to']!r} are not ISO 8601 times.")
     c = st.columns([3, 2])
@@ -35,17 +36,17 @@ def _window(latest: datetime) -> tuple[datetime, datetime]:
     default = "Yesterday" if first is not None and first < today else "Today"  # a new install has no yesterday
     choice = c[0].segmented_control("Window (UTC)", WINDOWS, default=default, key="cost_window") or default
     if choice == "Yesterday":
-        return today - timedelta(days=1), today
+        return today - timedelta(days=1), today, False
     if choice == "Today":
-        return today, latest + timedelta(seconds=1)  # through the last scrape
+        return today, latest + timedelta(seconds=1), False  # through the last scrape
     if choice == "Last 24 h":
-        return latest - timedelta(hours=24), latest
+        return latest - timedelta(hours=24), latest, False
     if choice == "Last 7 days":
-        return today - timedelta(days=7), today
+        return today - timedelta(days=7), today, False
     d = c[1].date_input(
         "From / to", (today.date() - timedelta(days=1), today.date() - timedelta(days=1)), key="cost_dates"
     )
-    return day_span(d, today.date())
+    return (*day_span(d, today.date()), False)
 
 
 def _utc(text: str) -> datetime:
@@ -58,7 +59,13 @@ def render() -> None:
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
         return
-    start, end = _window(latest)
+    start, end, explicit = _window(latest)
+    first = data.first_count(query)
+    if not explicit and first is not None and start < first < end:  # unobserved time is not observed cost
+        st.info(f"moemeter first saw the rack at {first:%Y-%m-%d %H:%M:%S} UTC, so this window counts from then: "
+                f"the {(first - start).total_seconds() / 3600:,.1f} h before it were not observed and are not "
+                "charged here.")  # fmt: skip
+        start = first
     sheet = data.price_sheet(query)
     latest_price = max(sheet.gpu, key=lambda p: p.effective).usd_per_gpu_hour if sheet.gpu else 38.96
     with st.expander("What if", expanded=False):
@@ -99,7 +106,7 @@ def render() -> None:
     def scaled(v: float | None) -> float | None:
         return None if v is None else v / util
 
-    m = st.columns(7)
+    m = metric_columns(7)
     m[0].metric("Cost", _usd(tot["cost_usd"]), help=f"{pf['gpu_hours'] + dc['gpu_hours']:,.1f} GPU-hours")
     m[1].metric("$/M input", _usd(scaled(pf["usd_per_mtok_input"]), 4),
                 help=f"prefill cost / {pf['computed_prompt_tokens']:,} computed prompt tokens; "

@@ -13,6 +13,7 @@ from dashboard.data import experts as data
 from dashboard.data import live
 from dashboard.figures import experts as figures
 from dashboard.source import api_url, query, show_api_error
+from dashboard.widgets import metric_columns
 from warehouse.alerts import AlertRules, evaluate_alerts, prometheus_rules
 from warehouse.eplb import what_if
 
@@ -42,7 +43,7 @@ def render() -> None:
     now_bal = bal[bal["bucket"] == bal["bucket"].max()] if len(bal) else bal
     worst = now_bal.nsmallest(1, "balancedness") if len(now_bal) else now_bal
     firing = evaluate_alerts(RULES, steps, events["ts"].max() if len(events) else None, pd.Timestamp(latest))
-    m = st.columns(5)
+    m = metric_columns(5)
     m[0].metric(
         "Balancedness now (mean over layers)", _pct(now_bal["balancedness"].mean() if len(now_bal) else math.nan)
     )
@@ -67,8 +68,14 @@ def render() -> None:
     if shares.empty:
         h1.info("Per-expert load needs two expert snapshots in the window (the collectors take one a minute).")
     else:
-        h1.plotly_chart(figures.expert_heatmap(shares), key="expert_heatmap")
-    h2.plotly_chart(figures.rank_heatmap(data.rank_matrix(steps)), key="rank_heatmap")
+        log = h1.toggle("Log colour scale", key="expert_log", help="colour by log10 of the share: hot experts "
+                        "stand out among many cold ones")  # fmt: skip
+        h1.plotly_chart(figures.expert_heatmap(shares, log=log), key="expert_heatmap")
+    ranks_matrix = data.rank_matrix(steps)
+    if ranks_matrix.shape[1] == 1:
+        h2.info("One EP rank: every layer's load is on it, so there is no balance across ranks to show.")
+    else:
+        h2.plotly_chart(figures.rank_heatmap(ranks_matrix), key="rank_heatmap")
     st.plotly_chart(figures.balancedness_figure(bal, events), key="balancedness")
     st.plotly_chart(figures.balancedness_summary_figure(bal, events), key="balancedness_summary")
 

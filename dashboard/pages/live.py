@@ -11,7 +11,7 @@ import streamlit as st
 from dashboard.data import live as data
 from dashboard.figures import live as figures
 from dashboard.source import api_url, query, show_api_error
-from dashboard.widgets import day_span
+from dashboard.widgets import day_span, metric_columns
 
 REFRESH_SECONDS = 5
 
@@ -53,7 +53,7 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     health = data.scrape_health(query, w)
     head = data.headline(tpg, ttft, itl, tpot, health)
 
-    m = st.columns(7)
+    m = metric_columns(7)
     m[0].metric("Rack tok/s per GPU (logical)", _fmt(head.rack_tokens_per_gpu))
     m[1].metric("Prefill computed tok/s per GPU", _fmt(head.prefill_computed_per_gpu))
     m[2].metric("Decode tok/s per GPU", _fmt(head.decode_tokens_per_gpu))

@@ -12,6 +12,7 @@ from dashboard.data import users as data
 from dashboard.data.live import RANGES
 from dashboard.figures import users as figures
 from dashboard.source import api_url, query, show_api_error
+from dashboard.widgets import compact, metric_columns
 
 ORDERS = {"tokens": "tokens", "generated tokens": "generated_tokens", "requests": "requests", "errors": "errors"}
 
@@ -47,15 +48,16 @@ def render() -> None:
            else "from hourly sums through the last whole hour; quantiles within 0.5%")  # fmt: skip
     st.caption(f"Last request {latest:%Y-%m-%d %H:%M:%S} UTC · {how} · per-user tokens/s = 1 / a request's mean "
                "inter-token latency; P90 is the slow tail (DESIGN.md)")  # fmt: skip
-    m = st.columns(6)
+    m = metric_columns(6)
     m[0].metric("P90 per-user tokens/s", _fmt(s.tps_p90, 1), help="1 / the 90th percentile of mean inter-token latency")
     m[1].metric("P50 per-user tokens/s", _fmt(s.tps_p50, 1))
     m[2].metric("TTFT p50" if s.exact else "TTFT mean", _fmt(s.ttft_p50 * 1000, 0, " ms"))
     m[3].metric("Requests", _fmt(s.requests), help=f"{s.errors:,} failed ({s.errors / s.requests:.2%})")
     m[4].metric("Users", _fmt(s.users))
     cache = s.cached_prompt_tokens / s.prompt_tokens if s.prompt_tokens else math.nan
-    m[5].metric("Tokens in / out", f"{s.prompt_tokens:,} / {s.generated_tokens:,}",
-                help=f"prefix-cache hits: {_fmt(cache * 100, 1, '%')} of prompt tokens")  # fmt: skip
+    m[5].metric("Tokens in / out", f"{compact(s.prompt_tokens)} / {compact(s.generated_tokens)}",
+                help=f"{s.prompt_tokens:,} prompt / {s.generated_tokens:,} generated tokens; prefix-cache hits: "
+                     f"{_fmt(cache * 100, 1, '%')} of prompt tokens")  # fmt: skip
 
     c = st.columns(2)
     c[0].plotly_chart(figures.tps_distribution_figure(data.tps_histogram(query, w), s.tps_p50, s.tps_p90), key="dist")

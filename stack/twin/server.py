@@ -104,7 +104,7 @@ class Twin:
     # ----------------------------------------------------------------- HTTP
     def serve(self) -> list[dict[str, object]]:
         """Bind every endpoint, start the clock; returns the targets list."""
-        servers: dict[str, ThreadingHTTPServer] = {}
+        servers: dict[str, _Server] = {}
         for name, port in self.ports.items():
             srv = _Server((self.host, port), _Handler)
             servers[name] = srv

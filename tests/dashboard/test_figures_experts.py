@@ -1,4 +1,9 @@
+import math
+
+import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
+import pytest
 
 from dashboard.figures import experts as figures
 
@@ -28,3 +33,26 @@ def test_a_day_of_rebalances_every_5_minutes_is_one_tick_each_along_the_top():
 def test_no_rebalances_no_lines():
     assert not figures.balancedness_figure(_bal(5), pd.DataFrame(columns=["ts"])).layout.shapes
     assert not figures.balancedness_summary_figure(pd.DataFrame(), pd.DataFrame(columns=["ts"])).layout.shapes
+
+
+def test_expert_heatmap_is_perceptually_uniform_with_a_log_option_and_whole_ticks() -> None:
+    shares = pd.DataFrame({"layer": [0, 0, 0, 1, 1, 1], "expert": [0, 1, 2, 0, 1, 2],
+                           "share": [0.9, 0.099, 0.001, 0.5, 0.5, 0.0]})  # fmt: skip
+    lin = figures.expert_heatmap(shares)
+    viridis = go.Figure(go.Heatmap(colorscale="Viridis")).data[0].colorscale
+    assert [c[1] for c in lin.data[0].colorscale] == [c[1] for c in viridis]
+    assert lin.data[0].z[0][0] == pytest.approx(90.0)
+    log = figures.expert_heatmap(shares, log=True)
+    z = np.asarray(log.data[0].z, dtype=float)
+    assert z[0].tolist() == pytest.approx([math.log10(90), math.log10(9.9), math.log10(0.1)])
+    assert math.isnan(z[1][2])  # no tokens: blank, not log10(0)
+    assert list(log.data[0].colorbar.ticktext) == ["0.1%", "1%", "10%", "100%"]
+    assert np.asarray(log.data[0].customdata, dtype=float)[0][0] == pytest.approx(90.0)  # hover shows the share
+    for fig in (lin, log):
+        assert fig.layout.xaxis.dtick == 1 and fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.tick0 == 0
+
+
+def test_rank_heatmap_ticks_whole_ranks_and_layers() -> None:
+    m = pd.DataFrame(np.ones((43, 64)), index=range(43), columns=range(64))
+    fig = figures.rank_heatmap(m)
+    assert fig.layout.xaxis.dtick == 4 and fig.layout.yaxis.dtick == 3  # ~20 ticks, all whole numbers

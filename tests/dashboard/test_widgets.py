@@ -18,3 +18,9 @@ def test_a_half_picked_range_or_none_falls_back_without_failing():
 
 def test_a_reversed_range_is_put_in_order():
     assert day_span((D2, D1), D1) == (datetime(2026, 11, 3), datetime(2026, 11, 6))
+
+
+def test_compact_counts_fit_a_metric_card():
+    from dashboard.widgets import compact
+
+    assert [compact(v) for v in (999, 20_384_912, 1_234_567_890, 4_500, 0)] == ["999", "20.4M", "1.23B", "4.5k", "0"]

@@ -136,13 +136,14 @@ def test_users_page_explains_an_empty_warehouse(empty_api, monkeypatch):
 
 
 def test_cost_page_prices_the_twin_rack(pipeline, monkeypatch):
-    """A new install has no yesterday: the page opens on today, says the rack was observed for only
-    part of it, and prices all 72 GPUs for the whole of it (reserved GPUs cost money either way)."""
+    """A new install has no yesterday: the page opens on today, counts from when moemeter first saw
+    the rack (the hours before it were not observed: not cost the tool observed), says so, and
+    prices all 72 GPUs from then to the last scrape."""
     wh, api = pipeline
     at = run_page(COST_PAGE, api.url, monkeypatch)
     assert at.segmented_control(key="cost_window").value == "Today"
-    assert "counted only from" in at.warning[0].value
-    latest = wh.query_df("SELECT max(ts) t FROM scrapes").t[0]
-    hours = (latest - latest.normalize()).total_seconds() / 3600 + 1 / 3600
+    first, latest = wh.query_df("SELECT min(ts) f, max(ts) t FROM scrapes WHERE up").iloc[0]
+    assert any(f"first saw the rack at {first:%Y-%m-%d %H:%M:%S} UTC" in i.value for i in at.info), at.info
+    hours = (latest - first).total_seconds() / 3600 + 1 / 3600
     assert number(metric(at, "Cost").lstrip("$")) == pytest.approx(72 * hours * 38.96, abs=0.01)
     assert len(at.dataframe[0].value) > 100  # every user of the twin's gateway, with a share of the cost
