@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-vllm test unit lint typecheck bench install system-deps vllm-env router-env clean
+.PHONY: run run-vllm test test-contended unit lint typecheck bench install system-deps vllm-env router-env clean
 VLLM_VENV := .vllm-venv
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
@@ -67,6 +67,13 @@ typecheck: $(STAMP)
 ## make test: install and run the whole suite (unit, integration, browser).
 test: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) system-deps lint typecheck
 	$(BIN)/pytest
+
+## make test-contended: the integration tests twice more, as on a shared machine: with one core
+## kept busy by an unrelated process, then with the whole run pinned to core 0. Prints the CPU.
+test-contended: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) system-deps
+	@grep -m1 "model name" /proc/cpuinfo; grep -o -m1 -w 'avx512f\|avx2\|asimd' /proc/cpuinfo | sort -u | tr '\n' ' '; nproc
+	$(BIN)/python -c "while True: pass" & busy=$$!; trap "kill $$busy" EXIT; $(BIN)/pytest -m integration -p no:cacheprovider
+	taskset -c 0 $(BIN)/pytest -m integration -p no:cacheprovider
 
 unit: $(STAMP)
 	$(BIN)/pytest -m "not integration and not browser"

@@ -295,8 +295,11 @@ def gpus_over_time(q: Query, w: Window) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------- health
 HEALTH_SQL = """
-SELECT target, arg_max(up, ts) AS up, max(ts) AS last_scrape, arg_max(duration_seconds, ts) AS duration_seconds,
-       arg_max(samples, ts) AS samples, arg_max(error, ts) AS error,
+SELECT target, arg_max(up, ts) AS up, max(ts) AS last_scrape,
+       -- _null: the last scrape's own values, NULL included (arg_max skips NULLs: a recovered
+       -- target showed its old error beside up)
+       arg_max_null(duration_seconds, ts) AS duration_seconds, arg_max_null(samples, ts) AS samples,
+       arg_max_null(error, ts) AS error,
        count(*) FILTER (WHERE NOT up) AS failures, count(*) AS scrapes
 FROM scrapes WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP
 GROUP BY target ORDER BY up, target

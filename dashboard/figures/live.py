@@ -17,6 +17,21 @@ def _layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
     return fig
 
 
+def gapped(series: pd.DataFrame, x: str = "bucket") -> pd.DataFrame:
+    """One series with an empty row inserted where it has a hole (a step over twice its usual),
+    so the line breaks across an outage instead of being drawn straight through it."""
+    if len(series) < 3:
+        return series
+    s = series.sort_values(x)
+    steps = s[x].diff()
+    usual = steps.median()
+    holes = s[steps > 2 * usual]
+    if holes.empty:
+        return s
+    blanks = pd.DataFrame({x: holes[x] - usual}).reindex(columns=s.columns)
+    return pd.concat([s, blanks]).sort_values(x, kind="stable")
+
+
 def tokens_per_gpu_figure(tpg: pd.DataFrame) -> go.Figure:
     """One panel per pool: the scales differ by three orders of magnitude."""
     panels = [("Prefill pool", ["prefill logical", "prefill computed"]), ("Decode pool", ["decode"]),
@@ -25,7 +40,7 @@ def tokens_per_gpu_figure(tpg: pd.DataFrame) -> go.Figure:
                         subplot_titles=[p[0] for p in panels])  # fmt: skip
     for row, (_, names) in enumerate(panels, start=1):
         for name in names:
-            s = tpg[tpg["series"] == name]
+            s = gapped(tpg[tpg["series"] == name])
             pool = name.split()[0]
             fig.add_trace(go.Scatter(x=s["bucket"], y=s["value"], name=name, mode="lines+markers", marker=dict(size=4),
                                      line=dict(color=POOL_COLORS[pool], dash="dot" if "computed" in name else "solid")),
@@ -38,6 +53,7 @@ def latency_figure(quantiles: pd.DataFrame, title: str) -> go.Figure:
     """Quantile lines per pool, in milliseconds."""
     fig = go.Figure()
     for (role, qt), g in quantiles.groupby(["role", "quantile"], sort=True):
+        g = gapped(g)
         fig.add_trace(go.Scatter(x=g["bucket"], y=g["value"] * 1000.0, mode="lines+markers", marker=dict(size=4), name=f"{role} p{int(round(qt * 100))}",
                                  line=dict(color=POOL_COLORS.get(role, "#7f7f7f"), dash=QUANTILE_DASH.get(qt, "solid"))))  # fmt: skip
     fig.update_yaxes(title_text="ms", rangemode="tozero")
@@ -45,6 +61,7 @@ def latency_figure(quantiles: pd.DataFrame, title: str) -> go.Figure:
 
 
 def per_user_figure(per_user: pd.DataFrame) -> go.Figure:
+    per_user = gapped(per_user)
     fig = go.Figure(go.Scatter(x=per_user["bucket"], y=per_user["value"], mode="lines+markers", marker=dict(size=4), name="P90 per-user tok/s",
                                line=dict(color=POOL_COLORS["decode"])))  # fmt: skip
     fig.add_hline(y=P90_PER_USER_REFERENCE, line_dash="dot", line_color="#7f7f7f",
@@ -56,6 +73,7 @@ def per_user_figure(per_user: pd.DataFrame) -> go.Figure:
 def queue_figure(gauges: pd.DataFrame) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=["Running requests", "Waiting requests"])
     for role, g in gauges.groupby("role"):
+        g = gapped(g)
         color = POOL_COLORS.get(str(role), "#7f7f7f")
         fig.add_trace(
             go.Scatter(x=g["bucket"], y=g["running"], name=f"{role} running", line=dict(color=color)), row=1, col=1
@@ -68,6 +86,7 @@ def queue_figure(gauges: pd.DataFrame) -> go.Figure:
 def kv_figure(gauges: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
     for role, g in gauges.groupby("role"):
+        g = gapped(g)
         color = POOL_COLORS.get(str(role), "#7f7f7f")
         fig.add_trace(go.Scatter(x=g["bucket"], y=g["kv_mean"] * 100, name=f"{role} mean", line=dict(color=color)))
         fig.add_trace(

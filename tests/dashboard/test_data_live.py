@@ -122,3 +122,13 @@ def test_window_step_never_below_two_scrape_intervals():
     w = live.Window.ending(T0, 300)
     assert w.step_seconds == 10 and w.start == T0 - timedelta(seconds=300)
     assert live.Window.ending(T0, 86400).step_seconds == 720
+
+
+def test_health_shows_the_last_scrapes_own_error_so_a_recovered_target_shows_none():
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing, t = Ingestor(), TargetInfo("flaky", "http://x", "router", 0)
+    ing.write(con, ScrapeBatch(t, T0 + timedelta(seconds=2), False, 4.0, error="timeout after 4s"))
+    ing.write(con, ScrapeBatch(t, T0 + timedelta(seconds=5), True, 0.01, parse_page(b"up_metric 1\n")))
+    row = live.scrape_health(LocalQuery(con), window()).set_index("target").loc["flaky"]
+    assert row["up"] and pd.isna(row["error"]) and row["failures"] == 1 and row["samples"] == 1

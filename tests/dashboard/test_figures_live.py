@@ -48,3 +48,16 @@ def test_queue_and_kv_figures():
     assert names == ["decode running", "decode waiting", "prefill running", "prefill waiting"]
     kv = figures.kv_figure(g)
     assert list(kv.data[0].y) == [50.0, 60.0]
+
+
+def test_a_line_breaks_across_an_outage_instead_of_joining_its_edges():
+    t = pd.to_datetime(["2026-11-30 12:00:00", "2026-11-30 12:00:10", "2026-11-30 12:00:20",
+                        "2026-11-30 12:05:00", "2026-11-30 12:05:10"])  # a 4 min 40 s hole  # fmt: skip
+    tpg = pd.DataFrame({"bucket": t, "series": ["decode"] * 5, "value": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    decode = next(tr for tr in figures.tokens_per_gpu_figure(tpg).data if tr.name == "decode")
+    ys = list(decode.y)
+    assert len(ys) == 6 and pd.isna(ys[3]) and ys[:3] == [1.0, 2.0, 3.0] and ys[4:] == [4.0, 5.0]
+    assert pd.Timestamp(decode.x[3]) == pd.Timestamp("2026-11-30 12:04:50")  # one usual step before the return
+    assert not decode.connectgaps
+    steady = pd.DataFrame({"bucket": t[:3], "series": ["decode"] * 3, "value": [1.0, 2.0, 3.0]})
+    assert list(figures.gapped(steady)["value"]) == [1.0, 2.0, 3.0]  # no hole, nothing added
