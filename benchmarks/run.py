@@ -20,7 +20,9 @@
    826 tokens/s for a single user).
 Results go to benchmarks/results/latest.json, one entry per section with its date and commit, and
 are printed. `python -m benchmarks.run SECTION ...` runs only the sections named (planner, ingest,
-live_page, vs_prometheus, plugin_overhead, history, gateway), replacing their entries.
+live_page, vs_prometheus, plugin_overhead, history, gateway, query_storm), replacing their entries.
+7. Query storm: `moemeter serve` on the twin, rounds stored per minute with the query API quiet
+   and with six readers keeping runaway queries going; /health latency during the storm.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -46,7 +49,7 @@ from collectors.service import Collector
 from collectors.targets import load_targets
 from dashboard.data import live
 from stack.ready import wait_http
-from warehouse.api import LocalQuery
+from warehouse.api import LocalQuery, QueryClient
 from warehouse.db import Warehouse
 
 from . import pages
@@ -391,9 +394,70 @@ def bench_gateway(tmp: Path, requests: int = 3000, stream_tokens: int = 4000, st
             "gateway_cpu_seconds": round(gw_cpu, 2)}  # fmt: skip
 
 
+def bench_query_storm(tmp: Path, seconds: float = 60.0, clients: int = 6, timeout: float = 10.0) -> dict[str, object]:
+    """`moemeter serve` on the twin: rounds stored per minute while the query API is quiet, then
+    while `clients` readers keep runaway queries going (each stopped at `timeout`); /health's
+    latency throughout the storm."""
+    from tests.e2e.test_browser import free_port
+
+    targets, db, port = tmp / "storm-targets.json", tmp / "storm.duckdb", free_port()
+    api = f"http://127.0.0.1:{port}"
+    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    serve = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db", str(db),
+                              "--api-port", str(port), "--wait-targets", "600", "--query-timeout", str(timeout)],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    stop = threading.Event()
+    answers: list[tuple[int, float]] = []
+
+    def storm() -> None:
+        with httpx.Client() as c:
+            while not stop.is_set():
+                asked = time.perf_counter()
+                r = c.post(f"{api}/query", json={"sql": "SELECT sum(range) FROM range(10000000000000)"}, timeout=60)
+                answers.append((r.status_code, time.perf_counter() - asked))
+
+    def rounds(a: float, b: float) -> int:
+        sql = "SELECT count(DISTINCT ts) n FROM scrapes WHERE ts >= to_timestamp(?)::TIMESTAMP AND ts < to_timestamp(?)::TIMESTAMP"
+        return int(QueryClient(api)(sql, [a, b])["n"][0])
+
+    try:
+        wait_http(f"{api}/health", 600, {"serve": serve, "twin": twin})
+        while not rounds(0, time.time() + 1):  # the first round is in
+            time.sleep(0.5)
+        quiet0 = time.time()
+        time.sleep(seconds)
+        storm0 = time.time()
+        threads = [threading.Thread(target=storm) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        health: list[float] = []
+        while time.time() < storm0 + seconds:
+            asked = time.perf_counter()
+            httpx.get(f"{api}/health", timeout=30).raise_for_status()
+            health.append(time.perf_counter() - asked)
+            time.sleep(0.2)
+        stop.set()
+        for t in threads:
+            t.join()
+        storm1 = time.time()
+        quiet, stormy = rounds(quiet0, storm0), rounds(storm0, storm0 + seconds)
+    finally:
+        for p in (serve, twin):
+            p.terminate()
+            p.wait(30)
+    stopped = [d for code, d in answers if code == 504]
+    return {"seconds_per_phase": seconds, "clients": clients, "query_timeout_seconds": timeout,
+            "rounds_quiet": quiet, "rounds_during_storm": stormy, "storm_over_quiet_rounds": round(stormy / quiet, 3),
+            "runaway_queries_stopped": len(stopped), "other_answers": sorted({c for c, _ in answers if c != 504}),
+            "runaway_seconds_max": round(max(stopped), 2) if stopped else None,
+            "health_seconds_p50": round(_quantile(health, 0.5), 4), "health_seconds_max": round(max(health), 4),
+            "storm_wall_seconds": round(storm1 - storm0, 1)}  # fmt: skip
+
+
 SECTIONS = {"planner": lambda tmp: bench_planner(), "ingest": bench_ingest, "live_page": bench_live_page,
             "vs_prometheus": bench_vs_prometheus, "plugin_overhead": bench_plugin_overhead, "gateway": bench_gateway,
-            "history": bench_history}  # fmt: skip
+            "history": bench_history, "query_storm": bench_query_storm}  # fmt: skip
 
 
 def main() -> None:
