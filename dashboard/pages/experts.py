@@ -64,12 +64,12 @@ def render() -> None:
                     f"{_pct(last['measured_before'])} → {_pct(last['measured_after'])} measured", delta_color="off")  # fmt: skip
     m[4].metric("Alerts firing", str(len(firing)))
 
+    log = st.toggle("Log colour scale (layer x expert)", key="expert_log", help="colour by log10 of the share: "
+                    "hot experts stand out among many cold ones")  # fmt: skip
     h1, h2 = st.columns(2)
     if shares.empty:
         h1.info("Per-expert load needs two expert snapshots in the window (the collectors take one a minute).")
     else:
-        log = h1.toggle("Log colour scale", key="expert_log", help="colour by log10 of the share: hot experts "
-                        "stand out among many cold ones")  # fmt: skip
         h1.plotly_chart(figures.expert_heatmap(shares, log=log), key="expert_heatmap")
     ranks_matrix = data.rank_matrix(steps)
     if ranks_matrix.shape[1] == 1:

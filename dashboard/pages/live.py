@@ -23,7 +23,7 @@ def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
 
 
 def _window_controls() -> tuple[str, datetime | None, datetime | None, bool]:
-    cols = st.columns([3, 2, 2, 1])
+    cols = st.columns([3, 2, 1, 1.4])  # the toggle's column fits "Auto-refresh" at 1280 px
     choice = cols[0].segmented_control("Time range", [*data.RANGES, "Custom"], default="15 min", key="range")
     start = end = None
     if choice == "Custom":

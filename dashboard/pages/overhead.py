@@ -13,6 +13,7 @@ from dashboard.data import live
 from dashboard.data import overhead as data
 from dashboard.figures import overhead as figures
 from dashboard.source import api_url, query, show_api_error
+from dashboard.widgets import metric_columns
 
 
 def _ms(v: float) -> str:
@@ -34,9 +35,10 @@ def render() -> None:
     stacks = ", ".join(sorted(s for s in live.targets(query)["stack"].dropna().unique() if s)) or "unnamed stack"
     st.caption(f"Observing **{stacks}** · step {w.step_seconds}s · CPU overhead = step wall time − forward (DESIGN.md)")
     whole = data.per_step(steps.assign(bucket=0), by=("pool",))
-    cols = st.columns(max(1, 2 * len(whole)))
+    cols = metric_columns(max(1, 2 * len(whole)))
     for i, r in enumerate(whole.itertuples()):
-        cols[2 * i].metric(f"{r.pool}: CPU overhead per step", _ms(r.overhead), help=f"of {_ms(r.wall)} wall")
+        cols[2 * i].metric(f"{r.pool}: CPU overhead", _ms(r.overhead),
+                           help=f"CPU overhead per engine step, of {_ms(r.wall)} wall")  # fmt: skip
         cols[2 * i + 1].metric(f"{r.pool}: device idle", f"{r.idle_fraction:.1%}")
     over_time = data.per_step(steps)
     pools = sorted(over_time["pool"].unique())

@@ -13,8 +13,10 @@ def test_distribution_marks_p50_and_p90() -> None:
     hist = pd.DataFrame({"tokens_per_second": [100.0, 200.0, 400.0], "requests": [1, 5, 2]})
     fig = figures.tps_distribution_figure(hist, 210.0, 150.0)
     assert list(fig.data[0].y) == [1, 5, 2] and fig.layout.xaxis.type == "log"
-    # on a log axis a shape's x is log10 of the value (x=210 would sit at 10^210 and stretch the axis there)
-    assert [s.x0 for s in fig.layout.shapes] == [math.log10(210.0), math.log10(150.0)]
+    # on a log axis plotly.js takes a shape's x as the value, an annotation's as log10 of it (seen in Chromium)
+    assert [s.x0 for s in fig.layout.shapes] == [210.0, 150.0]
+    assert [a.x for a in fig.layout.annotations] == [math.log10(210.0), math.log10(150.0)]
+    assert [a.xanchor for a in fig.layout.annotations] == ["left", "right"]  # close lines' labels apart
     assert [a.text for a in fig.layout.annotations] == ["P50 210", "P90 150"]
     assert not figures.tps_distribution_figure(hist, math.nan, math.nan).layout.shapes
     assert not figures.tps_distribution_figure(hist, math.inf, 0.0).layout.shapes

@@ -160,7 +160,7 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
         at.run()
         assert not at.exception, at.exception
         labels = [m.label for m in at.metric]
-        assert "prefill: CPU overhead per step" in labels and "decode: CPU overhead per step" in labels
+        assert "prefill: CPU overhead" in labels and "decode: CPU overhead" in labels
         at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "experts.py"), default_timeout=60)
         at.run()
         assert not at.exception, at.exception

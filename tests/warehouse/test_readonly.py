@@ -467,7 +467,7 @@ def test_table_to_json_covers_duckdbs_own_list_of_types(warehouse):
     """DuckDB's test_all_types() (every type at its minimum, maximum and NULL) converts whole;
     called here on a cursor of the test's own, since readers may not call test functions."""
     with warehouse.cursor() as cur:
-        tbl = cur.execute("SELECT * FROM test_all_types()").to_arrow_table()
+        tbl = cur.sql("SELECT * FROM test_all_types()").to_arrow_table()
     out = table_to_json(tbl)
     assert len(out["rows"]) == 3 and len(out["columns"]) == tbl.num_columns
     json.loads(json.dumps(out, allow_nan=False))
