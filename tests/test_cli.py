@@ -220,6 +220,7 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port", str(port),
                              "--api-port", str(api_port)], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+    children: list[int] = []
     try:
         wait_http(f"http://127.0.0.1:{port}/_stcore/health", 120, proc)
         wait_http(f"http://127.0.0.1:{api_port}/health", 120, proc)
@@ -232,6 +233,11 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+            for pid in children:  # never leave them running for later tests
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
     for p_ in (port, api_port):

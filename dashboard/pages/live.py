@@ -23,13 +23,13 @@ def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
 
 
 def _window_controls() -> tuple[str, datetime | None, datetime | None, bool]:
-    cols = st.columns([3, 2, 1, 1.4])  # the toggle's column fits "Auto-refresh" at 1280 px
+    cols = st.columns([5, 2.5, 1.5])  # at 1280 px: every range button and "Auto-refresh" in full
     choice = cols[0].segmented_control("Time range", [*data.RANGES, "Custom"], default="15 min", key="range")
     start = end = None
     if choice == "Custom":
         today = datetime.utcnow().date()
         start, end = day_span(cols[1].date_input("From / to (UTC)", (today, today), key="custom_dates"), today)
-    auto = cols[3].toggle("Auto-refresh", value=True, key="auto")
+    auto = cols[2].toggle("Auto-refresh", value=True, key="auto")
     return choice or "15 min", start, end, auto
 
 

@@ -147,3 +147,5 @@ def test_cost_page_prices_the_twin_rack(pipeline, monkeypatch):
     hours = (latest - first).total_seconds() / 3600 + 1 / 3600
     assert number(metric(at, "Cost").lstrip("$")) == pytest.approx(72 * hours * 38.96, abs=0.01)
     assert len(at.dataframe[0].value) > 100  # every user of the twin's gateway, with a share of the cost
+    daily = at.dataframe[1].value  # the daily statement agrees: its day starts when the rack was first seen
+    assert daily.gpu_hours[0] == pytest.approx(72 * hours, abs=0.002) and "first saw the rack" in daily.note[0]
