@@ -817,7 +817,7 @@ def _field_doc(cls: type, name: str) -> str:
 
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
-    from warehouse.limits import Limits
+    from warehouse.limits import MAX_CONCURRENT, QUEUE_SECONDS, Limits
 
     p = argparse.ArgumentParser(prog="moemeter", description="Observability and cost accounting for PD-disaggregated, "
                                 "wide-EP vLLM MoE serving.")  # fmt: skip
@@ -890,8 +890,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse a result of more rows (413)")  # fmt: skip
     s.add_argument("--query-max-mb", type=float, default=Limits.max_result_bytes / 2**20, metavar="MIB",
                    help="refuse a result of more MiB (413)")  # fmt: skip
-    s.add_argument("--query-concurrency", type=int, default=4, metavar="N",
-                   help="statements run at once; more wait up to 5 s, then get 503 with Retry-After")  # fmt: skip
+    s.add_argument("--query-concurrency", type=int, default=MAX_CONCURRENT, metavar="N",
+                   help=f"statements run at once; more wait up to {QUEUE_SECONDS:g} s, then get 503 with Retry-After")  # fmt: skip
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("gateway", help="the metering gateway: OpenAI-compatible, in front of vllm-router")

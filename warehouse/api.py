@@ -40,6 +40,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import limits as _limits
 from .db import Warehouse
 from .readonly import (
     ClientGone,
@@ -55,7 +56,6 @@ from .readonly import (
 log = logging.getLogger(__name__)
 MAX_REQUEST_BYTES = 1 << 20
 BODY_SECONDS = 10.0  # a request body must arrive within this (a slow client holds a thread no longer)
-QUEUE_SECONDS = 5.0  # a statement waits this long for a free slot, then gets 503
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 TOKEN_ENV = "MOEMETER_API_TOKEN"
 __all__ = ["QueryClient", "QueryServer", "LocalQuery", "QueryError", "QueryRefused", "ApiUnreachable",
@@ -269,7 +269,7 @@ class QueryServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, warehouse: Warehouse, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 limits: Limits | None = None, max_concurrent: int = 4) -> None:  # fmt: skip
+                 limits: Limits | None = None, max_concurrent: int = _limits.MAX_CONCURRENT) -> None:  # fmt: skip
         if not token and not is_loopback(host):
             raise QueryRefused(f"the query API on {host} (beyond loopback) needs a token: set {TOKEN_ENV} or "
                                "--api-token-file")  # fmt: skip
@@ -284,9 +284,10 @@ class QueryServer(ThreadingHTTPServer):
 
     def answer(self, sql: str, params: list[Any], fmt: str, gone: Any = None) -> tuple[bytes, str]:
         """The reply body and its type for one statement, or a QueryError."""
-        if not self._slots.acquire(timeout=QUEUE_SECONDS):
+        wait = _limits.QUEUE_SECONDS
+        if not self._slots.acquire(timeout=wait):
             raise _Refusal(503, f"{self.max_concurrent} queries are running and none finished within "
-                                f"{QUEUE_SECONDS:g} s; retry shortly", {"Retry-After": "2"})  # fmt: skip
+                                f"{wait:g} s; retry shortly", {"Retry-After": "2"})  # fmt: skip
         with self._count:
             self.running += 1
         try:

@@ -17,3 +17,7 @@ class Limits:
     max_selects: int = 256  # SELECTs, UNION branches included
     max_result_rows: int = 5_000_000
     max_result_bytes: int = 256 << 20  # of the Arrow result, as read
+
+
+MAX_CONCURRENT = 4  # statements the query API runs at once; one more waits QUEUE_SECONDS, then gets 503
+QUEUE_SECONDS = 5.0

@@ -19,6 +19,7 @@ import pytest
 
 from collectors.parse import parse_page
 from warehouse import api as api_module
+from warehouse import limits as limits_module
 from warehouse.api import QueryClient, QueryServer, table_to_json
 from warehouse.db import Warehouse
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
@@ -312,7 +313,7 @@ def test_results_over_the_row_or_byte_limit_are_refused(warehouse):
 
 
 def test_past_the_concurrency_cap_a_query_gets_503_with_retry_after(warehouse, monkeypatch):
-    monkeypatch.setattr(api_module, "QUEUE_SECONDS", 0.2)
+    monkeypatch.setattr(limits_module, "QUEUE_SECONDS", 0.2)
     srv = QueryServer(warehouse, limits=Limits(timeout_seconds=3), max_concurrent=1)
     srv.start()
     try:
