@@ -354,13 +354,16 @@ def test_the_writer_stores_every_round_while_readers_storm(warehouse):
     try:
         with warehouse.cursor() as cur:
             before = cur.execute("SELECT count(*) FROM scrapes").fetchone()[0]
+        deadline = time.monotonic() + 30
+        while srv.running < 4:  # every slot taken by a runaway query before the first write
+            assert time.monotonic() < deadline, "the storm never filled the query slots"
+            time.sleep(0.01)
         for i in range(20):
             ts = T0 + timedelta(hours=1, seconds=i)
             warehouse.write_stored(
                 lambda con, ts=ts: con.execute("INSERT INTO scrapes VALUES (?, 'storm', true, 0.01, 1, 1, NULL)", [ts]),
                 f"round {i}",
             )
-            time.sleep(0.1)
     finally:
         stop.set()
         for t in clients:
