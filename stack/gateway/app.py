@@ -28,8 +28,14 @@ from .records import RecordLog, RequestRecord
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
 MAX_USER_CHARS = 256
+MAX_IN_FLIGHT = 4096  # requests served at once; past it the gateway answers 429 with Retry-After
 FEED_LIMIT = 5000
 CLIENT_GONE = 499  # nginx's code for "client closed request"
+MAX_COUNT = 2**63 - 1  # a token count the warehouse's BIGINT holds; a larger one is not a count
+# vLLM's request models declare `stream: bool | None`, so pydantic's lax bool decides what a value
+# means (tests/fixtures/vllm-0.32.0-stream-field.json is vLLM's own answer for each value).
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 
 
 class Refused(Exception):
@@ -45,6 +51,28 @@ def error_body(message: str, kind: str, code: str, param: str | None = None) -> 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def clean_text(text: str) -> str:
+    """`text` as valid UTF-8: a lone surrogate (valid JSON: "\\ud800") becomes U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def stream_flag(value: object) -> bool:
+    """What vLLM makes of a request's `stream` field: True/False, 0/1, or the strings pydantic takes
+    for a bool; anything else is refused as vLLM refuses it."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return value.lower() in _TRUE
+    raise Refused(400, "bad_stream", f"stream: Input should be a valid boolean, not {json.dumps(value)[:40]}.",
+                  param="stream")  # fmt: skip
+
+
 @dataclass
 class StreamTracker:
     """Follows an SSE stream event by event: token timings, usage, whether it ended properly."""
@@ -56,7 +84,8 @@ class StreamTracker:
     chunks: int = 0  # chunks that carried output
     gap_max: float = 0.0
     usage: dict[str, Any] | None = None
-    done: bool = False
+    done: bool = False  # the upstream sent [DONE]
+    delivered: bool = False  # ... and it went on to the client
     upstream_error: str | None = None
 
     def event(self, raw: bytes, now: float) -> bool:
@@ -140,16 +169,43 @@ def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int | None, int] | 
         prompt, completion = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
         details = usage.get("prompt_tokens_details")
         cached = details.get("cached_tokens") if isinstance(details, dict) else None
-        return prompt, (int(cached) if cached is not None else None), completion
-    except (TypeError, ValueError):
+        counts = prompt, (int(cached) if cached is not None else None), completion
+    except (TypeError, ValueError, OverflowError):
         return None
+    if not all(0 <= n <= MAX_COUNT for n in counts if n is not None):
+        log.warning("upstream usage %s is not a count of tokens: ignored", json.dumps(usage)[:200])
+        return None
+    return counts
+
+
+def _openai_error(data: bytes) -> bool:
+    """Whether a body is an OpenAI-style error object (vLLM's own 4xx answers are)."""
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), dict)
+
+
+@dataclass
+class _Call:
+    """One request on its way through: its record and, once the upstream streams, the stream's tracker."""
+
+    rec: RequestRecord
+    t0: float
+    tracker: StreamTracker | None = None
+
+    def delivered(self) -> bool:
+        """The client has had the whole answer: the upstream's [DONE] went on to it."""
+        return self.tracker is not None and self.tracker.done
 
 
 class Gateway:
     def __init__(self, upstream: str, records: RecordLog, keys: Keys | None = None,
                  metrics: GatewayMetrics | None = None, timeout: float = 600.0, read_timeout: float = 120.0,
                  connect_timeout: float = 5.0, max_body_bytes: int = MAX_BODY_BYTES,
-                 upstream_key: str | None = None, models_ttl: float = 30.0) -> None:  # fmt: skip
+                 upstream_key: str | None = None, models_ttl: float = 30.0,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:  # fmt: skip
         self.upstream = upstream.rstrip("/")
         self.records = records
         self.keys = keys or Keys()
@@ -161,6 +217,7 @@ class Gateway:
         self.max_body_bytes = max_body_bytes
         self.upstream_key = upstream_key
         self.models_ttl = models_ttl
+        self.max_in_flight = max_in_flight
         self._models: tuple[float, set[str] | None] = (0.0, None)
         self.session: aiohttp.ClientSession | None = None
 
@@ -215,7 +272,8 @@ class Gateway:
                                         timeout=aiohttp.ClientTimeout(total=10)) as up:  # fmt: skip
                 return web.Response(body=await up.read(), status=up.status, content_type="application/json")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            return web.json_response(error_body(f"upstream unavailable: {exc}", "upstream_error", "upstream_unavailable"),
+            log.warning("GET %s/v1/models failed: %r", self.upstream, exc)
+            return web.json_response(error_body("The upstream is unavailable.", "upstream_error", "upstream_unavailable"),
                                      status=502)  # fmt: skip
 
     async def known_models(self) -> set[str] | None:
@@ -274,6 +332,8 @@ class Gateway:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise Refused(400, "bad_json", f"The request body is not valid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise Refused(400, "bad_json", "The request body is nested too deeply.") from exc
         if not isinstance(body, dict):
             raise Refused(400, "bad_json", "The request body must be a JSON object.")
         return body
@@ -282,67 +342,87 @@ class Gateway:
         t0 = time.monotonic()
         rec = RequestRecord(request_id=uuid.uuid4().hex, started_at=time.time(), user=ANONYMOUS, tenant=ANONYMOUS,
                             model="", endpoint=endpoint, stream=False, status=200, outcome="ok")  # fmt: skip
+        call = _Call(rec, t0)
         self.metrics.in_flight += 1
         try:
             try:
                 rec.tenant = rec.user = self._attribute(request)
+                if self.metrics.in_flight > self.max_in_flight:
+                    raise Refused(429, "overloaded", f"The gateway is serving {self.max_in_flight} requests; "
+                                  "retry shortly.", "server_error")  # fmt: skip
                 body = await self._read_body(request)
                 user = body.get("user")
                 if isinstance(user, str) and user.strip():
-                    rec.user = user.strip()[:MAX_USER_CHARS]
-                rec.stream = body.get("stream") is True
+                    rec.user = clean_text(user.strip()[:MAX_USER_CHARS])
+                rec.stream = stream_flag(body.get("stream"))
                 model = body.get("model")
                 if not isinstance(model, str) or not model:
                     raise Refused(400, "missing_model", "You must provide a model parameter.", param="model")
-                rec.model = model[:MAX_USER_CHARS]
+                rec.model = clean_text(model[:MAX_USER_CHARS])
                 models = await self.known_models()
                 if models is not None and model not in models:
-                    raise Refused(404, "unknown_model", f"The model `{model}` does not exist.", param="model")
-                return await self._forward(request, body, rec, t0)
+                    raise Refused(404, "unknown_model", f"The model `{rec.model}` does not exist.", param="model")
+                if "stream" in body:
+                    body = {**body, "stream": rec.stream}  # what vLLM would make of it, as a JSON boolean
+                return await self._forward(request, body, call)
             except Refused as r:
                 rec.status, rec.outcome = r.status, r.outcome
+                headers = {"X-Request-Id": rec.request_id, **({"Retry-After": "1"} if r.status == 429 else {})}
                 return web.json_response(error_body(r.message, r.kind, r.outcome, r.param), status=r.status,
-                                         headers={"X-Request-Id": rec.request_id})  # fmt: skip
+                                         headers=headers)  # fmt: skip
         except (asyncio.CancelledError, ConnectionResetError):
-            rec.status, rec.outcome = CLIENT_GONE, "client_disconnect"
+            if not call.delivered():  # a client that closes after [DONE] got the whole answer
+                rec.status, rec.outcome = CLIENT_GONE, "client_disconnect"
             raise
+        except Exception:
+            log.exception("request %s failed inside the gateway", rec.request_id)
+            rec.status, rec.outcome = 500, "gateway_error"
+            return web.json_response(error_body("The gateway failed on this request.", "server_error", "gateway_error"),
+                                     status=500, headers={"X-Request-Id": rec.request_id})  # fmt: skip
         finally:
             self.metrics.in_flight -= 1
             rec.e2e_seconds = time.monotonic() - t0
             self.metrics.observe(rec)
             self.records.append(rec)
 
-    async def _forward(self, request: web.Request, body: dict[str, Any], rec: RequestRecord,
-                       t0: float) -> web.StreamResponse:  # fmt: skip
+    async def _forward(self, request: web.Request, body: dict[str, Any], call: _Call) -> web.StreamResponse:
         assert self.session is not None
-        tracker: StreamTracker | None = None
+        rec = call.rec
+        raw = body.get("stream_options")
+        opts: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        client_wants_usage = bool(opts.get("include_usage"))
         if rec.stream:
-            raw = body.get("stream_options")
-            opts: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            tracker = StreamTracker(t0, client_wants_usage=bool(opts.get("include_usage")))
             body = {**body, "stream_options": {**opts, "include_usage": True}}
         url = f"{self.upstream}/v1/{rec.endpoint}"
         try:
             async with self.session.post(url, data=json.dumps(body).encode(), headers=self._upstream_headers(rec.request_id),
                                          timeout=self.timeout) as up:  # fmt: skip
-                if up.status != 200 or tracker is None:
+                # Streaming is what the upstream does, whatever the request said: meter what it sends.
+                if up.status != 200 or up.content_type != "text/event-stream":
                     return await self._whole(up, rec)
-                return await self._stream(request, up, rec, tracker)
+                asked, rec.stream = rec.stream, True  # a usage chunk it was not asked for goes on to the client
+                call.tracker = StreamTracker(call.t0, client_wants_usage=client_wants_usage or not asked)
+                return await self._stream(request, up, rec, call.tracker)
         except TimeoutError as exc:
-            raise Refused(
-                504, "upstream_timeout", f"The upstream did not answer in time ({url}).", "upstream_error"
-            ) from exc
+            log.warning("request %s: %s did not answer in time", rec.request_id, url)
+            raise Refused(504, "upstream_timeout", "The upstream did not answer in time.", "upstream_error") from exc
         except aiohttp.ClientConnectorError as exc:
-            raise Refused(502, "upstream_unavailable", f"Cannot reach the upstream {self.upstream}: {exc.os_error}",
-                          "upstream_error") from exc  # fmt: skip
+            log.warning("request %s: cannot reach %s: %s", rec.request_id, self.upstream, exc.os_error)
+            raise Refused(502, "upstream_unavailable", "Cannot reach the upstream.", "upstream_error") from exc
         except aiohttp.ClientError as exc:
-            raise Refused(502, "upstream_error", f"The upstream failed: {exc}", "upstream_error") from exc
+            log.warning("request %s: the upstream %s failed: %r", rec.request_id, self.upstream, exc)
+            raise Refused(502, "upstream_error", "The upstream failed.", "upstream_error") from exc
 
     async def _whole(self, up: aiohttp.ClientResponse, rec: RequestRecord) -> web.Response:
         data = await up.read()
         rec.status = up.status
         if up.status != 200:
             rec.outcome = "upstream_4xx" if up.status < 500 else "upstream_5xx"
+            if not _openai_error(data):  # vLLM's own errors go on; a router's plain-text 500 names internal URLs
+                log.warning("request %s: upstream answered HTTP %d: %r", rec.request_id, up.status, data[:300])
+                kind = "upstream_error" if up.status >= 500 else "invalid_request_error"
+                return web.json_response(error_body(f"The upstream answered HTTP {up.status}.", kind, rec.outcome),
+                                         status=up.status, headers={"X-Request-Id": rec.request_id})  # fmt: skip
         else:
             try:
                 counted = usage_tokens(json.loads(data).get("usage"))
@@ -375,12 +455,16 @@ class Gateway:
                         kept = [e + sep for e in events if tr.event(e, now)]
                         if kept:
                             await resp.write(b"".join(kept))
+                        tr.delivered = tr.done  # the client has the whole answer, whenever it closes now
                 if buf.strip() and tr.event(buf, time.monotonic()):
                     await resp.write(buf)
+                    tr.delivered = tr.done
             except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
-                rec.outcome = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_dropped"
-                await resp.write(b"data: " + json.dumps(error_body(f"The upstream stream ended early: {exc or 'timeout'}",
-                                                                   "upstream_error", rec.outcome)).encode() + b"\n\n")  # fmt: skip
+                if not tr.delivered:  # after [DONE] the answer is whole; only the connection's end was untidy
+                    rec.outcome = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_dropped"
+                    log.warning("request %s: the upstream stream ended early: %r", rec.request_id, exc)
+                    await resp.write(b"data: " + json.dumps(error_body("The upstream stream ended early.",
+                                                                       "upstream_error", rec.outcome)).encode() + b"\n\n")  # fmt: skip
             else:
                 if tr.upstream_error is not None:
                     rec.outcome = "upstream_stream_error"
@@ -388,7 +472,11 @@ class Gateway:
                     rec.outcome = "upstream_dropped"
                     await resp.write(b"data: " + json.dumps(error_body("The upstream closed the stream before [DONE].",
                                                                        "upstream_error", rec.outcome)).encode() + b"\n\n")  # fmt: skip
-            await resp.write_eof()
+            try:
+                await resp.write_eof()
+            except ConnectionResetError:
+                if not tr.delivered:
+                    raise
         finally:
             _finish_stream(rec, tr)
         return resp

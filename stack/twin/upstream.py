@@ -8,7 +8,10 @@ from a simulated prefix cache (`prompt_tokens_details.cached_tokens`). Times com
 cannot be made to show on demand, named by the request body's field `twin_fault` (a body field, so it
 passes through the gateway unchanged):
 `drop-after-N` (close the stream after N tokens, no [DONE]), `stall` (never answer),
-`status-N` (answer HTTP N). A body field `twin_itl_seconds` sets this request's gap between tokens.
+`always-stream` (stream whatever the request said), `linger-after-done` (hold the connection
+open a while after [DONE], as a router in between may), `status-N` (answer HTTP N), `status-N-text` (answer HTTP N with a plain-text body naming an internal
+address, as vllm-router's 500s do). A body field `twin_itl_seconds` sets this request's gap between
+tokens; `twin_prompt_tokens` the prompt tokens its usage reports (whatever the value).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections import OrderedDict
 from typing import Any
 
 from aiohttp import web
+
+from stack.gateway.app import Refused, error_body, stream_flag
 
 BLOCK_TOKENS = 16
 
@@ -88,6 +93,10 @@ class SimulatedUpstream:
         fault = str(body.get("twin_fault", ""))
         if fault == "stall":
             await asyncio.sleep(3600)
+        if fault.startswith("status-") and fault.endswith("-text"):
+            return web.Response(
+                text="Failed to send request to http://10.0.0.7:8100/v1/completions: reset", status=int(fault[7:-5])
+            )
         if fault.startswith("status-"):
             status = int(fault[7:])
             return web.json_response({"error": {"message": f"injected HTTP {status}", "type": "twin_fault",
@@ -101,14 +110,18 @@ class SimulatedUpstream:
             text = str(body.get("prompt", ""))
         tokens = text.split() or ["<empty>"]
         cached = self.cache.lookup_and_insert(tokens)
+        try:
+            stream = stream_flag(body.get("stream"))
+        except Refused as r:
+            return web.json_response(error_body(r.message, "BadRequestError", "400", r.param), status=400)
         n_out = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.default_max_tokens)
-        usage = {"prompt_tokens": len(tokens), "completion_tokens": n_out, "total_tokens": len(tokens) + n_out,
+        usage = {"prompt_tokens": body.get("twin_prompt_tokens", len(tokens)), "completion_tokens": n_out, "total_tokens": len(tokens) + n_out,
                  "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
         cid, created = f"{'chatcmpl' if chat else 'cmpl'}-{rid}", int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         if self.ttft_seconds:
             await asyncio.sleep(self.ttft_seconds)
-        if not body.get("stream"):
+        if not stream and fault != "always-stream":
             await asyncio.sleep(self.itl_seconds * max(n_out - 1, 0))
             out = " ".join(f"t{i}" for i in range(n_out))
             choice = ({"index": 0, "message": {"role": "assistant", "content": out}, "finish_reason": "length"}
@@ -140,6 +153,8 @@ class SimulatedUpstream:
                 await self._event(resp, {"id": cid, "object": kind, "created": created, "model": self.model,
                                          "choices": [], "usage": usage})  # fmt: skip
             await resp.write(b"data: [DONE]\n\n")
+            if fault == "linger-after-done":
+                await asyncio.sleep(0.5)
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             self.aborted += 1
