@@ -258,8 +258,10 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         records = RecordLog(args.records, keep_seconds=args.keep_days * 86400)
     except Exception as exc:  # sqlite3.Error, OSError: say which file
         raise CliError(f"cannot open the request log {args.records}: {exc}") from exc
+    if args.max_in_flight <= 0:
+        raise CliError("--max-in-flight must be positive")
     gateway = Gateway(args.upstream, records, keys, GatewayMetrics(args.max_user_labels), timeout=args.timeout,
-                      upstream_key=upstream_key)  # fmt: skip
+                      upstream_key=upstream_key, max_in_flight=args.max_in_flight)  # fmt: skip
     print(f"gateway http://{args.host}:{args.port} -> {args.upstream}; records in {args.records}"
           + (f"; keys from {args.keys}" + (" (required)" if keys and keys.require_key else "") if args.keys else ""),
           flush=True)  # fmt: skip
@@ -817,6 +819,7 @@ def _field_doc(cls: type, name: str) -> str:
 
 # ---------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    from stack.gateway.app import MAX_IN_FLIGHT
     from warehouse.limits import MAX_CONCURRENT, QUEUE_SECONDS, Limits
 
     p = argparse.ArgumentParser(prog="moemeter", description="Observability and cost accounting for PD-disaggregated, "
@@ -908,6 +911,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take upstream")
     s.add_argument("--max-user-labels", type=int, default=50, help="users with their own /metrics label; "
                    "the rest are counted as user=\"other\" (the feed has everyone)")  # fmt: skip
+    s.add_argument("--max-in-flight", type=int, default=MAX_IN_FLIGHT, metavar="N",
+                   help="requests served at once; more get 429 with Retry-After (recorded as 'overloaded')")  # fmt: skip
     s.set_defaults(func=cmd_gateway)
 
     s = sub.add_parser("loadgen", help="AgentX-like agent sessions from many users, through the gateway")
