@@ -36,6 +36,7 @@ class SnapshotResult:
     snapshot: ExpertSnapshot | None
     error: str | None = None
     absent: bool = False  # 404: the target has no snapshot endpoint
+    refused: bool = False  # it answered, with something that is not a snapshot
 
 
 async def fetch_snapshot(target: TargetInfo, fetch: Fetch, timeout: float) -> SnapshotResult:
@@ -51,7 +52,7 @@ async def fetch_snapshot(target: TargetInfo, fetch: Fetch, timeout: float) -> Sn
         return SnapshotResult(target, None, f"HTTP {resp.status}")
     try:
         return SnapshotResult(target, ExpertSnapshot.from_json(json.loads(resp.body)))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return SnapshotResult(target, None, f"snapshot is not JSON: {exc}")
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        return SnapshotResult(target, None, f"snapshot is not JSON: {exc}", refused=True)
     except SnapshotError as exc:
-        return SnapshotResult(target, None, str(exc))
+        return SnapshotResult(target, None, str(exc), refused=True)

@@ -44,7 +44,7 @@ async def fetch_feed(target: TargetInfo, cursor: Cursor | None, fetch: Fetch, ti
             return out
         try:
             page = json.loads(resp.body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             out.error = f"feed page is not JSON: {exc}"
             return out
         if not isinstance(page, dict):

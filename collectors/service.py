@@ -1,7 +1,10 @@
 """The collector loop: every interval, scrape all targets and hand the batches to the warehouse.
 
 The targets file is re-read every round (the twin or an operator may rewrite it); a bad file
-keeps the last good list and is reported once per change.
+keeps the last good list and is reported once per change. A round is one transaction; should
+one target's input still break it (whatever the checks before did not foresee), the round is
+stored again target by target, so only that target's input is refused, with its reason stored
+in `rejected` and its scrape marked not stored. `health` says how rounds went (GET /health).
 """
 
 from __future__ import annotations
@@ -9,12 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import datetime, timedelta
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import httpx
 
-from warehouse.db import Warehouse, storage_problem
+from warehouse.db import REASON_CHARS, Warehouse, record_rejected, storage_problem
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 from warehouse.requests import FeedError, RequestIngestor
@@ -27,6 +33,29 @@ from .scrape import Fetch, http_fetcher, scrape_all, utc_now
 from .targets import TargetsError, load_targets
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectorHealth:
+    """How the collector's rounds went, since it started (GET /health on the query API)."""
+
+    rounds: int = 0  # rounds stored, whole or target by target
+    rounds_failed: int = 0  # rounds nothing of which could be stored
+    failing_since: str = ""  # ISO time of the first failed round in the current run of failures, "" if none
+    last_error: str = ""  # why the last failed round failed
+    targets_not_stored: int = 0  # target-rounds refused alone while the rest of their round was stored
+    refused: int = 0  # samples, records and snapshots refused or repaired (the `rejected` table has each)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failing_since
+
+    def as_json(self) -> dict[str, object]:
+        return {"ok": self.ok, **self.__dict__}
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 class Collector:
@@ -50,6 +79,7 @@ class Collector:
         self.prometheus = prometheus
         self._pulled_until: datetime | None = None
         self.rounds = 0
+        self.health = CollectorHealth()
 
     def refresh_targets(self) -> list[TargetInfo]:
         try:
@@ -63,29 +93,97 @@ class Collector:
 
     def store(self, batches: list[ScrapeBatch], snapshots: list[SnapshotResult] | None = None,
               feeds: list[FeedResult] | None = None) -> int:  # fmt: skip
-        def job(con) -> int:  # type: ignore[no-untyped-def]
-            n = sum(self.ingestor.write(con, b) for b in batches)
-            ts = batches[0].ts if batches else None
-            for r in snapshots or []:
-                if r.snapshot is not None and ts is not None:
-                    self.expert_ingestor.write(con, r.target.name, ts, r.snapshot)
-            for f in feeds or []:
-                for page in f.pages:
-                    try:
-                        self.request_ingestor.write(con, f.target.name, page, ts or utc_now())
-                    except FeedError as exc:  # the rest of this gateway's pages wait for the next round
-                        log.error("request feed %s: %s", f.target.name, exc)
-                        break
-            return n
-
+        """Store one round; returns samples stored. Raises only when nothing of it could be stored."""
+        snapshots, feeds = snapshots or [], feeds or []
+        ts = batches[0].ts if batches else utc_now()
         try:
-            return self.warehouse.write_stored(job, "a collector round")
-        except Exception:
-            # The transaction rolled back: forget what the ingestors believe was stored, so
-            # they reload series, last values and feed cursors from the database.
-            self.ingestor, self.expert_ingestor = Ingestor(self.retention), ExpertIngestor()
-            self.request_ingestor = RequestIngestor()
-            raise
+            n, refused = self.warehouse.write_stored(lambda con: self._write(con, ts, batches, snapshots, feeds),
+                                                     "a collector round")  # fmt: skip
+            self.health.refused += refused
+        except Exception as exc:
+            self._forget()
+            if storage_problem(exc) is not None or not batches:
+                raise
+            log.error("a collector round failed (%s); storing it target by target", exc)
+            n = self._store_apart(ts, batches, snapshots, feeds)
+        self.health.rounds += 1
+        self.health.failing_since = ""
+        return n
+
+    def _write(self, con, ts: datetime, batches: list[ScrapeBatch], snapshots: list[SnapshotResult],  # type: ignore[no-untyped-def]
+               feeds: list[FeedResult]) -> tuple[int, int]:  # fmt: skip
+        """Store these inside the writer's transaction: (samples stored, items refused or repaired)."""
+        n = 0
+        for b in batches:
+            n += self.ingestor.write(con, b)
+        for r in snapshots:
+            if r.snapshot is not None:
+                self.expert_ingestor.write(con, r.target.name, ts, r.snapshot)
+            elif r.refused:
+                record_rejected(con, ts, r.target.name, "snapshot", Counter({f"{r.error}: refused": 1}))
+        for f in feeds:
+            for page in f.pages:
+                try:
+                    self.request_ingestor.write(con, f.target.name, page, ts)
+                except FeedError as exc:  # the rest of this gateway's pages wait for the next round
+                    log.error("request feed %s: %s", f.target.name, exc)
+                    records = page.get("records") if isinstance(page, dict) else None
+                    count = len(records) if isinstance(records, list) else 1
+                    record_rejected(con, ts, f.target.name, "request",
+                                    Counter({f"{exc}: page not stored, read again next round": count}))  # fmt: skip
+                    break
+        names = sorted({b.target.name for b in batches} | {f.target.name for f in feeds})
+        refused = con.execute("SELECT coalesce(sum(count), 0) FROM rejected WHERE ts = ? AND list_contains(?, target)",
+                              [ts, names]).fetchone()  # fmt: skip
+        return n, int(refused[0])
+
+    def _store_apart(self, ts: datetime, batches: list[ScrapeBatch], snapshots: list[SnapshotResult],
+                     feeds: list[FeedResult]) -> int:  # fmt: skip
+        """The round again, one transaction per target: a bad input is refused alone."""
+        n = 0
+        for b in batches:
+            name = b.target.name
+            job = partial(self._write, ts=ts, batches=[b], snapshots=[r for r in snapshots if r.target.name == name],
+                          feeds=[f for f in feeds if f.target.name == name])  # fmt: skip
+            try:
+                stored, refused = self.warehouse.write_stored(job, f"{name}'s round")
+                n += stored
+                self.health.refused += refused
+                continue
+            except Exception as exc:
+                self._forget()
+                if storage_problem(exc) is not None:
+                    raise
+                reason = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+            log.error("%s: this round's input could not be stored: %s", name, reason)
+            self.health.targets_not_stored += 1
+            not_stored = ScrapeBatch(b.target, b.ts, False, b.duration_seconds, bytes=b.bytes,
+                                     error=f"scraped but not stored: {reason}")  # fmt: skip
+            why = Counter({f"{reason}: refused": max(len(b.samples), 1)})
+            try:
+                self.warehouse.write_stored(partial(self._note, batch=not_stored, why=why), f"{name}'s refusal")
+                self.health.refused += max(len(b.samples), 1)
+            except Exception as exc:
+                self._forget()
+                log.error("%s: could not even store why its round was refused: %s", name, exc)
+        return n
+
+    def _note(self, con, batch: ScrapeBatch, why: Counter[str]) -> None:  # type: ignore[no-untyped-def]
+        """A target's round that could not be stored: its scrape, marked so, and the reason."""
+        self.ingestor.write(con, batch)
+        record_rejected(con, batch.ts, batch.target.name, "round", why)
+
+    def _forget(self) -> None:
+        """After a rolled-back transaction: forget what the ingestors believe was stored, so they
+        reload series, last values and feed cursors from the database."""
+        self.ingestor, self.expert_ingestor = Ingestor(self.retention), ExpertIngestor()
+        self.request_ingestor = RequestIngestor()
+
+    def _round_failed(self, exc: BaseException) -> None:
+        h = self.health
+        h.rounds_failed += 1
+        h.last_error = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+        h.failing_since = h.failing_since or _now_iso()
 
     async def _feeds(self, targets: list[TargetInfo], fetch: Fetch) -> list[FeedResult]:
         gateways = [t for t in targets if t.role == "gateway"]
@@ -152,7 +250,8 @@ class Collector:
             while not stop.is_set():
                 try:
                     await self.round(fetch)
-                except Exception as exc:  # keep collecting; the reason is in the log
+                except Exception as exc:  # keep collecting; the reason is in the log and in /health
+                    self._round_failed(exc)
                     if storage_problem(exc) is None:  # the warehouse reports disk full or read-only itself
                         log.exception("collector round failed")
                 next_at += self.interval

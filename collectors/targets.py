@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from moemeter.columns import clean_text
 from warehouse.ingest import TargetInfo
 
 ROLES = ("prefill", "decode", "router", "gateway", "gpu")
@@ -40,6 +41,9 @@ def parse_targets(data: object, where: str = "targets") -> list[TargetInfo]:
             raise TargetsError(f"{at} ({name}): role must be one of {list(ROLES)}, got {role!r}")
         if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 0:
             raise TargetsError(f"{at} ({name}): gpus must be a non-negative integer, got {gpus!r}")
+        texts = [name, url, str(entry.get("stack", "")), str(entry.get("hostname", ""))]
+        if any(clean_text(t) is not t for t in texts):
+            raise TargetsError(f"{at}: name, url, stack and hostname must be valid UTF-8 (a lone surrogate escape?)")
         names.add(name)
         out.append(TargetInfo(name=name, url=url, role=role, gpus=gpus,
                               stack=str(entry.get("stack", "")), hostname=str(entry.get("hostname", ""))))  # fmt: skip
@@ -54,6 +58,6 @@ def load_targets(path: str | Path) -> list[TargetInfo]:
         raise TargetsError(f"cannot read targets file {p}: {exc.strerror}") from exc
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise TargetsError(f"{p}: not valid JSON: {exc}") from exc
     return parse_targets(data, str(p))

@@ -212,6 +212,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     retention = Retention(args.keep_raw_days, args.keep_minute_days, args.keep_hour_days)
     collector = Collector(wh, args.targets, args.interval, retention=retention, prometheus=args.prometheus)
+    if wh.read_only is None:
+        api.collector = collector.health.as_json
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -9,8 +9,10 @@ Answers: 200 with the result; 400 a refused or failed statement (the message nam
 construct); 408 a request body not received in time; 411/413 a body without a length or over
 the limit, or a result over the limit; 503 with Retry-After while `max_concurrent` statements
 run and the queue wait passed; 504 a statement stopped at the time limit. GET /health answers
-{"ok": true, "writer": {...}}: whether writes succeed, and if not since when, why (disk full,
-read-only) and how many rounds were lost. /health never waits for a query.
+{"ok": ..., "writer": {...}, "collector": {...}}: whether writes succeed, and if not since when,
+why (disk full, read-only) and how many rounds were lost; how many rounds the collector stored,
+failed, stored target by target, and how many inputs it refused. `ok` is false while writes or
+rounds fail; /health still answers 200 then (queries do), and never waits for a query.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from datetime import time as dtime
@@ -179,9 +182,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         if not self._authorized():
             return
-        if self.path == "/health":  # queries answer even when the writer cannot write
-            writer = self.server.warehouse.health.as_json()
-            self._reply(200, json.dumps({"ok": True, "writer": writer}).encode(), "application/json")
+        if self.path == "/health":  # answered with 200 while queries answer, even when writes fail
+            self._reply(200, json.dumps(self.server.health()).encode(), "application/json")
         else:
             self._error(404, "GET /health or POST /query")
 
@@ -281,6 +283,16 @@ class QueryServer(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(max_concurrent)
         self._count = threading.Lock()
         self.running = 0  # statements running now
+        self.collector: Callable[[], dict[str, Any]] | None = None  # the collector's health, where one runs
+
+    def health(self) -> dict[str, Any]:
+        """Whether the writer writes and the collector's rounds are stored; `ok` only when both."""
+        writer = self.warehouse.health.as_json()
+        out: dict[str, Any] = {"ok": bool(writer["ok"]), "writer": writer}
+        if self.collector is not None:
+            out["collector"] = collector = self.collector()
+            out["ok"] = out["ok"] and bool(collector["ok"])
+        return out
 
     def answer(self, sql: str, params: list[Any], fmt: str, gone: Any = None) -> tuple[bytes, str]:
         """The reply body and its type for one statement, or a QueryError."""

@@ -12,6 +12,7 @@ import queue
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -39,6 +40,18 @@ def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, 
         con.unregister("_insert_batch")
 
 
+REASON_CHARS = 500
+
+
+def record_rejected(con: duckdb.DuckDBPyConnection, ts: datetime, target: str, kind: str,
+                    reasons: Counter[str]) -> None:  # fmt: skip
+    """Store what was refused or repaired (reason -> count) in `rejected`, inside the caller's
+    transaction (the caller logs it)."""
+    rows = [(ts, target, kind, reason[:REASON_CHARS], n) for reason, n in reasons.items() if n]
+    if rows:
+        con.executemany("INSERT INTO rejected VALUES (?, ?, ?, ?, ?)", rows)
+
+
 class WarehouseError(RuntimeError):
     """The database cannot be opened or written."""
 
@@ -51,6 +64,11 @@ def storage_problem(exc: BaseException) -> str | None:
     if "Read-only file system" in text or "Permission denied" in text or "read-only" in text.lower():
         return "read-only"
     return None
+
+
+def invalidated(exc: BaseException) -> bool:
+    """DuckDB's fatal errors leave the database instance unusable until it is opened again."""
+    return isinstance(exc, duckdb.FatalException) or "database has been invalidated" in str(exc)
 
 
 @dataclass
@@ -126,10 +144,9 @@ class Warehouse:
         self.path = str(path)
         if memory_limit is not None and not MEMORY_LIMIT.fullmatch(memory_limit.strip()):
             raise WarehouseError(f"memory limit {memory_limit!r}: give a size such as 512MB, 4GB or 2GiB")
+        self.read_only, self._memory_limit, self._lock_down = read_only, memory_limit, lock_down
         try:
-            self._con = duckdb.connect(self.path, read_only=read_only is not None)
-            if memory_limit is not None:
-                self._con.execute(f"SET memory_limit = '{memory_limit.strip()}'")
+            self._con = self._connect(locked=False)
         except duckdb.Error as exc:
             raise WarehouseError(f"cannot open {self.path}: {exc}") from exc
         if read_only is None:
@@ -141,7 +158,6 @@ class Warehouse:
                         self.path, pending)  # fmt: skip
         if lock_down:
             readonly.lock_down(self._con)  # readers share this database instance
-        self.read_only = read_only
         self.health = WriterHealth()
         if read_only is not None:
             self.health = WriterHealth(False, "read-only", read_only, datetime.now(UTC).isoformat(timespec="seconds"))
@@ -150,8 +166,34 @@ class Warehouse:
         self._writer = threading.Thread(target=self._run_writer, name="warehouse-writer", daemon=True)
         self._writer.start()
 
+    def _connect(self, locked: bool = True) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(self.path, read_only=self.read_only is not None)
+        if self._memory_limit is not None:
+            con.execute(f"SET memory_limit = '{self._memory_limit.strip()}'")
+        if locked and self._lock_down:
+            readonly.lock_down(con)
+        return con
+
+    def _reopen(self, old: duckdb.DuckDBPyConnection | None) -> duckdb.DuckDBPyConnection | None:
+        """A fresh database instance after DuckDB invalidated this one (a failed checkpoint on a full
+        disk is fatal to it: every statement fails, readers' too, until it is opened again). The
+        writer's new cursor, or None when it cannot be opened yet (tried again at the next write)."""
+        for con in (old, self._con):
+            try:
+                if con is not None:
+                    con.close()
+            except duckdb.Error:
+                pass
+        try:
+            self._con = self._connect()
+        except duckdb.Error as exc:
+            log.error("warehouse %s: cannot reopen the database yet: %s", self.path, exc)
+            return None
+        log.warning("warehouse %s: reopened after DuckDB invalidated it; queries answer again", self.path)
+        return self._con.cursor()
+
     def _run_writer(self) -> None:
-        con = self._con.cursor()
+        con: duckdb.DuckDBPyConnection | None = self._con.cursor()
         while True:
             item = self._jobs.get()
             if item is None:
@@ -163,6 +205,10 @@ class Warehouse:
                 self.health.failed_writes += 1
                 fut.set_exception(WarehouseError(f"{self.path} is open read-only: {self.read_only}"))
                 continue
+            if con is None and (con := self._reopen(None)) is None:
+                self.health.failed_writes += 1
+                fut.set_exception(WarehouseError(f"{self.path} cannot be reopened yet: {self.health.error}"))
+                continue
             try:
                 con.execute("BEGIN")
                 result = job(con)
@@ -173,11 +219,14 @@ class Warehouse:
                 except duckdb.Error:
                     pass
                 self._failed(exc)
+                if invalidated(exc):
+                    con = self._reopen(con)
                 fut.set_exception(exc)
                 continue
             self._written()
             fut.set_result(result)
-        con.close()
+        if con is not None:
+            con.close()
 
     def _failed(self, exc: BaseException) -> None:
         problem = storage_problem(exc)

@@ -46,7 +46,7 @@ class ExpertSnapshot:
                                      [float(x) for x in r["balancedness_before"]],
                                      [float(x) for x in r["balancedness_planned"]])
                       for r in data.get("rebalances", [])]  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, OSError) as exc:  # OSError: a time out of range
             raise SnapshotError(f"malformed snapshot: {exc}") from exc
         layers = load.shape[0] if load.ndim == 2 else -1
         if load.ndim != 2 or phy2log.ndim != 2 or phy2log.shape[0] != layers or layers == 0:
@@ -57,6 +57,8 @@ class ExpertSnapshot:
             raise SnapshotError("expert token counters must be finite and non-negative")
         if ((phy2log < 0) | (phy2log >= load.shape[1])).any():
             raise SnapshotError("phy2log names an expert that does not exist")
+        if any(not 0 <= ev.moved_replicas < 2**31 or not np.isfinite(ev.duration_seconds) for ev in events):
+            raise SnapshotError("a rebalance's moved_replicas or duration_seconds is out of range")
         return cls(load, phy2log, ranks, events)
 
 

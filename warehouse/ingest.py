@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import duckdb
 import pyarrow as pa
 
-from .db import insert_arrow
+from .db import insert_arrow, record_rejected
 from .rollup import Retention, Rollups
+
+log = logging.getLogger(__name__)
 
 # Sample names that carry monotonic counts, by family kind.
 _MONOTONIC_SUFFIXES = {
@@ -28,6 +32,10 @@ _MONOTONIC_SUFFIXES = {
 }
 DCGM_INT64_BLANK_MIN = 9.223372036854775e18  # DCGM int64 blanks sit at 2^63 - 16 and above
 DCGM_FP64_BLANK = 140737488355328.0  # 2^47: DCGM_FP64_BLANK .. NOT_PERMISSIONED (+3)
+# A target's series: a DP64 decode instance with the plugin serves ~36,000; a target that invents
+# label values (a request id, a timestamp) would otherwise add its page's worth every round.
+MAX_SERIES_PER_TARGET = 200_000
+MAX_NEW_SERIES_PER_ROUND = 50_000
 
 
 @dataclass(frozen=True)
@@ -86,15 +94,19 @@ def is_monotonic(sample: Sample) -> bool:
 class Ingestor:
     """Turns batches into rows. Keeps the last value of every monotonic series in memory."""
 
-    def __init__(self, retention: Retention | None = None) -> None:
+    def __init__(self, retention: Retention | None = None, max_series: int = MAX_SERIES_PER_TARGET,
+                 max_new_series: int = MAX_NEW_SERIES_PER_ROUND) -> None:  # fmt: skip
         self._known: set[int] = set()
+        self._series_of: Counter[str] = Counter()  # series stored, per target
         self._last: dict[int, tuple[datetime, float]] = {}
         self._loaded = False
         self.rollups = Rollups(retention)
+        self.max_series, self.max_new_series = max_series, max_new_series
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
         """After a restart: known series, and the last value of each series seen in the last hour."""
         self._known = {r[0] for r in con.execute("SELECT series_id FROM series").fetchall()}
+        self._series_of = Counter(dict(con.execute("SELECT target, count(*) FROM series GROUP BY 1").fetchall()))
         rows = con.execute(
             """SELECT series_id, max(ts), arg_max(value, ts) FROM samples
                WHERE ts >= (SELECT max(ts) - INTERVAL 1 HOUR FROM samples) GROUP BY 1"""
@@ -123,12 +135,17 @@ class Ingestor:
         new_series: list[tuple[int, str, str, str, str, str, str | None, float | None]] = []
         inc: dict[str, list] = {"series_id": [], "delta": [], "seconds": [], "reset": []}
         seen: set[int] = set()
+        room = min(self.max_new_series, self.max_series - self._series_of[t.name])
+        refused: Counter[str] = Counter()
         for s in batch.samples:
             sid = series_id(t.name, s.name, s.labels)
             if sid in seen:  # a duplicate sample in one page: the first one counts
                 continue
             seen.add(sid)
             if sid not in self._known:
+                if len(new_series) >= room:
+                    refused[self._over_limit(t.name, room)] += 1
+                    continue
                 new_series.append(self._series_row(sid, t.name, s))
             v = s.value
             blank = is_dcgm_blank(s.name, v)
@@ -162,6 +179,10 @@ class Ingestor:
             finally:
                 con.unregister("_new_series")
             self._known.update(cols[0])
+            self._series_of[t.name] += len(new_series)
+        if refused:
+            log.warning("%s: %s", t.name, "; ".join(f"{n:,} {why}" for why, n in refused.items()))
+            record_rejected(con, batch.ts, t.name, "series", refused)
         if ids:
             self._append(con, "samples", batch.ts, {
                 "series_id": pa.array(ids, type=pa.int64()), "value": pa.array(values, type=pa.float64())})  # fmt: skip
@@ -173,6 +194,11 @@ class Ingestor:
                 "reset": pa.array(inc["reset"], type=pa.bool_()),
             })  # fmt: skip
         return len(ids)
+
+    def _over_limit(self, target: str, room: int) -> str:
+        if self._series_of[target] + room >= self.max_series:
+            return f"new series over the limit of {self.max_series:,} per target: samples refused"
+        return f"new series over the limit of {self.max_new_series:,} per round: samples refused until a later round"
 
     @staticmethod
     def _append(con: duckdb.DuckDBPyConnection, table: str, ts: datetime, columns: dict[str, pa.Array]) -> None:

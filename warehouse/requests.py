@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from .db import insert_arrow
+from moemeter.columns import clean_text, is_count
+
+from .db import insert_arrow, record_rejected
 
 log = logging.getLogger(__name__)
 SCHEMA = "moemeter.requests/1"
@@ -38,20 +41,25 @@ class Cursor:
     rejected: int = 0
 
 
-def _record_row(r: Any) -> tuple[Any, ...]:
-    """One record as a row (columns after gateway and ingested_at), or ValueError saying what is wrong."""
+def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
+    """One record as a row (columns after gateway and ingested_at), or ValueError saying what is wrong.
+    Text that is not valid UTF-8 is stored with U+FFFD in place, counted in `repaired`."""
     if not isinstance(r, dict):
         raise ValueError("not an object")
+    text: dict[str, str] = {}
     for k in _TEXT:
         if not isinstance(r.get(k), str):
             raise ValueError(f"{k} must be a string")
         if len(r[k]) > MAX_TEXT:
-            raise ValueError(f"{k} is {len(r[k])} characters long (at most {MAX_TEXT})")
+            raise ValueError(f"{k} is over {MAX_TEXT} characters long")
+        text[k] = clean_text(r[k])
+        if text[k] is not r[k]:
+            repaired[f"{k} is not valid UTF-8: stored with U+FFFD in place"] += 1
     for k in _INT:
-        if not isinstance(r.get(k), int) or isinstance(r.get(k), bool) or r[k] < 0:
-            raise ValueError(f"{k} must be a non-negative integer")
+        if not is_count(r.get(k)) or (k == "status" and r[k] > 999):
+            raise ValueError(f"{k} must be a non-negative integer that fits its column")
     cached = r.get("cached_prompt_tokens")
-    if cached is not None and (not isinstance(cached, int) or cached < 0 or cached > r["prompt_tokens"]):
+    if cached is not None and (not is_count(cached) or cached > r["prompt_tokens"]):
         raise ValueError("cached_prompt_tokens must be null or an integer within prompt_tokens")
     nums: dict[str, float | None] = {}
     for k in ("started_at", "e2e_seconds", *_OPT_FLOAT):
@@ -63,10 +71,13 @@ def _record_row(r: Any) -> tuple[Any, ...]:
             raise ValueError(f"{k} must be a finite non-negative number")
         nums[k] = float(v)
     t0, e2e = float(r["started_at"]), float(r["e2e_seconds"])
-    started = datetime.fromtimestamp(t0, UTC).replace(tzinfo=None)
-    finished = datetime.fromtimestamp(t0 + e2e, UTC).replace(tzinfo=None)
-    return (r["request_id"], started, finished, r["user"], r["tenant"], r["model"], r["endpoint"],
-            bool(r.get("stream")), r["status"], r["outcome"], r["prompt_tokens"], cached, r["generated_tokens"],
+    try:
+        started = datetime.fromtimestamp(t0, UTC).replace(tzinfo=None)
+        finished = datetime.fromtimestamp(t0 + e2e, UTC).replace(tzinfo=None)
+    except (OverflowError, OSError, ValueError) as exc:
+        raise ValueError("started_at and e2e_seconds must name a time a timestamp holds") from exc
+    return (text["request_id"], started, finished, text["user"], text["tenant"], text["model"], text["endpoint"],
+            bool(r.get("stream")), r["status"], text["outcome"], r["prompt_tokens"], cached, r["generated_tokens"],
             nums["ttft_seconds"], nums["itl_mean_seconds"], nums["itl_max_seconds"],
             nums["decode_tokens_per_second"], nums["e2e_seconds"], bool(r.get("usage_reported")))  # fmt: skip
 
@@ -110,9 +121,11 @@ class RequestIngestor:
             cur.lost += gap
             log.error("gateway %s dropped %d request records from its log before they were read", gateway, gap)
         rows, last = [], cur.seq
+        refused: Counter[str] = Counter()
+        repaired: Counter[str] = Counter()
         for r in page["records"]:
             seq = r.get("seq") if isinstance(r, dict) else None
-            if not isinstance(seq, int):
+            if not is_count(seq):
                 raise FeedError(f"{gateway}: a record without an integer seq after {last}")
             if seq <= last:
                 if seq <= cur.seq:
@@ -120,10 +133,12 @@ class RequestIngestor:
                 raise FeedError(f"{gateway}: record sequence numbers go back from {last} to {seq}")
             last = seq
             try:
-                rows.append((seq, *_record_row(r)))
+                rows.append((seq, *_record_row(r, repaired)))
             except ValueError as exc:
                 cur.rejected += 1
+                refused[f"{exc}: record refused"] += 1
                 log.error("gateway %s: request record %d refused: %s", gateway, seq, exc)
+        record_rejected(con, now, gateway, "request", refused + repaired)
         if rows:
             cols = list(zip(*rows))
             table = {"gateway": pa.array([gateway] * len(rows)), "seq": pa.array(cols[0], pa.int64())}

@@ -21,6 +21,8 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
+from moemeter.columns import MAX_COUNT, clean_text
+
 from .keys import ANONYMOUS, Keys
 from .metrics import GatewayMetrics
 from .records import RecordLog, RequestRecord
@@ -31,7 +33,6 @@ MAX_USER_CHARS = 256
 MAX_IN_FLIGHT = 4096  # requests served at once; past it the gateway answers 429 with Retry-After
 FEED_LIMIT = 5000
 CLIENT_GONE = 499  # nginx's code for "client closed request"
-MAX_COUNT = 2**63 - 1  # a token count the warehouse's BIGINT holds; a larger one is not a count
 # vLLM's request models declare `stream: bool | None`, so pydantic's lax bool decides what a value
 # means (tests/fixtures/vllm-0.32.0-stream-field.json is vLLM's own answer for each value).
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
@@ -49,15 +50,6 @@ class Refused(Exception):
 
 def error_body(message: str, kind: str, code: str, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
-
-
-def clean_text(text: str) -> str:
-    """`text` as valid UTF-8: a lone surrogate (valid JSON: "\\ud800") becomes U+FFFD."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def stream_flag(value: object) -> bool:

@@ -10,7 +10,7 @@ import pytest
 from collectors.parse import parse_page
 from collectors.service import Collector
 from warehouse.db import Warehouse
-from warehouse.ingest import ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("decode-0", "http://x/metrics", "decode", 1)
@@ -37,11 +37,11 @@ def test_after_a_failed_write_no_sample_is_orphaned_and_no_increase_is_double_co
         original_write(con, b)
         calls.append(b)
         if len(calls) == 1:
-            raise RuntimeError("disk full (named fake: a fault this test cannot provoke otherwise)")
+            raise RuntimeError("No space left on device (named fake: a fault this test cannot provoke otherwise)")
         return 0
 
     c.ingestor.write = failing  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="disk full"):
+    with pytest.raises(RuntimeError, match="No space left"):
         c.store([batch(20, T0 + timedelta(seconds=5), "# TYPE b_total counter\nb_total 1\n")])
     c.store([batch(30, T0 + timedelta(seconds=10), "# TYPE b_total counter\nb_total 2\n")])
     orphans = wh.query_df("SELECT count(*) AS n FROM samples WHERE series_id NOT IN (SELECT series_id FROM series)")
@@ -84,3 +84,58 @@ def test_a_write_held_up_past_the_warning_is_waited_for_and_stored_once(tmp_path
     inc = wh.query_df("SELECT i.delta FROM increments i JOIN series s USING (series_id) ORDER BY i.ts")
     assert inc["delta"].tolist() == [20.0, 5.0]
     wh.close()
+
+
+def _targets_file(tmp_path, *targets: TargetInfo):  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps([{"name": t.name, "url": t.url, "role": t.role, "gpus": t.gpus} for t in targets]))
+    return path
+
+
+def test_an_input_that_breaks_the_round_is_refused_alone(tmp_path, monkeypatch):
+    """Whatever the checks did not foresee (here a named fake: the expert ingestor raising for one
+    target, a fault no real input is known to cause any more) costs that target's round only."""
+    other = TargetInfo("decode-1", "http://y/metrics", "decode", 1)
+    wh = Warehouse(tmp_path / "w.duckdb")
+    c = Collector(wh, _targets_file(tmp_path, TARGET, other))
+    original = c.ingestor.write
+
+    def breaks_for_decode_0(con, b):  # type: ignore[no-untyped-def]
+        if b.target.name == "decode-0" and b.up:
+            raise ValueError("named fake: an input nobody foresaw")
+        return original(con, b)
+
+    monkeypatch.setattr(Ingestor, "write", lambda self, con, b: breaks_for_decode_0(con, b))
+    for k in range(3):
+        at = T0 + timedelta(seconds=5 * k)
+        text = f"# TYPE a_total counter\na_total {10 * k}\n".encode()
+        c.store([ScrapeBatch(TARGET, at, True, 0.0, parse_page(text)), ScrapeBatch(other, at, True, 0.0, parse_page(text))])
+    stored = wh.query_df("SELECT target, count(*) AS n FROM samples JOIN series USING (series_id) GROUP BY 1")
+    scrapes = wh.query_df("SELECT target, up, error FROM scrapes ORDER BY ts, target")
+    rejected = wh.query_df("SELECT target, kind, reason, count FROM rejected")
+    wh.close()
+    assert stored.values.tolist() == [["decode-1", 3]]  # every round of the other target
+    assert [(t, up) for t, up, _ in scrapes.values.tolist()] == [("decode-0", False), ("decode-1", True)] * 3
+    assert all("scraped but not stored: ValueError: named fake" in e for t, _, e in scrapes.values if t == "decode-0")
+    assert rejected.values.tolist() == [
+        ["decode-0", "round", "ValueError: named fake: an input nobody foresaw: refused", 1]] * 3  # fmt: skip
+    h = c.health.as_json()
+    assert (h["ok"], h["rounds"], h["rounds_failed"], h["targets_not_stored"], h["refused"]) == (True, 3, 0, 3, 3)
+
+
+def test_a_target_inventing_series_is_bounded_and_its_other_series_kept(tmp_path):
+    wh = Warehouse(tmp_path / "w.duckdb")
+    c = Collector(wh, _targets_file(tmp_path, TARGET))
+    c.ingestor = Ingestor(max_series=250, max_new_series=100)
+    for k in range(5):  # each page: one steady counter and 120 series with new label values
+        page = f"# TYPE steady_total counter\nsteady_total {k}\n# TYPE req gauge\n" + "".join(
+            f'req{{id="{k}-{i}"}} 1\n' for i in range(120))  # fmt: skip
+        c.store([ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.0, parse_page(page.encode()))])
+    series = wh.query_df("SELECT count(*) AS n FROM series").n[0]
+    steady = wh.query_df("SELECT count(*) AS n FROM samples JOIN series USING (series_id) WHERE metric = 'steady_total'")
+    rejected = wh.query_df("SELECT reason, sum(count)::INT AS n FROM rejected WHERE kind = 'series' GROUP BY 1 ORDER BY 1")
+    wh.close()
+    assert series == 250 and steady.n[0] == 5  # capped; the steady series stored every round
+    assert rejected.values.tolist() == [
+        ["new series over the limit of 100 per round: samples refused until a later round", 21 + 20],
+        ["new series over the limit of 250 per target: samples refused", 70 + 120 + 120]]  # fmt: skip

@@ -77,7 +77,7 @@ def test_a_new_log_is_read_from_its_start_and_a_gap_is_counted(con) -> None:
         ({"e2e_seconds": float("nan")}, "e2e_seconds"),
         ({"cached_prompt_tokens": 10**6}, "cached_prompt_tokens"),
         ({"status": "200"}, "status"),
-        ({"user": "x" * 5000}, "5000 characters long"),
+        ({"user": "x" * 5000}, "over 1024 characters long"),
     ],  # fmt: skip
 )
 def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.LogCaptureFixture, change, why) -> None:
