@@ -8,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import login
-from dashboard.source import writer_health, writer_warning
+from dashboard.source import api_health, collector_warning, writer_warning
 
 PAGES = Path(__file__).parent / "pages"
 
@@ -21,6 +21,9 @@ nav = st.navigation([
     st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
     st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
 ])  # fmt: skip
-if warning := writer_warning(writer_health()):
+health = api_health() or {}
+if warning := writer_warning(health.get("writer")):
     st.error(warning, icon=":material/database_off:")
+elif warning := collector_warning(health.get("collector")):
+    st.error(warning, icon=":material/sync_problem:")
 nav.run()

@@ -38,11 +38,11 @@ def query(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def writer_health(url: str | None = None) -> dict[str, Any] | None:
-    """The warehouse writer's state from GET /health; None when the API does not answer."""
+def api_health(url: str | None = None) -> dict[str, Any] | None:
+    """GET /health of the query API (the writer's and the collector's state); None when it does not answer."""
     try:
         headers = QueryClient(url or api_url()).headers()
-        return dict(httpx.get(f"{url or api_url()}/health", timeout=2, headers=headers).json().get("writer") or {})
+        return dict(httpx.get(f"{url or api_url()}/health", timeout=2, headers=headers).json())
     except (httpx.HTTPError, ValueError):
         return None
 
@@ -55,6 +55,15 @@ def writer_warning(health: dict[str, Any] | None) -> str | None:
     return (f"The warehouse cannot write ({health.get('problem')}) since {health.get('since')} UTC: "
             f"{health.get('failed_writes')} rounds lost so far. Pages show what it holds, up to {last}. "
             f"Its message: {health.get('error')}")  # fmt: skip
+
+
+def collector_warning(health: dict[str, Any] | None) -> str | None:
+    """The banner while the collector's rounds fail although the writer writes (a bad round, not a disk)."""
+    if not health or health.get("ok", True):
+        return None
+    return (f"The collector's rounds fail since {health.get('failing_since')} UTC "
+            f"({health.get('rounds_failed')} failed since it started): new data is not being stored. "
+            f"Its last error: {health.get('last_error')}")  # fmt: skip
 
 
 def api_error_message(exc: BaseException, url: str | None = None) -> str:

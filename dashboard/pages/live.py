@@ -84,7 +84,11 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     st.subheader("Scrape health")
     st.dataframe(health, hide_index=True, key="health",
                  column_config={"up": st.column_config.CheckboxColumn("up"),
-                                "duration_seconds": st.column_config.NumberColumn("duration s", format="%.3f")})  # fmt: skip
+                                "duration_seconds": st.column_config.NumberColumn("duration s", format="%.3f"),
+                                "refused": st.column_config.NumberColumn(
+                                    "refused", help="Samples, request records and snapshots refused or repaired "
+                                                    "in this range; the rest of each round was stored"),
+                                "last_refusal": st.column_config.TextColumn("last refusal")})  # fmt: skip
 
 
 st.title("Live")

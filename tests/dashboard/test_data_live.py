@@ -132,3 +132,18 @@ def test_health_shows_the_last_scrapes_own_error_so_a_recovered_target_shows_non
     ing.write(con, ScrapeBatch(t, T0 + timedelta(seconds=5), True, 0.01, parse_page(b"up_metric 1\n")))
     row = live.scrape_health(LocalQuery(con), window()).set_index("target").loc["flaky"]
     assert row["up"] and pd.isna(row["error"]) and row["failures"] == 1 and row["samples"] == 1
+
+
+def test_health_shows_what_each_target_had_refused_in_the_window():
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing = Ingestor(max_series=2)
+    loud, quiet = TargetInfo("loud", "http://x", "decode", 1), TargetInfo("quiet", "http://y", "decode", 1)
+    for k, at in enumerate((T0 + timedelta(seconds=2), T0 + timedelta(seconds=7))):
+        page = "".join(f'g{{id="{k}-{i}"}} 1\n' for i in range(3)).encode()
+        ing.write(con, ScrapeBatch(loud, at, True, 0.01, parse_page(page)))
+        ing.write(con, ScrapeBatch(quiet, at, True, 0.01, parse_page(b"g 1\n")))
+    health = live.scrape_health(LocalQuery(con), window()).set_index("target")
+    assert health.loc["loud", "refused"] == 1 + 3 and health.loc["quiet", "refused"] == 0
+    assert health.loc["loud", "last_refusal"] == "series: new series over the limit of 2 per target: samples refused"
+    assert pd.isna(health.loc["quiet", "last_refusal"])

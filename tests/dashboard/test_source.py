@@ -1,14 +1,21 @@
-"""The banner every page shows while the warehouse cannot write, from GET /health."""
+"""The banners every page shows while the warehouse cannot write or rounds fail, from GET /health."""
 
 from __future__ import annotations
 
-from dashboard.source import writer_health, writer_warning
+from dashboard.source import api_health, collector_warning, writer_warning
 
 
 def test_no_banner_while_writes_succeed_or_the_api_is_silent():
     assert writer_warning({"ok": True, "failed_writes": 0}) is None
-    assert writer_warning(None) is None
-    assert writer_health.__wrapped__("http://127.0.0.1:9") is None  # nothing listens: no banner, no crash
+    assert writer_warning(None) is None and collector_warning(None) is None
+    assert collector_warning({"ok": True, "rounds": 3, "rounds_failed": 1}) is None
+    assert api_health.__wrapped__("http://127.0.0.1:9") is None  # nothing listens: no banner, no crash
+
+
+def test_collector_banner_says_since_when_and_why():
+    text = collector_warning({"ok": False, "failing_since": "2026-11-30T13:00:00+00:00", "rounds_failed": 4,
+                              "last_error": "OverflowError: int too big to convert"})  # fmt: skip
+    assert text is not None and "13:00:00" in text and "4 failed" in text and "OverflowError" in text
 
 
 def test_banner_says_why_since_when_and_what_is_lost():
