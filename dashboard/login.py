@@ -14,6 +14,7 @@ import streamlit as st
 
 LOGIN_ENV = "MOEMETER_DASHBOARD_LOGIN"
 AUTH_KEYS = ("redirect_uri", "cookie_secret", "client_id", "client_secret", "server_metadata_url")
+MIN_COOKIE_SECRET = 32  # characters; Streamlit signs the sign-in cookie with it (an empty one lets anyone forge it)
 
 
 def required() -> bool:
@@ -39,13 +40,27 @@ def config_problem(files: list[Path]) -> str | None:
     providers = [v for v in auth.values() if isinstance(v, dict)]  # [auth.google] and the like
     have = set(auth) | ({k for p in providers for k in p} if providers else set())
     missing = [k for k in AUTH_KEYS if k not in have]
-    return f"[auth] lacks {', '.join(missing)}" if missing else None
+    if missing:
+        return f"[auth] lacks {', '.join(missing)}"
+    values = {**{k: v for p in providers for k, v in p.items()}, **auth}
+    empty = sorted(k for k, v in values.items() if not isinstance(v, dict) and not str(v).strip())
+    if empty:
+        return f"[auth] has empty {', '.join(empty)}"
+    if len(str(auth.get("cookie_secret", ""))) < MIN_COOKIE_SECRET:
+        return (
+            f"[auth] cookie_secret is shorter than {MIN_COOKIE_SECRET} characters: anyone who guesses it can "
+            "sign cookies as any user (make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+    return None
 
 
 def gate() -> None:
     """Stop the page here until the user is signed in, when sign-in is required."""
     if not required():
         return
+    if problem := config_problem(secrets_files()):  # started without `moemeter dashboard`'s check
+        st.error(f"Sign-in is required but not configured safely: {problem}. See README, Security.")
+        st.stop()
     if not st.user.get("is_logged_in", False):
         st.title("moemeter")
         st.info("Sign in to see the dashboard.")

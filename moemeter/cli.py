@@ -340,7 +340,21 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             raise CliError("--require-login needs Authlib (pip install 'Authlib>=1.3.2')")
         env[login.LOGIN_ENV] = "1"
     print(f"dashboard: http://{args.host}:{args.port}  (query API {args.api})", flush=True)
-    return subprocess.call(_streamlit_cmd(args.port, args.host), env=env)
+    proc = subprocess.Popen(_streamlit_cmd(args.port, args.host), env=env)
+    stopping: list[int] = []
+
+    def forward(sig: int, _frame: object) -> None:  # Streamlit stops with us, and frees its port
+        stopping.append(sig)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+        killer = threading.Timer(STOP_SECONDS, proc.kill)  # if it has not stopped by then (a no-op once it has)
+        killer.daemon = True
+        killer.start()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, forward)
+    code = proc.wait()
+    return 0 if stopping else code
 
 
 # ------------------------------------------------------------------------- ingest
@@ -774,17 +788,21 @@ def _wait_for_signal() -> None:
 
 def _api_token(args: argparse.Namespace) -> str | None:
     """The query API token: --api-token-file, else MOEMETER_API_TOKEN; never from the command line."""
-    from warehouse.api import TOKEN_ENV
+    from warehouse.api import MIN_TOKEN_CHARS, TOKEN_ENV
 
     if args.api_token_file:
         try:
-            token = Path(args.api_token_file).read_text().strip()
+            token, where = Path(args.api_token_file).read_text().strip(), "--api-token-file"
         except OSError as exc:
             raise CliError(f"cannot read --api-token-file: {exc}") from exc
-        if len(token) < 16:
-            raise CliError("--api-token-file holds fewer than 16 characters: use a long random token")
-        return token
-    return os.environ.get(TOKEN_ENV) or None
+    else:
+        token, where = os.environ.get(TOKEN_ENV, "").strip(), TOKEN_ENV
+        if not token:
+            return None
+    if len(token) < MIN_TOKEN_CHARS:
+        raise CliError(f"{where} holds fewer than {MIN_TOKEN_CHARS} characters: use a long random token "
+                       "(python -c 'import secrets; print(secrets.token_urlsafe(32))')")  # fmt: skip
+    return token
 
 
 def _open_warehouse(db: str, serve_read_only: bool = False, memory_limit: str | None = None):  # type: ignore[no-untyped-def]

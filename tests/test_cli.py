@@ -244,3 +244,34 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("127.0.0.1", p_))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_dashboard_passes_a_signal_to_streamlit_and_waits_for_it(tmp_path, sig):
+    import socket
+
+    from tests.e2e.test_browser import free_port, wait_http
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "dashboard", "--port", str(port), "--api",
+                             "http://127.0.0.1:9"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    streamlit: list[int] = []
+    try:
+        wait_http(f"http://127.0.0.1:{port}/_stcore/health", 120, proc)
+        streamlit = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                    text=True).stdout.split()]  # fmt: skip
+        assert len(streamlit) == 1, streamlit
+        proc.send_signal(sig)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in streamlit:  # never leave it running for later tests
+            if os.path.exists(f"/proc/{pid}"):
+                os.kill(pid, signal.SIGKILL)
+    assert all(not os.path.exists(f"/proc/{pid}") for pid in streamlit)  # waited for, not left behind
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", port))  # its port is free again

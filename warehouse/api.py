@@ -61,6 +61,7 @@ MAX_REQUEST_BYTES = 1 << 20
 BODY_SECONDS = 10.0  # a request body must arrive within this (a slow client holds a thread no longer)
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 TOKEN_ENV = "MOEMETER_API_TOKEN"
+MIN_TOKEN_CHARS = 16  # from the environment or a file alike
 __all__ = ["QueryClient", "QueryServer", "LocalQuery", "QueryError", "QueryRefused", "ApiUnreachable",
            "table_to_json", "is_loopback", "TOKEN_ENV"]  # fmt: skip
 
@@ -275,6 +276,8 @@ class QueryServer(ThreadingHTTPServer):
         if not token and not is_loopback(host):
             raise QueryRefused(f"the query API on {host} (beyond loopback) needs a token: set {TOKEN_ENV} or "
                                "--api-token-file")  # fmt: skip
+        if token and len(token) < MIN_TOKEN_CHARS:
+            raise QueryRefused(f"the query API's token has fewer than {MIN_TOKEN_CHARS} characters")
         super().__init__((host, port), _Handler)
         self.warehouse = warehouse
         self.token = token

@@ -13,21 +13,38 @@ from moemeter.cli import main
 APP = str(Path(__file__).parents[2] / "dashboard" / "app.py")
 AUTH = """[auth]
 redirect_uri = "http://localhost:8501/oauth2callback"
-cookie_secret = "a-long-random-string"
+cookie_secret = "kq3Vb0hM2yRr7WcXfN9sE4tLpA6uJdZg"
 client_id = "moemeter"
 client_secret = "do-not-print-me"
 server_metadata_url = "https://idp.example/.well-known/openid-configuration"
 """
 
 
-def test_when_required_only_the_sign_in_prompt_shows(empty_api, monkeypatch):
+def _secrets(home: Path, text: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (home / ".streamlit").mkdir(exist_ok=True)
+    (home / ".streamlit" / "secrets.toml").write_text(text)
+    monkeypatch.setenv("HOME", str(home))
+
+
+def test_when_required_only_the_sign_in_prompt_shows(empty_api, monkeypatch, tmp_path):
     monkeypatch.setenv(login.LOGIN_ENV, "1")
+    _secrets(tmp_path, AUTH, monkeypatch)
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception
     assert [b.label for b in at.button] == ["Log in"]
     assert "Sign in" in at.info[0].value
     assert not at.metric and not at.dataframe  # no page ran
+
+
+def test_required_but_unsafe_sign_in_shows_nothing_but_why(empty_api, monkeypatch, tmp_path):
+    """Started without `moemeter dashboard`'s check (streamlit run, MOEMETER_DASHBOARD_LOGIN=1)."""
+    monkeypatch.setenv(login.LOGIN_ENV, "1")
+    _secrets(tmp_path, AUTH.replace("kq3Vb0hM2yRr7WcXfN9sE4tLpA6uJdZg", ""), monkeypatch)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception and not at.button and not at.metric and not at.dataframe
+    assert "empty cookie_secret" in at.error[0].value
 
 
 def test_off_by_default_the_pages_render(empty_api, monkeypatch):
@@ -45,9 +62,17 @@ def test_configuration_is_checked_without_echoing_secrets(tmp_path):
     assert login.config_problem([f]) == "[auth] lacks client_secret"
     f.write_text(AUTH)
     assert login.config_problem([f]) is None
-    provider = "[auth]\nredirect_uri = 'x'\ncookie_secret = 'y'\n[auth.google]\n" + AUTH.split("\n", 3)[3]
+    provider = (
+        "[auth]\nredirect_uri = 'x'\ncookie_secret = '" + "y" * 32 + "'\n[auth.google]\n" + AUTH.split("\n", 3)[3]
+    )
     f.write_text(provider)
     assert login.config_problem([f]) is None  # a named provider holds the client keys
+    f.write_text(AUTH.replace("kq3Vb0hM2yRr7WcXfN9sE4tLpA6uJdZg", ""))
+    assert login.config_problem([f]) == "[auth] has empty cookie_secret"
+    f.write_text(AUTH.replace('client_id = "moemeter"', 'client_id = "  "'))
+    assert login.config_problem([f]) == "[auth] has empty client_id"
+    f.write_text(AUTH.replace("kq3Vb0hM2yRr7WcXfN9sE4tLpA6uJdZg", "short-secret"))
+    assert "shorter than 32 characters" in (login.config_problem([f]) or "")
     f.write_text("[auth\nbroken")
     assert str(f) in (login.config_problem([f]) or "")
 
@@ -63,3 +88,6 @@ def test_require_login_refuses_an_unconfigured_dashboard(tmp_path, monkeypatch, 
     assert main(["dashboard", "--require-login", "--port", "1"]) != 0
     err = capsys.readouterr().err
     assert "lacks cookie_secret" in err and "do-not-print-me" not in err
+    (tmp_path / ".streamlit" / "secrets.toml").write_text(AUTH.replace("kq3Vb0hM2yRr7WcXfN9sE4tLpA6uJdZg", ""))
+    assert main(["dashboard", "--require-login", "--port", "1"]) != 0
+    assert "empty cookie_secret" in capsys.readouterr().err

@@ -127,4 +127,8 @@ def test_serve_refuses_to_listen_beyond_loopback_without_a_token(tmp_path, monke
     (tmp_path / "short").write_text("abc\n")
     assert main([*args, "--api-token-file", str(tmp_path / "short")]) != 0
     assert "fewer than 16 characters" in capsys.readouterr().err
+    monkeypatch.setenv("MOEMETER_API_TOKEN", "short-token")  # the environment follows the same minimum
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "MOEMETER_API_TOKEN holds fewer than 16 characters" in err and "short-token" not in err
     assert not (tmp_path / "w.duckdb").exists()  # refused before anything was opened
