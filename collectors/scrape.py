@@ -1,7 +1,8 @@
 """Scrape every target concurrently, each under its own deadline, and record health as data.
 
 A target that is down, slow, returns an HTTP error, garbage or a truncated page yields an
-unhealthy `ScrapeBatch` with the reason; the others are unaffected. The fetch function and
+unhealthy `ScrapeBatch` with the reason; the others are unaffected. Pages are parsed in worker
+threads, so a target's duration is its fetch alone and a slow parse delays no other target. The fetch function and
 the clock are passed in, so tests drive faults exactly.
 """
 
@@ -94,8 +95,8 @@ async def scrape_one(target: TargetInfo, fetch: Fetch, timeout: float, clock: Cl
         snippet = resp.body[:120].decode("utf-8", "replace").strip()
         return ScrapeBatch(target, ts, False, duration, bytes=len(resp.body),
                            error=f"HTTP {resp.status}: {snippet}")  # fmt: skip
-    try:
-        samples = parse_page(resp.body, resp.content_type)
+    try:  # in a worker thread: a huge page never holds up another target's round on the event loop
+        samples = await asyncio.to_thread(parse_page, resp.body, resp.content_type)
     except ExpositionError as exc:
         return ScrapeBatch(target, ts, False, duration, bytes=len(resp.body), error=str(exc))
     return ScrapeBatch(target, ts, True, duration, samples, bytes=len(resp.body))

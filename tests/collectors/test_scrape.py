@@ -102,3 +102,32 @@ def test_a_connection_dropped_before_any_response_is_asked_once_more():
     url, _ = serve(drops=2)
     batch = asyncio.run(scrape(url))
     assert not batch.up and "without sending a response" in batch.error
+
+
+def test_a_page_being_parsed_holds_up_no_other_target(http_server, capture, monkeypatch):
+    """The big page's parse (a named fake: it waits until the small target's scrape is done, as a
+    25 MB page's parse takes seconds) blocks nothing: were it on the event loop, the small target
+    would never be scraped and the wait would run out."""
+    import threading
+
+    import collectors.scrape as scrape
+
+    base, routes = http_server
+    small = capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").encode()
+    big = small + b"# big\n"
+    routes["/big"], routes["/small"] = reply(big), reply(small)
+    small_done = threading.Event()
+    real = scrape.parse_page
+
+    def parse(body: bytes, content_type: str = "text/plain"):  # type: ignore[no-untyped-def]
+        if body == big and not small_done.wait(30):
+            raise AssertionError("the small target was held up while the big page was parsed")
+        out = real(body, content_type)
+        if body == small:
+            small_done.set()
+        return out
+
+    monkeypatch.setattr(scrape, "parse_page", parse)
+    targets = [TargetInfo(n, f"{base}/{n}", "decode", 1) for n in ("big", "small")]
+    big_batch, small_batch = asyncio.run(_scrape(targets, timeout=60))
+    assert big_batch.up and small_batch.up and len(big_batch.samples) == len(small_batch.samples) > 100
