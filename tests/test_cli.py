@@ -212,9 +212,7 @@ def test_gateway_refuses_bad_setup(tmp_path, capsys):
 def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
     """As a shell's background job (SIGINT ignored when it starts), `kill -INT` or `kill` on the
     one pid stops the twin, serve and the dashboard within 10 s and frees their ports."""
-    import socket
-
-    from tests.e2e.test_browser import free_port, wait_http
+    from tests.e2e.test_browser import assert_ports_free, free_port, wait_http
 
     port, api_port = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port", str(port),
@@ -240,18 +238,13 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
                     pass
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
-    for p_ in (port, api_port):
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", p_))
+    assert_ports_free(port, api_port)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_dashboard_passes_a_signal_to_streamlit_and_waits_for_it(tmp_path, sig):
-    import socket
-
-    from tests.e2e.test_browser import free_port, wait_http
+    from tests.e2e.test_browser import assert_ports_free, free_port, wait_http
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moemeter", "dashboard", "--port", str(port), "--api",
@@ -272,6 +265,4 @@ def test_dashboard_passes_a_signal_to_streamlit_and_waits_for_it(tmp_path, sig):
             if os.path.exists(f"/proc/{pid}"):
                 os.kill(pid, signal.SIGKILL)
     assert all(not os.path.exists(f"/proc/{pid}") for pid in streamlit)  # waited for, not left behind
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port))  # its port is free again
+    assert_ports_free(port)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ CLIENT_GONE = 499  # nginx's code for "client closed request"
 # means (tests/fixtures/vllm-0.32.0-stream-field.json is vLLM's own answer for each value).
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+_RESPONSE_ID = re.compile(rb'"id": ?"((?:chatcmpl|cmpl)-[^"\\]*)"')  # the first "id" of a response or chunk
 
 
 class Refused(Exception):
@@ -170,6 +172,21 @@ def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int | None, int] | 
     return counts
 
 
+def public_ids(
+    data: bytes, request_id: str, known: tuple[bytes, bytes] | None = None
+) -> tuple[bytes, tuple[bytes, bytes] | None]:
+    """`data` with the upstream's response id replaced by the one clients see (its prefix and the
+    gateway's request id: vllm-router's ids name internal addresses), and the (upstream, public)
+    pair for the next chunks of the same stream."""
+    if known is None:
+        m = _RESPONSE_ID.search(data)
+        if m is None:
+            return data, None
+        upstream = m.group(1)
+        known = (upstream, upstream.split(b"-", 1)[0] + b"-" + request_id.encode())
+    return (data.replace(*known) if known[0] != known[1] else data), known
+
+
 def _openai_error(data: bytes) -> bool:
     """Whether a body is an OpenAI-style error object (vLLM's own 4xx answers are)."""
     try:
@@ -189,7 +206,7 @@ class _Call:
 
     def delivered(self) -> bool:
         """The client has had the whole answer: the upstream's [DONE] went on to it."""
-        return self.tracker is not None and self.tracker.done
+        return self.tracker is not None and self.tracker.delivered
 
 
 class Gateway:
@@ -372,10 +389,10 @@ class Gateway:
             return web.json_response(error_body("The gateway failed on this request.", "server_error", "gateway_error"),
                                      status=500, headers={"X-Request-Id": rec.request_id})  # fmt: skip
         finally:
-            self.metrics.in_flight -= 1
             rec.e2e_seconds = time.monotonic() - t0
             self.metrics.observe(rec)
             self.records.append(rec)
+            self.metrics.in_flight -= 1  # last: no request in flight means every record is appended
 
     async def _forward(self, request: web.Request, body: dict[str, Any], call: _Call) -> web.StreamResponse:
         assert self.session is not None
@@ -418,11 +435,12 @@ class Gateway:
         else:
             try:
                 counted = usage_tokens(json.loads(data).get("usage"))
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 counted = None
             if counted:
                 rec.prompt_tokens, rec.cached_prompt_tokens, rec.generated_tokens = counted
                 rec.usage_reported = True
+            data, _ = public_ids(data, rec.request_id)
         headers = {"X-Request-Id": rec.request_id}
         return web.Response(body=data, status=up.status, headers=headers,
                             content_type=up.content_type or "application/json")  # fmt: skip
@@ -435,6 +453,7 @@ class Gateway:
         try:
             try:
                 buf, sep = b"", b""
+                ids: tuple[bytes, bytes] | None = None
                 async for data in up.content.iter_any():  # whatever arrived: one or many events, or part of one
                     buf += data
                     if not sep:
@@ -446,10 +465,11 @@ class Gateway:
                         now = time.monotonic()
                         kept = [e + sep for e in events if tr.event(e, now)]
                         if kept:
-                            await resp.write(b"".join(kept))
+                            out, ids = public_ids(b"".join(kept), rec.request_id, ids)
+                            await resp.write(out)
                         tr.delivered = tr.done  # the client has the whole answer, whenever it closes now
                 if buf.strip() and tr.event(buf, time.monotonic()):
-                    await resp.write(buf)
+                    await resp.write(public_ids(buf, rec.request_id, ids)[0])
                     tr.delivered = tr.done
             except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
                 if not tr.delivered:  # after [DONE] the answer is whole; only the connection's end was untidy

@@ -70,6 +70,7 @@ class RecordLog:
         self.log_id: str = con.execute("SELECT value FROM meta WHERE key = 'log_id'").fetchone()[0]
         self.written = 0
         self.failed = 0
+        self.appended = 0
         self._writer = threading.Thread(target=self._write_loop, args=(con,), name="gateway-records", daemon=True)
         self._writer.start()
 
@@ -80,11 +81,13 @@ class RecordLog:
         return con
 
     def append(self, record: RequestRecord) -> None:
+        self.appended += 1  # from one thread (the gateway's event loop)
         self._queue.put(record)
 
     @property
     def pending(self) -> int:
-        return self._queue.qsize()
+        """Records appended and neither stored nor given up on yet (queued or being written)."""
+        return self.appended - self.written - self.failed
 
     def _write_loop(self, con: sqlite3.Connection) -> None:
         last_prune = 0.0

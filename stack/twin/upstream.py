@@ -8,7 +8,8 @@ from a simulated prefix cache (`prompt_tokens_details.cached_tokens`). Times com
 cannot be made to show on demand, named by the request body's field `twin_fault` (a body field, so it
 passes through the gateway unchanged):
 `drop-after-N` (close the stream after N tokens, no [DONE]), `stall` (never answer),
-`always-stream` (stream whatever the request said), `linger-after-done` (hold the connection
+`always-stream` (stream whatever the request said), `router-ids` (response ids naming internal
+addresses, as through vllm-router), `linger-after-done` (hold the connection
 open a while after [DONE], as a router in between may), `status-N` (answer HTTP N), `status-N-text` (answer HTTP N with a plain-text body naming an internal
 address, as vllm-router's 500s do). A body field `twin_itl_seconds` sets this request's gap between
 tokens; `twin_prompt_tokens` the prompt tokens its usage reports (whatever the value).
@@ -117,6 +118,8 @@ class SimulatedUpstream:
         n_out = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.default_max_tokens)
         usage = {"prompt_tokens": body.get("twin_prompt_tokens", len(tokens)), "completion_tokens": n_out, "total_tokens": len(tokens) + n_out,
                  "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+        if fault == "router-ids":  # vllm-router in PD mode names both instances in the id it passes on
+            rid = f"___prefill_addr_10.0.0.7:8100___decode_addr_10.0.0.8:8200_{rid}"
         cid, created = f"{'chatcmpl' if chat else 'cmpl'}-{rid}", int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         if self.ttft_seconds:

@@ -32,6 +32,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def assert_ports_free(*ports: int) -> None:
+    """Nothing listens on these any more (connections left in TIME_WAIT are fine): binding succeeds."""
+    for port in ports:
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+
+
 def free_port_block(size: int = 10) -> int:
     """The first of `size` free ports, all below the kernel's ephemeral range: a server started
     minutes later still finds its port free, since no port 0 bind or outgoing connection of the
@@ -122,7 +130,4 @@ def test_moemeter_up_shows_live_numbers_in_chromium(stack):
     # Ctrl-C stops everything cleanly: the process exits and its ports are free again.
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 0
-    for p_ in (port, api_port):  # no listener left (TIME_WAIT connections are fine)
-        with socket.socket() as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", p_))
+    assert_ports_free(port, api_port)

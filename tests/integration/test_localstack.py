@@ -176,6 +176,61 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
         wh.close()
 
 
+def test_real_clients_streams_are_metered_whole(localstack):
+    """The audit's repro on the real stack: streams delivered in full were recorded as 499 when the
+    client closed right after [DONE] (3 of 7 from the `openai` SDK, 9 of 20 from a client that stops
+    reading at [DONE]). And `"stream": "true"`, which vLLM streams, is metered as a stream."""
+    import json
+
+    import openai
+
+    from stack.localstack import MODEL_NAME
+
+    _, base, _ = localstack
+    url = f"http://127.0.0.1:{base + 3}"
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    told: dict[str, list[int]] = {"sdk": [], "closer": [], "string": []}  # completion tokens the client was told
+    ids: set[str] = set()  # response ids the clients saw
+    for i in range(7):
+        stream = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": f"count {i}"}],
+                                                max_tokens=6, stream=True, stream_options={"include_usage": True},
+                                                user="sdk")  # fmt: skip
+        chunks = list(stream)
+        told["sdk"].append(chunks[-1].usage.completion_tokens)
+        ids.update(c.id for c in chunks)
+        stream.close()
+    with httpx.Client(timeout=120) as http:
+        for i in range(20):
+            body = {"model": MODEL_NAME, "prompt": f"say {i}", "max_tokens": 6, "stream": True, "user": "closer",
+                    "stream_options": {"include_usage": True}}  # fmt: skip
+            with http.stream("POST", url + "/v1/completions", json=body) as r:
+                text = b""
+                for chunk in r.iter_raw():
+                    text += chunk
+                    if b"data: [DONE]" in text:
+                        break  # and close at once
+            usage = [json.loads(e[6:]) for e in text.split(b"\n\n") if e.startswith(b'data: {"') and b'"usage":{' in e]
+            told["closer"].append(usage[-1]["usage"]["completion_tokens"])
+            ids.add(usage[-1]["id"])
+        r = http.post(url + "/v1/completions", content=json.dumps({"model": MODEL_NAME, "prompt": "hi", "max_tokens": 5,
+                                                                   "stream": "true", "user": "string"}))  # fmt: skip
+        assert r.headers["content-type"].startswith("text/event-stream") and r.text.endswith("data: [DONE]\n\n")
+    deadline = time.monotonic() + 60
+    while True:  # until the gateway's log has all 28 (a record is in the feed once it is durable)
+        records = [r for r in httpx.get(url + "/moemeter/requests", params={"limit": 5000}).json()["records"]
+                   if r["user"] in told]  # fmt: skip
+        if len(records) >= 7 + 20 + 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    got = {u: [(r["status"], r["outcome"], r["generated_tokens"]) for r in records if r["user"] == u] for u in told}
+    [(status, outcome, n)] = got.pop("string")
+    assert (status, outcome) == (200, "ok") and 1 <= n <= 5
+    assert got == {u: [(200, "ok", n) for n in told[u]] for u in ("sdk", "closer")}
+    assert all(r["stream"] and r["usage_reported"] and r["prompt_tokens"] > 0 for r in records)
+    # vllm-router names both instances in the ids it passes on; clients see the gateway's own ids.
+    assert len(ids) == 27 and not any("addr" in i or "127.0.0.1" in i for i in ids), sorted(ids)[:3]
+
+
 def test_it_stops_cleanly_on_sigterm(localstack):
     work, base, proc = localstack
     os.killpg(proc.pid, signal.SIGTERM)

@@ -53,13 +53,15 @@ class Rig:
     loop: LoopThread
 
     def flush(self) -> None:
-        """Wait until every finished request's record is durable."""
+        """Wait until no request is in flight and every record is durable (or said to be lost): a
+        client may have its whole answer before the gateway's handler has finished."""
         import time
 
-        deadline = time.monotonic() + 10
-        while self.records.pending and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while self.gateway.metrics.in_flight or self.records.pending:
+            assert time.monotonic() < deadline, (f"after 30 s: {self.gateway.metrics.in_flight} requests in flight, "
+                                                 f"{self.records.pending} records not written")  # fmt: skip
             time.sleep(0.01)
-        time.sleep(self.records.batch_seconds * 3)
 
 
 def start_rig(tmp: Path, keys: Keys | None = None, upstream: SimulatedUpstream | None = None,

@@ -164,9 +164,22 @@ def test_requests_past_the_in_flight_bound_get_429_and_are_recorded(tmp_path: Pa
             over = httpx.post(rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a"})
         assert over.status_code == 429 and over.headers["Retry-After"] == "1"
         assert over.json()["error"]["code"] == "overloaded"
+        rig.flush()  # the two closed streams have ended at the gateway too
         after = httpx.post(rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a", "max_tokens": 1})
         assert after.status_code == 200  # the bound frees as requests end
         outcomes = sorted(r["outcome"] for r in records(rig))
     finally:
         rig.loop.close()
     assert outcomes == ["client_disconnect", "client_disconnect", "ok", "overloaded"]
+
+
+def test_response_ids_never_name_internal_addresses(rig: Rig) -> None:
+    body = {"model": "twin-moe", "prompt": "a", "max_tokens": 3, "twin_fault": "router-ids"}
+    whole = httpx.post(rig.url + "/v1/completions", json=body)
+    streamed = httpx.post(rig.url + "/v1/chat/completions", json={**body, "stream": True, "messages": [
+        {"role": "user", "content": "a"}]})  # fmt: skip
+    assert whole.json()["id"] == f"cmpl-{whole.headers['X-Request-Id']}"
+    ids = {c["id"] for c in sse_chunks(streamed.text) if isinstance(c, dict)}
+    assert ids == {f"chatcmpl-{streamed.headers['X-Request-Id']}"}
+    assert "10.0.0.7" not in whole.text + streamed.text and "addr" not in whole.text + streamed.text
+    assert [r["outcome"] for r in records(rig)] == ["ok", "ok"]
