@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import duckdb
 import httpx
@@ -45,103 +46,102 @@ def small_disk(tmp_path):
         _sh("umount", "-l", str(disk))
 
 
-def test_full_disk_keeps_queries_answering_and_writes_resume(small_disk, capture, caplog, tmp_path):
-    targets = tmp_path / "targets.json"
-    targets.write_text("[]")
-    wh = Warehouse(small_disk / "w.duckdb")
-    api = QueryServer(wh)
-    api.start()
-    collector = Collector(wh, targets, interval=5.0)
-    page = capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt")
-    samples = parse_page(page.encode())
-    rounds = iter(range(10_000))
+class OnSmallDisk:
+    """The warehouse on the small disk, its query API, and a collector storing the recorded decode page."""
 
-    def store() -> int:
-        k = next(rounds)
-        return collector.store([ScrapeBatch(DECODE, T0 + timedelta(seconds=5 * k), True, 0.01, samples)])
+    def __init__(self, disk: Path, samples: list, tmp: Path) -> None:  # type: ignore[type-arg]
+        targets = tmp / "targets.json"
+        targets.write_text("[]")
+        self.disk, self.samples, self.rounds = disk, samples, iter(range(10_000))
+        self.wh = Warehouse(disk / "w.duckdb")
+        self.api = QueryServer(self.wh)
+        self.api.start()
+        self.collector = Collector(self.wh, targets, interval=5.0)
 
-    def stored() -> int:
-        return int(httpx.post(api.url + "/query", json={"sql": "SELECT count(*) AS n FROM scrapes",
-                                                        "format": "json"}).json()["rows"][0][0])  # fmt: skip
+    def store(self) -> int:
+        at = T0 + timedelta(seconds=5 * next(self.rounds))
+        return self.collector.store([ScrapeBatch(DECODE, at, True, 0.01, self.samples)])
 
-    def health() -> dict:
-        return httpx.get(api.url + "/health").json()
+    def stored(self) -> int:
+        r = httpx.post(self.api.url + "/query", json={"sql": "SELECT count(*) FROM scrapes", "format": "json"})
+        assert r.status_code == 200, r.text
+        return int(r.json()["rows"][0][0])
 
+    def health(self) -> dict:  # type: ignore[type-arg]
+        return httpx.get(self.api.url + "/health").json()
+
+    def fill(self) -> None:
+        """Fill the disk to the last few KiB."""
+        _sh("dd", "if=/dev/zero", f"of={self.disk / 'ballast'}", "bs=64k")
+
+    def free(self) -> None:
+        (self.disk / "ballast").unlink()
+
+
+@pytest.fixture
+def on_disk(small_disk, capture, tmp_path):
+    rig = OnSmallDisk(small_disk, parse_page(capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").encode()), tmp_path)
     try:
-        for _ in range(3):
-            store()
-        assert stored() == 3 and health()["writer"]["ok"]
-        # Fill the disk to the last few KiB.
-        _sh("dd", "if=/dev/zero", f"of={small_disk / 'ballast'}", "bs=64k")
-        caplog.set_level(logging.ERROR, logger="warehouse.db")
-        failed = 0
-        for _ in range(20):  # a few writes may still fit in the last free blocks
-            try:
-                store()
-            except Exception as exc:
-                assert "No space left on device" in str(exc)
-                failed += 1
-        assert failed >= 10
-        h = health()
-        assert not h["ok"] and not h["writer"]["ok"] and h["writer"]["problem"] == "disk full"
-        assert h["writer"]["failed_writes"] == failed
-        assert stored() >= 3  # what it holds still answers
-        assert sum("cannot write (disk full)" in r.getMessage() for r in caplog.records) == 1  # said once, clearly
-        assert "disk full" in (writer_warning(h["writer"]) or "")
-        # Space back: the next round is stored without a restart.
-        (small_disk / "ballast").unlink()
-        before = stored()
-        store()
-        assert stored() == before + 1 and health()["writer"]["ok"]
+        yield rig
     finally:
-        api.shutdown()
-        wh.close()
+        rig.api.shutdown()
+        rig.wh.close()
 
 
-def test_a_checkpoint_that_fills_the_disk_is_survived_without_a_restart(small_disk, capture, tmp_path):
+def test_full_disk_keeps_queries_answering_and_writes_resume(on_disk, caplog):
+    rig = on_disk
+    for _ in range(3):
+        rig.store()
+    assert rig.stored() == 3 and rig.health()["writer"]["ok"]
+    rig.fill()
+    caplog.set_level(logging.ERROR, logger="warehouse.db")
+    failed = 0
+    for _ in range(20):  # a few writes may still fit in the last free blocks
+        try:
+            rig.store()
+        except Exception as exc:
+            assert "No space left on device" in str(exc)
+            failed += 1
+    assert failed >= 10
+    h = rig.health()
+    assert not h["ok"] and not h["writer"]["ok"] and h["writer"]["problem"] == "disk full"
+    assert h["writer"]["failed_writes"] == failed
+    assert rig.stored() >= 3  # what it holds still answers
+    assert sum("cannot write (disk full)" in r.getMessage() for r in caplog.records) == 1  # said once, clearly
+    assert "disk full" in (writer_warning(h["writer"]) or "")
+    # Space back: the next round is stored without a restart.
+    rig.free()
+    before = rig.stored()
+    rig.store()
+    assert rig.stored() == before + 1 and rig.health()["writer"]["ok"]
+
+
+def test_a_checkpoint_that_fills_the_disk_is_survived_without_a_restart(on_disk):
     """DuckDB checkpoints when its WAL passes 16 MB (at a commit) or when asked; a checkpoint that
     meets a full disk is fatal to the database instance ("database has been invalidated"): every
     statement fails, readers' too. The warehouse opens the file again at once, so queries answer
     from what was committed, and writes resume by themselves once space is back."""
-    targets = tmp_path / "targets.json"
-    targets.write_text("[]")
-    wh = Warehouse(small_disk / "w.duckdb")
-    api = QueryServer(wh)
-    api.start()
-    collector = Collector(wh, targets, interval=5.0)
-    samples = parse_page(capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").encode())
-    rounds = iter(range(10_000))
-
-    def store() -> int:
-        return collector.store([ScrapeBatch(DECODE, T0 + timedelta(seconds=5 * next(rounds)), True, 0.01, samples)])
-
-    def stored() -> int:
-        r = httpx.post(api.url + "/query", json={"sql": "SELECT count(*) FROM scrapes", "format": "json"})
-        assert r.status_code == 200, r.text
-        return int(r.json()["rows"][0][0])
-
-    try:
-        for _ in range(3):
-            store()  # committed to the WAL, not yet checkpointed into the file
-        _sh("dd", "if=/dev/zero", f"of={small_disk / 'ballast'}", "bs=64k")
-        with pytest.raises(duckdb.FatalException, match="No space left on device"):
-            wh.write(lambda con: con.execute("CHECKPOINT"))
-        assert stored() == 3  # reopened: what was committed answers
-        h = httpx.get(api.url + "/health").json()
-        assert not h["ok"] and h["writer"]["problem"] == "disk full"
-        with pytest.raises(Exception, match="No space left on device"):
-            for _ in range(20):  # the last free blocks may take a round or two
-                store()
-        assert stored() >= 3
-        (small_disk / "ballast").unlink()
-        before = stored()
-        store()
-        assert stored() == before + 1 and httpx.get(api.url + "/health").json()["ok"]
-        wh.write(lambda con: con.execute("CHECKPOINT"))  # and the file can be checkpointed again
-    finally:
-        api.shutdown()
-        wh.close()
-    reopened = duckdb.connect(str(small_disk / "w.duckdb"), read_only=True)
+    rig = on_disk
+    for _ in range(3):
+        rig.store()  # committed to the WAL, not yet checkpointed into the file
+    rig.fill()
+    with pytest.raises(duckdb.FatalException, match="No space left on device"):
+        rig.wh.write(lambda con: con.execute("CHECKPOINT"))
+    assert rig.stored() == 3  # reopened: what was committed answers
+    h = rig.health()
+    assert not h["ok"] and h["writer"]["problem"] == "disk full"
+    with pytest.raises(Exception, match="No space left on device"):
+        for _ in range(20):  # the last free blocks may take a round or two
+            rig.store()
+    assert rig.stored() >= 3
+    rig.free()
+    before = rig.stored()
+    rig.store()
+    assert rig.stored() == before + 1 and rig.health()["ok"]
+    rig.wh.write(lambda con: con.execute("CHECKPOINT"))  # and the file can be checkpointed again
+    rig.api.shutdown()
+    rig.wh.close()
+    reopened = duckdb.connect(str(rig.disk / "w.duckdb"), read_only=True)
     assert reopened.execute("SELECT count(*) FROM scrapes").fetchone()[0] == before + 1
 
 
