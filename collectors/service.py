@@ -176,7 +176,8 @@ class Collector:
     def _forget(self) -> None:
         """After a rolled-back transaction: forget what the ingestors believe was stored, so they
         reload series, last values and feed cursors from the database."""
-        self.ingestor, self.expert_ingestor = Ingestor(self.retention), ExpertIngestor()
+        limits = self.ingestor.max_series, self.ingestor.max_new_series
+        self.ingestor, self.expert_ingestor = Ingestor(self.retention, *limits), ExpertIngestor()
         self.request_ingestor = RequestIngestor()
 
     def _round_failed(self, exc: BaseException) -> None:
