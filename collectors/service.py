@@ -45,6 +45,7 @@ class CollectorHealth:
     last_error: str = ""  # why the last failed round failed
     targets_not_stored: int = 0  # target-rounds refused alone while the rest of their round was stored
     refused: int = 0  # samples, records and snapshots refused or repaired (the `rejected` table has each)
+    starting: str = ""  # what collection waits for before its first round ("" once it runs)
 
     @property
     def ok(self) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import login
-from dashboard.source import api_health, collector_warning, writer_warning
+from dashboard.source import api_health, collector_warning, starting_note, writer_warning
 
 PAGES = Path(__file__).parent / "pages"
 
@@ -26,4 +26,6 @@ if warning := writer_warning(health.get("writer")):
     st.error(warning, icon=":material/database_off:")
 elif warning := collector_warning(health.get("collector")):
     st.error(warning, icon=":material/sync_problem:")
+elif note := starting_note(health.get("collector")):
+    st.info(note, icon=":material/hourglass_top:")
 nav.run()

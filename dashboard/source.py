@@ -57,6 +57,14 @@ def writer_warning(health: dict[str, Any] | None) -> str | None:
             f"Its message: {health.get('error')}")  # fmt: skip
 
 
+def starting_note(health: dict[str, Any] | None) -> str | None:
+    """What a page says while collection has not started yet (the stack is still coming up)."""
+    if not health or not health.get("starting"):
+        return None
+    return (f"Starting: the collector is {health['starting']}. Real vLLM loads its model first (a minute or two "
+            "on a CPU); pages fill in from the first round.")  # fmt: skip
+
+
 def collector_warning(health: dict[str, Any] | None) -> str | None:
     """The banner while the collector's rounds fail although the writer writes (a bad round, not a disk)."""
     if not health or health.get("ok", True):

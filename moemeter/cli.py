@@ -182,13 +182,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from warehouse.api import TOKEN_ENV, QueryServer, is_loopback
     from warehouse.limits import Limits
 
-    deadline = time.monotonic() + args.wait_targets
-    while not Path(args.targets).exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    try:
-        load_targets(args.targets)
-    except TargetsError as exc:
-        raise CliError(str(exc)) from exc
+    def check_targets() -> None:
+        try:
+            load_targets(args.targets)
+        except TargetsError as exc:
+            raise CliError(str(exc)) from exc
+
+    if Path(args.targets).exists() or args.wait_targets <= 0:  # refused before anything is opened
+        check_targets()
     token = _api_token(args)
     if not token and not is_loopback(args.api_host):
         raise CliError(f"--api-host {args.api_host} is beyond loopback: the query API then needs a token "
@@ -220,14 +221,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if not Path(args.targets).exists():  # the stack writes it once every part answers; the API answers meanwhile
+            collector.health.starting = (f"waiting for the targets file {args.targets}: the stack writes it once "
+                                         "every part answers")  # fmt: skip
+            deadline = time.monotonic() + args.wait_targets
+            while not Path(args.targets).exists() and time.monotonic() < deadline:
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.2)
+                    return
+                except TimeoutError:
+                    pass
+            check_targets()
+            collector.health.starting = ""
         if wh.read_only is None:
             await collector.run(stop)
         else:  # serve what it holds until stopped
             await stop.wait()
 
-    asyncio.run(main())
-    api.shutdown()
-    wh.close()
+    try:
+        asyncio.run(main())
+    finally:
+        api.shutdown()
+        wh.close()
     return 0
 
 
@@ -712,13 +727,21 @@ def cmd_launch(args: argparse.Namespace) -> int:
     return 0
 
 
+def stack_files(workdir: Path, stack: str) -> tuple[Path, Path]:
+    """The targets file and the default database of a stack under `moemeter up`: each stack its
+    own, so `make run` then `make run-vllm` never mix targets, history or pool sizes."""
+    if stack == "twin":  # where the twin's history has always been
+        return workdir / "targets.json", workdir / DEFAULT_DB
+    return workdir / f"targets-{stack}.json", workdir / f"moemeter-{stack}.duckdb"
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """twin (or the local CPU stack) + serve + dashboard as child processes; Ctrl-C stops all."""
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    targets = workdir / "targets.json"
+    targets, default_db = stack_files(workdir, args.stack)
     targets.unlink(missing_ok=True)
-    db = args.db or str(workdir / DEFAULT_DB)
+    db = args.db or str(default_db)
     me = [sys.executable, "-m", "moemeter"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     api = f"http://127.0.0.1:{args.api_port}"
@@ -850,7 +873,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("up", help="start twin, collectors/warehouse and dashboard; Ctrl-C stops all")
     s.add_argument("--profile", default="deepseek-v4.1-flash", help="twin profile name or TOML path")
     s.add_argument("--seed", type=int, default=0, help="twin random seed")
-    s.add_argument("--db", help="DuckDB file (default: a new one in the work directory)")
+    s.add_argument("--db", help="DuckDB file (default: the stack's own in the work directory: moemeter.duckdb for "
+                   "the twin, moemeter-local-cpu.duckdb for the local CPU stack)")  # fmt: skip
     s.add_argument("--workdir", default=".moemeter", help="where the targets file and the database go; the database "
                    "is kept between runs, so history survives a restart")  # fmt: skip
     s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="dashboard port")

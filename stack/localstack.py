@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -138,8 +139,10 @@ class LocalCpuStack:
         try:
             wait_http(urls, within, self.children)
         except NotReady as exc:
-            where = self.workdir / f"{exc.child}.log" if exc.child else self.workdir
-            raise StackError(f"{exc}; see {where}") from exc
+            logs = [self.workdir / f"{exc.child}.log"] if exc.child else sorted(self.workdir.glob("*.log"))
+            said = [f"{log.stem}: {line}" for log in logs if (line := last_error(log))]
+            cause = f"; its log says {'; '.join(said)}" if said else ""
+            raise StackError(f"{exc}{cause}; see {logs[0] if len(logs) == 1 else self.workdir}") from exc
 
     def stop(self) -> None:
         for c in self.children.values():
@@ -152,6 +155,22 @@ class LocalCpuStack:
             except subprocess.TimeoutExpired:
                 os.killpg(c.pid, signal.SIGKILL)
                 c.wait()
+
+
+_ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b[:(]| ERROR ")
+
+
+def last_error(log: Path, tail_bytes: int = 256 << 10) -> str | None:
+    """The last line of a child's log that names an error (vLLM's cause, e.g. `zmq.error.ZMQError:
+    Address already in use`, is deep in its log, not in the /health that never answered)."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, log.stat().st_size - tail_bytes))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    found = [line.strip() for line in lines if _ERROR_LINE.search(line)]
+    return found[-1][:300] if found else None
 
 
 def threads(pid: int) -> list[int]:

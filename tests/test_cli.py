@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -179,7 +180,6 @@ def test_loadgen_through_the_gateway_to_the_twin(tmp_path, capsys):
         sent = [json.loads(line) for line in out.read_text().splitlines()]
         assert summary["requests"] == len(sent) == summary["ok"] > 0
         assert summary["per_user_tokens_per_second_p90"] > 0  # how fast is the machine's business: make bench
-        import time
 
         deadline = time.monotonic() + 30  # the log writer stores in batches: wait for all, with a deadline
         while True:
@@ -215,9 +215,10 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
     from tests.e2e.test_browser import assert_ports_free, free_port, wait_http
 
     port, api_port = free_port(), free_port()
+    log = (tmp_path / "up.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port", str(port),
-                             "--api-port", str(api_port)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+                             "--api-port", str(api_port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
     children: list[int] = []
     try:
         wait_http(f"http://127.0.0.1:{port}/_stcore/health", 120, proc)
@@ -226,7 +227,7 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
                                                    text=True).stdout.split()]  # fmt: skip
         assert len(children) == 3, children
         proc.send_signal(sig)
-        assert proc.wait(10) == 0  # the requirement's own deadline
+        assert proc.wait(10) == 0, (tmp_path / "up.log").read_text()[-3000:]  # the requirement's own deadline
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -236,6 +237,7 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
                     os.killpg(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        log.close()
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
     assert_ports_free(port, api_port)
@@ -266,3 +268,44 @@ def test_dashboard_passes_a_signal_to_streamlit_and_waits_for_it(tmp_path, sig):
                 os.kill(pid, signal.SIGKILL)
     assert all(not os.path.exists(f"/proc/{pid}") for pid in streamlit)  # waited for, not left behind
     assert_ports_free(port)
+
+
+def test_each_stack_has_its_own_targets_and_database(tmp_path):
+    from moemeter.cli import stack_files
+
+    twin, local = stack_files(tmp_path, "twin"), stack_files(tmp_path, "local-cpu")
+    assert twin == (tmp_path / "targets.json", tmp_path / "moemeter.duckdb")  # the twin's history stays put
+    assert not set(twin) & set(local)
+
+
+@pytest.mark.integration
+def test_serve_answers_while_it_waits_for_the_stack_and_says_so(tmp_path):
+    """`moemeter up` starts serve before the stack has written its targets file (real vLLM takes
+    minutes): the query API answers meanwhile, /health says what collection waits for, and the
+    first round runs once the file appears."""
+    import httpx
+
+    from tests.e2e.test_browser import free_port, wait_http
+
+    api_port, targets = free_port(), tmp_path / "targets.json"
+    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db",
+                             str(tmp_path / "w.duckdb"), "--api-port", str(api_port), "--interval", "1",
+                             "--wait-targets", "120"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    url = f"http://127.0.0.1:{api_port}"
+    try:
+        wait_http(url + "/health", 60, proc)
+        waiting = httpx.get(url + "/health").json()["collector"]
+        assert "waiting for the targets file" in waiting["starting"] and waiting["rounds"] == 0
+        assert httpx.post(url + "/query", json={"sql": "SELECT count(*) FROM scrapes", "format": "json"}).json()[
+            "rows"] == [[0]]  # fmt: skip
+        targets.write_text("[]")
+        deadline = time.monotonic() + 60
+        while (h := httpx.get(url + "/health").json()["collector"])["rounds"] == 0:
+            assert time.monotonic() < deadline, h
+            time.sleep(0.2)
+        assert h["starting"] == "" and h["ok"]
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out

@@ -72,8 +72,14 @@ def _params(w: Window) -> list[Any]:
 
 
 # ------------------------------------------------------------------------ targets
-def targets(q: Query) -> pd.DataFrame:
-    return q("SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets ORDER BY role, name", None)
+def targets(q: Query, w: Window | None = None) -> pd.DataFrame:
+    """Every target ever stored, or with a window those scraped in it: the ones in service then (a
+    stack observed before, into the same database, is not counted in this one's pools)."""
+    if w is None:
+        return q("SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets ORDER BY role, name", None)
+    return q("""SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets
+                WHERE name IN (SELECT DISTINCT target FROM scrapes WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP)
+                ORDER BY role, name""", [w.start, w.end])  # fmt: skip
 
 
 def latest_scrape_time(q: Query) -> datetime | None:

@@ -42,7 +42,7 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
         w = data.Window.between(start, end)
     else:
         w = data.Window.ending(latest, data.RANGES.get(choice, 900))
-    tgts = data.targets(query)
+    tgts = data.targets(query, w)
     gpus = data.pool_gpus(tgts)
     stacks = ", ".join(sorted(s for s in tgts["stack"].dropna().unique() if s)) or "unnamed stack"
     st.caption(f"Observing **{stacks}** · {gpus['prefill']} prefill + {gpus['decode']} decode GPUs "

@@ -53,6 +53,24 @@ def window() -> live.Window:
 def test_pool_gpus_come_from_the_targets(seeded):
     q, _ = seeded
     assert live.pool_gpus(live.targets(q)) == {"prefill": 8, "decode": 64, "rack": 72}
+    assert live.pool_gpus(live.targets(q, window())) == {"prefill": 8, "decode": 64, "rack": 72}
+
+
+def test_pool_gpus_count_only_the_targets_in_service_in_the_window():
+    """A stack observed before into the same database (the twin, then the local CPU stack) is not in
+    this one's pools."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing = Ingestor()
+    earlier = [TargetInfo("prefill-7", "http://a", "prefill", 7), TargetInfo("decode-9", "http://b", "decode", 64)]
+    now = [TargetInfo("prefill-0", "http://c", "prefill", 1), TargetInfo("decode-0", "http://d", "decode", 1)]
+    for t in earlier:
+        ing.write(con, ScrapeBatch(t, T0 - timedelta(hours=2), True, 0.01, parse_page(b"up_metric 1\n")))
+    for t in now:
+        ing.write(con, ScrapeBatch(t, T0 + timedelta(seconds=5), True, 0.01, parse_page(b"up_metric 1\n")))
+    q = LocalQuery(con)
+    assert live.pool_gpus(live.targets(q, window())) == {"prefill": 1, "decode": 1, "rack": 2}
+    assert live.pool_gpus(live.targets(q)) == {"prefill": 8, "decode": 65, "rack": 73}  # all time: mixed
 
 
 def test_tokens_per_gpu_follow_design_definitions_exactly(seeded):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboard.source import api_health, collector_warning, writer_warning
+from dashboard.source import api_health, collector_warning, starting_note, writer_warning
 
 
 def test_no_banner_while_writes_succeed_or_the_api_is_silent():
@@ -10,6 +10,12 @@ def test_no_banner_while_writes_succeed_or_the_api_is_silent():
     assert writer_warning(None) is None and collector_warning(None) is None
     assert collector_warning({"ok": True, "rounds": 3, "rounds_failed": 1}) is None
     assert api_health.__wrapped__("http://127.0.0.1:9") is None  # nothing listens: no banner, no crash
+
+
+def test_while_the_stack_starts_pages_say_so():
+    assert starting_note({"ok": True, "starting": "", "rounds": 4}) is None and starting_note(None) is None
+    note = starting_note({"ok": True, "starting": "waiting for the targets file t.json: ...", "rounds": 0})
+    assert note is not None and note.startswith("Starting:") and "t.json" in note and "vLLM" in note
 
 
 def test_collector_banner_says_since_when_and_why():

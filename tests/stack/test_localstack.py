@@ -55,3 +55,21 @@ def test_an_exited_process_is_an_error():
     assert process_tree(proc.pid) == []
     with pytest.raises(StackError, match=f"process {proc.pid} has exited"):
         pin_tree(proc.pid, 0)
+
+
+def test_a_start_that_fails_names_the_cause_from_the_childs_log(tmp_path):
+    """As when a killed engine's orphans hold its ZMQ port: the cause is in the child's log, not
+    in the /health that never answers."""
+    from stack.localstack import LocalCpuStack
+
+    stack = LocalCpuStack(tmp_path)
+    fail = (
+        "import sys; print('INFO starting engine'); print('zmq.error.ZMQError: Address already in use "
+        "(addr=tcp://127.0.0.1:5601)'); print('INFO shutting down'); sys.exit(1)"
+    )
+    stack._spawn("decode-0", [sys.executable, "-c", fail], dict(os.environ))
+    with pytest.raises(StackError) as err:
+        stack._wait(["http://127.0.0.1:9/health"], 60)
+    said = str(err.value)
+    assert "decode-0" in said and "ZMQError: Address already in use (addr=tcp://127.0.0.1:5601)" in said
+    assert str(tmp_path / "decode-0.log") in said
