@@ -53,8 +53,6 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
         if len(r[k]) > MAX_TEXT:
             raise ValueError(f"{k} is over {MAX_TEXT} characters long")
         text[k] = clean_text(r[k])
-        if text[k] is not r[k]:
-            repaired[f"{k} is not valid UTF-8: stored with U+FFFD in place"] += 1
     for k in _INT:
         if not is_count(r.get(k)) or (k == "status" and r[k] > 999):
             raise ValueError(f"{k} must be a non-negative integer that fits its column")
@@ -76,6 +74,7 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
         finished = datetime.fromtimestamp(t0 + e2e, UTC).replace(tzinfo=None)
     except (OverflowError, OSError, ValueError) as exc:
         raise ValueError("started_at and e2e_seconds must name a time a timestamp holds") from exc
+    repaired.update(f"{k} is not valid UTF-8: stored with U+FFFD in place" for k in _TEXT if text[k] is not r[k])
     return (text["request_id"], started, finished, text["user"], text["tenant"], text["model"], text["endpoint"],
             bool(r.get("stream")), r["status"], text["outcome"], r["prompt_tokens"], cached, r["generated_tokens"],
             nums["ttft_seconds"], nums["itl_mean_seconds"], nums["itl_max_seconds"],
