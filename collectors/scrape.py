@@ -2,8 +2,8 @@
 
 A target that is down, slow, returns an HTTP error, garbage or a truncated page yields an
 unhealthy `ScrapeBatch` with the reason; the others are unaffected. Pages are parsed in worker
-threads, so a target's duration is its fetch alone and a slow parse delays no other target. The fetch function and
-the clock are passed in, so tests drive faults exactly.
+threads, so a target's duration is its fetch alone and a slow parse delays no other target. The
+fetch function and the clock are passed in, so tests drive faults exactly.
 """
 
 from __future__ import annotations
