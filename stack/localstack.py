@@ -31,7 +31,7 @@ from pathlib import Path
 
 from stack.loadgen.run import LoadGen
 from stack.loadgen.workload import WorkloadSpec
-from stack.ready import NotReady, wait_http
+from stack.ready import NotReady, scaled, wait_http
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).parents[1]
@@ -76,7 +76,10 @@ class LocalCpuStack:
 
     @staticmethod
     def core(name: str) -> int:
-        return 0 if name.startswith("prefill") else 1
+        """Prefill on the first core this process may use, decode on the second (the same one when
+        there is only one: `taskset -c 0`)."""
+        cores = sorted(os.sched_getaffinity(0))
+        return cores[0] if name.startswith("prefill") else cores[1 % len(cores)]
 
     def vllm_command(self, name: str, model: Path) -> tuple[list[str], dict[str, str]]:
         """One vLLM API server: its own core, its own NIXL port."""
@@ -122,13 +125,14 @@ class LocalCpuStack:
         for name in ("prefill-0", "decode-0"):
             cmd, env = self.vllm_command(name, model)
             self._spawn(name, cmd, env)
-        self._wait([f"http://127.0.0.1:{self.ports[n]}/health" for n in ("prefill-0", "decode-0")], ready_within)
+        self._wait([f"http://127.0.0.1:{self.ports[n]}/health" for n in ("prefill-0", "decode-0")],
+                   scaled(ready_within))  # fmt: skip
         for name in ("prefill-0", "decode-0"):  # after NIXL moved the forward thread (module docstring)
             pin_tree(self.children[name].pid, self.core(name))
         self._spawn("router", self.router_command(), dict(os.environ))
         self._spawn("gateway", self.gateway_command(), dict(os.environ))
         self._wait([f"http://127.0.0.1:{self.ports['router-metrics']}/metrics",
-                    f"http://127.0.0.1:{self.ports['gateway']}/health"], 60)  # fmt: skip
+                    f"http://127.0.0.1:{self.ports['gateway']}/health"], scaled(60))  # fmt: skip
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         out = (self.workdir / f"{name}.log").open("ab")

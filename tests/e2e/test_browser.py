@@ -59,9 +59,10 @@ def free_port_block(size: int = 10) -> int:
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
-    """Until `url` answers 200; with `proc`, fail at once (with its output) if that process exits."""
+    """Until `url` answers 200 (within `timeout` on two cores, longer on fewer: ready.scaled); with
+    `proc`, fail at once (with its output) if that process exits."""
     try:
-        ready.wait_http(url, timeout, {"the process": proc} if proc is not None else None)
+        ready.wait_http(url, ready.scaled(timeout), {"the process": proc} if proc is not None else None)
     except ready.NotReady as exc:
         output = proc.stdout.read() if proc is not None and proc.stdout and proc.poll() is not None else ""
         raise AssertionError(f"{exc}\n{output}") from exc

@@ -17,6 +17,7 @@ from collectors.parse import parse_page
 from collectors.promapi import PromAPIError, family_of, http_get, pull_range
 from collectors.targets import load_targets
 from moemeter.cli import main
+from stack.ready import scaled
 from stack.twin.server import write_targets
 from tests.e2e.test_browser import free_port, wait_http
 
@@ -43,7 +44,7 @@ def prometheus(tmp_path_factory):
 
 
 def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen]):
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while not (tmp / "all.json").exists() and twin.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
     assert (tmp / "all.json").exists(), f"the twin did not start (exit {twin.poll()})"

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from collectors.parse import parse_page
+from stack.ready import scaled
 from tests.e2e.test_browser import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -51,7 +52,7 @@ def vllm_server(tmp_path_factory):
                             start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + scaled(300)
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
