@@ -679,7 +679,7 @@ def cmd_eplb_rules(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- up
 def cmd_localstack(args: argparse.Namespace) -> int:
     """Real vLLM on CPU: prefill + decode (NIXL), vllm-router, the gateway, traffic through it; Ctrl-C stops it."""
-    from stack.localstack import LocalCpuStack, StackError, drive_traffic
+    from stack.localstack import ENGINES, MAX_RESTARTS, LocalCpuStack, StackError, drive_traffic, last_error
     from stack.twin.server import write_targets
 
     stack = LocalCpuStack(Path(args.workdir), args.base_port)
@@ -696,10 +696,29 @@ def cmd_localstack(args: argparse.Namespace) -> int:
               f"http://127.0.0.1:{stack.ports['router']}", flush=True)  # fmt: skip
         if args.traffic_sessions:
             threading.Thread(target=drive_traffic, args=(gateway, stop, args.traffic_sessions), daemon=True).start()
+        restarts: dict[str, int] = {}
         while not stop.wait(1.0):
-            for name, c in stack.children.items():
-                if c.poll() is not None:
-                    raise StackError(f"{name} exited with {c.returncode}; see {Path(args.workdir) / (name + '.log')}")
+            for name, c in list(stack.children.items()):
+                if c.poll() is None or restarts.get(name, 0) > MAX_RESTARTS:
+                    continue
+                log_file = Path(args.workdir) / f"{name}.log"
+                said = f" ({cause})" if (cause := last_error(log_file)) else ""
+                if name not in ENGINES:
+                    raise StackError(f"{name} exited with {c.returncode}{said}; see {log_file}")
+                restarts[name] = restarts.get(name, 0) + 1
+                if restarts[name] > MAX_RESTARTS:
+                    print(f"localstack: {name} exited with {c.returncode}{said} after {MAX_RESTARTS} restarts; "
+                          f"leaving it down (the rest keeps serving); see {log_file}", flush=True)  # fmt: skip
+                    continue
+                print(f"localstack: {name} exited with {c.returncode}{said}; the gateway, the router and the other "
+                      f"engine keep serving; restarting it ({restarts[name]}/{MAX_RESTARTS})", flush=True)  # fmt: skip
+                try:
+                    stack.restart(name, stop)
+                except StackError as exc:
+                    print(f"localstack: {name} did not come back: {exc}", flush=True)
+                    continue
+                if not stop.is_set():
+                    print(f"localstack: {name} is serving again", flush=True)
     except StackError as exc:
         raise CliError(str(exc)) from exc
     finally:

@@ -31,6 +31,14 @@ class Launch:
         return f"# {self.name} on {self.host}\n{env} {shlex.join(self.argv)}".replace("\n ", "\n")
 
 
+def histogram_buckets(twin_profile: str) -> str:
+    """vLLM's `--custom-histogram-buckets` for a deployment, from its twin profile (their one home, so
+    the twin exports the buckets the real servers do)."""
+    from stack.twin.config import load_profile
+
+    return json.dumps(load_profile(twin_profile).custom_histogram_buckets, separators=(",", ":"))
+
+
 def load(name: str) -> dict[str, Any]:
     path = PROFILES / name / "profile.toml"
     if not path.is_file():
@@ -45,7 +53,7 @@ def commands(p: dict[str, Any]) -> list[Launch]:
     host = p["tray_host"].format
     common = [p["model"], "--served-model-name", p["served_model_name"], "--max-model-len", str(p["max_model_len"]),
               "--kv-transfer-config", NIXL, "--enable-expert-parallel",
-              "--custom-histogram-buckets", p["plugin"]["custom_histogram_buckets"]]  # fmt: skip
+              "--custom-histogram-buckets", histogram_buckets(p["plugin"]["twin_profile"])]  # fmt: skip
     env = {"VLLM_PLUGINS": "moemeter"}  # the plugin's metrics and its /moemeter/experts endpoint
     out: list[Launch] = []
     per_prefill_tray = per_tray // pf["data_parallel"]

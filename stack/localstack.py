@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from stack.launch import histogram_buckets
 from stack.loadgen.run import LoadGen
 from stack.loadgen.workload import WorkloadSpec
 from stack.ready import NotReady, scaled, wait_http
@@ -42,6 +43,11 @@ KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_devi
 
 class StackError(RuntimeError):
     """A part of the stack is missing or did not come up."""
+
+
+TWIN_PROFILE = "deepseek-v4.1-flash"  # the deployment whose vLLM settings (histogram buckets) the local stack uses
+ENGINES = ("prefill-0", "decode-0")  # restarted when they die; the rest of the stack keeps serving
+MAX_RESTARTS = 3  # per engine in one run of the stack: past it a crashing engine stays down, said so
 
 
 @dataclass
@@ -91,7 +97,8 @@ class LocalCpuStack:
         cmd = [str(self.vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16",
                "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(self.ports[name]),
-               "--kv-transfer-config", KV_CONFIG, "--enable-prompt-tokens-details"]  # fmt: skip
+               "--kv-transfer-config", KV_CONFIG, "--enable-prompt-tokens-details",
+               "--custom-histogram-buckets", histogram_buckets(TWIN_PROFILE)]  # fmt: skip
         return cmd, env
 
     def router_command(self) -> list[str]:
@@ -133,6 +140,32 @@ class LocalCpuStack:
         self._spawn("gateway", self.gateway_command(), dict(os.environ))
         self._wait([f"http://127.0.0.1:{self.ports['router-metrics']}/metrics",
                     f"http://127.0.0.1:{self.ports['gateway']}/health"], scaled(60))  # fmt: skip
+
+    def restart(self, name: str, stop: threading.Event, ready_within: float = 300.0) -> None:
+        """Start an engine that died again. What it left behind (its EngineCore, workers and resource
+        tracker, holding its ZMQ and NIXL ports) is killed with its process group first, or the new
+        one could not bind them. Returns early, engine not ready, once `stop` is set."""
+        old = self.children[name]
+        try:
+            os.killpg(old.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        old.wait()
+        cmd, env = self.vllm_command(name, self.model_dir())
+        self._spawn(name, cmd, env)
+        deadline = time.monotonic() + scaled(ready_within)
+        while not stop.is_set():
+            try:
+                wait_http(f"http://127.0.0.1:{self.ports[name]}/health", 2, {name: self.children[name]})
+                break
+            except NotReady as exc:
+                if exc.child or time.monotonic() > deadline:
+                    log_file = self.workdir / f"{name}.log"
+                    said = f"; its log says {cause}" if (cause := last_error(log_file)) else ""
+                    raise StackError(f"{exc}{said}; see {log_file}") from exc
+        else:
+            return
+        pin_tree(self.children[name].pid, self.core(name))
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         out = (self.workdir / f"{name}.log").open("ab")

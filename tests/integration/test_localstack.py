@@ -155,6 +155,11 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     for target in ("prefill-0", "decode-0"):  # the plugin in both
         assert inc("moemeter_expert_rank_tokens_total", target) > 0
         assert inc("moemeter_step_phase_seconds_count", target, phase="forward") > 0
+    # --custom-histogram-buckets as the profiles set them: 1 ms steps below 20 ms on real vLLM too.
+    for target in ("prefill-0", "decode-0"):
+        les = wh.query_df(f"""SELECT le FROM series WHERE target = '{target}'
+                              AND metric = 'vllm:inter_token_latency_seconds_bucket'""").le.tolist()  # fmt: skip
+        assert {0.001, 0.005, 0.011, 0.02, 80.0} <= set(les), sorted(les)
     snaps = wh.query_df("SELECT target, count(*) AS n FROM expert_snapshots GROUP BY target ORDER BY target")
     assert snaps["target"].tolist() == ["decode-0", "prefill-0"]
 
@@ -235,6 +240,76 @@ def test_real_clients_streams_are_metered_whole(localstack):
     assert all(r["stream"] and r["usage_reported"] and r["prompt_tokens"] > 0 for r in records)
     # vllm-router names both instances in the ids it passes on; clients see the gateway's own ids.
     assert len(ids) == 27 and not any("addr" in i or "127.0.0.1" in i for i in ids), sorted(ids)[:3]
+
+
+def test_an_engine_killed_under_traffic_leaves_monitoring_up_and_comes_back(localstack, tmp_path):
+    """`kill -9` of the decode vLLM server: the stack keeps the gateway, the router and the prefill
+    server serving, the outage is stored (decode-0 down, the failed request recorded), and the
+    engine is started again, its orphans (EngineCore, workers, holding its ports) killed first."""
+    from collectors.scrape import http_fetcher
+    from collectors.service import Collector
+    from stack.localstack import MODEL_NAME, process_tree
+    from warehouse.db import Warehouse
+
+    work, base, proc = localstack
+    gateway, decode_url = f"http://127.0.0.1:{base + 3}", f"http://127.0.0.1:{base + 2}"
+    body = {"model": MODEL_NAME, "prompt": "hello", "max_tokens": 4}
+
+    def decode_server() -> int:
+        for p in process_tree(proc.pid):
+            c = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            if b"--kv-transfer-config" in c and c[c.index(b"--port") + 1] == str(base + 2).encode():
+                return p
+        raise AssertionError("no decode server in the stack's process tree")
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    collector = Collector(wh, work / "targets.json", interval=5.0)
+
+    async def one_round() -> None:
+        async with httpx.AsyncClient() as client:
+            await collector.round(http_fetcher(client))
+
+    try:
+        killed = decode_server()
+        os.kill(killed, signal.SIGKILL)
+        while Path(f"/proc/{killed}").exists() and open(f"/proc/{killed}/stat").read().split()[2] != "Z":
+            time.sleep(0.1)
+        failed = httpx.post(gateway + "/v1/completions", json={**body, "user": "during-outage"}, timeout=120)
+        assert failed.status_code >= 500 and "error" in failed.json()
+        asyncio.run(one_round())
+        assert proc.poll() is None  # the stack itself keeps running
+        assert httpx.get(gateway + "/health").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{base + 1}/health").status_code == 200  # the prefill server
+        deadline = time.monotonic() + scaled(400)
+        while True:  # started again
+            try:
+                if httpx.get(decode_url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "the decode server did not come back"
+            time.sleep(1)
+        assert decode_server() != killed
+        while True:  # the router finds it again
+            ok = httpx.post(gateway + "/v1/completions", json={**body, "user": "after-outage"}, timeout=120)
+            if ok.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(2)
+        assert ok.status_code == 200, ok.text
+        for _ in range(5):  # both cores run vLLM: a scrape may time out now and then
+            asyncio.run(one_round())
+            health = wh.query_df("SELECT target, list(up ORDER BY ts) AS ups FROM scrapes GROUP BY 1 ORDER BY 1")
+            if dict(zip(health.target, health.ups))["decode-0"][-1]:
+                break
+    finally:
+        wh.close()
+    ups = dict(zip(health.target, health.ups))
+    assert not ups["decode-0"][0] and ups["decode-0"][-1]  # the outage, stored; then back
+    assert any(ups["prefill-0"]) and any(ups["gateway"])
+    outage = [r for r in httpx.get(gateway + "/moemeter/requests", params={"limit": 5000}).json()["records"]
+              if r["user"] in ("during-outage", "after-outage")]  # fmt: skip
+    assert [(r["user"], r["outcome"] == "ok") for r in outage][:1] == [("during-outage", False)]
+    assert ("after-outage", True) in [(r["user"], r["outcome"] == "ok") for r in outage]
 
 
 def test_it_stops_cleanly_on_sigterm(localstack):
