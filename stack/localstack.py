@@ -92,7 +92,10 @@ class LocalCpuStack:
         core = self.core(name)
         env = {**os.environ, "VLLM_PLUGINS": "moemeter", "VLLM_CPU_KVCACHE_SPACE": "1",
                "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_NIXL_SIDE_CHANNEL_PORT": str(5600 + core),
-               "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}  # fmt: skip
+               "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               # vLLM on CPU turns prefix caching off for MLA models; without MLA the tiny DeepSeek-V2
+               # keeps it, so cache hits are reported and priced as on the rack.
+               "VLLM_MLA_DISABLE": "1"}  # fmt: skip
         env.pop("MOEMETER_VLLM_STATE_DIR", None)  # each server hands its plugin data over in its own directory
         cmd = [str(self.vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16",

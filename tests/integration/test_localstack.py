@@ -158,7 +158,7 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     # --custom-histogram-buckets as the profiles set them: 1 ms steps below 20 ms on real vLLM too.
     for target in ("prefill-0", "decode-0"):
         les = wh.query_df(f"""SELECT le FROM series WHERE target = '{target}'
-                              AND metric = 'vllm:inter_token_latency_seconds_bucket'""").le.tolist()  # fmt: skip
+                              AND metric = 'vllm:inter_token_latency_seconds_bucket'""")["le"].tolist()  # fmt: skip
         assert {0.001, 0.005, 0.011, 0.02, 80.0} <= set(les), sorted(les)
     snaps = wh.query_df("SELECT target, count(*) AS n FROM expert_snapshots GROUP BY target ORDER BY target")
     assert snaps["target"].tolist() == ["decode-0", "prefill-0"]
@@ -185,6 +185,21 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     finally:
         api.shutdown()
         wh.close()
+
+
+def test_repeated_prompts_are_served_from_the_prefix_cache(localstack):
+    """Real vLLM reports cache hits (prompt_tokens_details.cached_tokens) for a repeated prompt, and
+    the gateway records them, so the cost model prices them as cache hits."""
+    from stack.localstack import MODEL_NAME
+
+    _, base, _ = localstack
+    url = f"http://127.0.0.1:{base + 3}"
+    prompt = " ".join(f"word{i % 50}" for i in range(400))  # several KV blocks
+    usage = [httpx.post(url + "/v1/completions", json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2,
+                                                       "user": "cache"}, timeout=120).json()["usage"]
+             for _ in range(2)]  # fmt: skip
+    first, again = ((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0 for u in usage)
+    assert again > first and again >= usage[1]["prompt_tokens"] // 2, usage
 
 
 def test_real_clients_streams_are_metered_whole(localstack):
