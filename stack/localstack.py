@@ -91,7 +91,8 @@ class LocalCpuStack:
         """One vLLM API server: its own core, its own NIXL port."""
         core = self.core(name)
         env = {**os.environ, "VLLM_PLUGINS": "moemeter", "VLLM_CPU_KVCACHE_SPACE": "1",
-               "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_NIXL_SIDE_CHANNEL_PORT": str(5600 + core),
+               # per engine, not per core: on one core both share it, never a port
+               "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_NIXL_SIDE_CHANNEL_PORT": str(5600 + ENGINES.index(name)),
                "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                # vLLM on CPU turns prefix caching off for MLA models; without MLA the tiny DeepSeek-V2
                # keeps it, so cache hits are reported and priced as on the rack.
