@@ -99,7 +99,7 @@ class LocalCpuStack:
                "VLLM_MLA_DISABLE": "1"}  # fmt: skip
         env.pop("MOEMETER_VLLM_STATE_DIR", None)  # each server hands its plugin data over in its own directory
         cmd = [str(self.vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-               "--served-model-name", MODEL_NAME, "--load-format", "dummy", "--enforce-eager", "--dtype", "bfloat16",
+               "--served-model-name", MODEL_NAME, "--enforce-eager", "--dtype", "bfloat16",
                "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(self.ports[name]),
                "--kv-transfer-config", KV_CONFIG, "--enable-prompt-tokens-details",
                "--custom-histogram-buckets", histogram_buckets(TWIN_PROFILE)]  # fmt: skip

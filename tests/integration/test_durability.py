@@ -11,8 +11,10 @@ from datetime import datetime
 from pathlib import Path
 
 import duckdb
+import httpx
 import pytest
 
+from stack.ready import scaled
 from stack.twin.config import load_profile
 from stack.twin.server import Twin, write_targets
 from warehouse.db import Warehouse, migrations
@@ -33,6 +35,31 @@ def twin_targets(tmp_path_factory):
     twin.close()
 
 
+def serve(targets: Path, db: Path) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
+    """`moemeter serve` (its log beside the database) and its query API's address, from the line it prints."""
+    with (db.parent / "serve.log").open("a") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db", str(db),
+                                 "--interval", str(INTERVAL), "--api-port", "0"], cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=log, text=True)  # fmt: skip
+    first = proc.stdout.readline() if proc.stdout else ""
+    assert "query API http://" in first, (first, (db.parent / "serve.log").read_text()[-2000:])
+    return proc, first.split("query API ")[1].split(";")[0]
+
+
+def wait_rounds(api: str, n: int, within: float = 60) -> None:
+    """Until the collector behind `api` has stored `n` rounds, with a deadline."""
+    deadline = time.monotonic() + scaled(within)
+    stored = 0
+    while stored < n:
+        assert time.monotonic() < deadline, f"{stored} of {n} rounds stored within {scaled(within):.0f} s"
+        time.sleep(INTERVAL / 4)
+        try:
+            part = httpx.get(api + "/health", timeout=5).json().get("collector", {})
+        except httpx.HTTPError:
+            continue
+        stored = part.get("rounds", 0)
+
+
 def last_round(db: Path) -> tuple[datetime, int]:
     with duckdb.connect(str(db), read_only=True) as con:
         ts, rounds = con.execute("SELECT max(ts), count(DISTINCT ts) FROM scrapes").fetchall()[0]
@@ -45,11 +72,9 @@ def last_round(db: Path) -> tuple[datetime, int]:
 
 def test_sigkill_loses_at_most_one_interval_and_the_file_reopens(twin_targets, tmp_path):
     db = tmp_path / "w.duckdb"
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(twin_targets), "--db", str(db),
-                             "--interval", str(INTERVAL), "--api-port", "0"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc, api = serve(twin_targets, db)
     try:
-        time.sleep(8)  # several rounds
+        wait_rounds(api, 6)  # several rounds
     finally:
         killed_at = datetime.utcnow()
         os.kill(proc.pid, signal.SIGKILL)
@@ -66,12 +91,10 @@ def test_sigkill_loses_at_most_one_interval_and_the_file_reopens(twin_targets, t
     # ...and a collector restarted after an outage of two more intervals counts the tokens served
     # meanwhile in its first interval. (The outage has to be made: a restart alone can take under
     # one interval, when the kill lands just after a round began.)
-    time.sleep(2 * INTERVAL)
+    time.sleep(2 * INTERVAL)  # the outage itself: a length of time, not a wait for readiness
     restarted_at = datetime.utcnow()
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(twin_targets), "--db", str(db),
-                             "--interval", str(INTERVAL), "--api-port", "0"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    time.sleep(8)
+    proc, api = serve(twin_targets, db)
+    wait_rounds(api, 3)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0
     with duckdb.connect(str(db), read_only=True) as con:

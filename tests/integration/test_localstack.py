@@ -109,7 +109,7 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
                 await collector.round(fetch)
             # Two more rounds, then until the feed is read to its end: both cores run vLLM (NIXL's UCX
             # threads busy-poll), so a feed read can time out, and then the next round reads what it missed.
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + scaled(120)
             for k in range(100):
                 await asyncio.sleep(5.0)
                 await collector.round(fetch)

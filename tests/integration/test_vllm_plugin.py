@@ -46,7 +46,7 @@ def vllm_server(tmp_path_factory):
     env.pop("MOEMETER_VLLM_STATE_DIR", None)
     log = (tmp / "vllm.log").open("w")
     proc = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp / "model"),
-                             "--served-model-name", "tiny-moe", "--load-format", "dummy", "--enforce-eager",
+                             "--served-model-name", "tiny-moe", "--enforce-eager",
                              "--dtype", "bfloat16", "--max-model-len", "2048", "--host", "127.0.0.1",
                              "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
@@ -81,6 +81,11 @@ def _value(m: dict, name: str, **labels: str) -> float:
     return sum(v for (n, lab), v in m.items() if n == name and all(dict(lab).get(k) == x for k, x in labels.items()))
 
 
+def _routed(url: str) -> int:
+    """Token-expert assignments the plugin has handed over so far, all layers."""
+    return sum(map(sum, httpx.get(url + "/moemeter/experts").json()["logical_tokens_total"]))
+
+
 def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
     url, _ = vllm_server
     usage = []
@@ -94,21 +99,30 @@ def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
         with client.stream("POST", url + "/v1/chat/completions", json=chat) as r:
             chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
         usage.append(chunks[-1]["usage"])
-    time.sleep(1.5)  # the plugin hands totals over twice a second
-    m = _metrics(url)
     prompt, generated = sum(u["prompt_tokens"] for u in usage), sum(u["completion_tokens"] for u in usage)
-    computed = _value(m, "vllm:prompt_tokens_by_source_total", source="local_compute")
-    cached = _value(m, "vllm:prompt_tokens_by_source_total", source="local_cache_hit")
+    # The plugin hands its totals over twice a second: wait until they are not behind vLLM's own
+    # counters (with a deadline), then they must equal them exactly.
+    deadline = time.monotonic() + scaled(30)
+    while True:
+        m = _metrics(url)
+        computed = _value(m, "vllm:prompt_tokens_by_source_total", source="local_compute")
+        cached = _value(m, "vllm:prompt_tokens_by_source_total", source="local_cache_hit")
+        # Every forwarded token is routed to top-k experts in every MoE layer; the last token of a
+        # request is sampled but never forwarded.
+        forwarded = computed + generated - len(usage)
+        per_layer = {dict(lab)["layer"]: v for (n, lab), v in m.items() if n == "moemeter_expert_rank_tokens_total"}
+        if len(per_layer) == 3 and min(per_layer.values()) >= TOP_K * forwarded:  # 4 layers, the first dense
+            break
+        assert time.monotonic() < deadline, f"the plugin's expert totals stayed behind: {per_layer}, {forwarded}"
+        time.sleep(0.2)
     assert computed + cached == prompt and _value(m, "vllm:generation_tokens_total") == generated
-    # Every forwarded token is routed to top-k experts in every MoE layer; the last token of a
-    # request is sampled but never forwarded.
-    forwarded = computed + generated - len(usage)
-    per_layer = {dict(lab)["layer"]: v for (n, lab), v in m.items() if n == "moemeter_expert_rank_tokens_total"}
-    assert len(per_layer) == 3  # 4 layers, the first dense
     assert all(v == TOP_K * forwarded for v in per_layer.values()), (per_layer, forwarded)
     snap = httpx.get(url + "/moemeter/experts").json()
     assert [sum(row) for row in snap["logical_tokens_total"]] == [TOP_K * forwarded] * 3
     assert snap["logical_experts"] == 32 and snap["phy2log"][0] == list(range(32))
+    # Seeded weights, a seed per tensor: each layer's router routes the same tokens differently.
+    loads = snap["logical_tokens_total"]
+    assert loads[0] != loads[1] != loads[2] != loads[0], loads
     # Phases happen inside the step: their time never exceeds the step's wall time.
     steps = _value(m, "moemeter_step_seconds_count")
     step_wall = _value(m, "moemeter_step_seconds_sum")
@@ -136,9 +150,14 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
         async with httpx.AsyncClient() as client:
             fetch = http_fetcher(client)
             await collector.round(fetch)
+            before = _routed(url)
             usage = httpx.post(url + "/v1/completions", json={"model": "tiny-moe", "prompt": "more tokens please",
                                "max_tokens": 6, "ignore_eos": True}, timeout=120).json()["usage"]  # fmt: skip
-            await asyncio.sleep(1.5)
+            # The plugin hands its totals over twice a second: the round after they arrived.
+            deadline = time.monotonic() + scaled(30)
+            while _routed(url) < before + 3 * TOP_K * (usage["prompt_tokens"] + usage["completion_tokens"] - 1):
+                assert time.monotonic() < deadline, "the plugin's expert totals did not arrive"
+                await asyncio.sleep(0.2)
             await collector.round(fetch)
             return usage
 

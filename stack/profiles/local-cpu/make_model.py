@@ -1,6 +1,10 @@
 """Build the local CPU stack's model directory: the tiny DeepSeek-V2-architecture MoE (config
 from real vLLM runs, see tests/fixtures/README.md) with a byte-level BPE tokenizer trained
-here. Weights are not needed: vLLM serves it with --load-format dummy.
+here, and seeded random weights (`model.safetensors`, the checkpoint layout vLLM loads).
+
+Not vLLM's `--load-format dummy`: it fills every tensor from the same seed, so every MoE layer's
+router holds the same weights and all layers route alike (every row of the Experts heatmap the
+same). Here each tensor has a seed of its own, the same on every machine.
 
 Run with the vLLM environment's Python (it has tokenizers and transformers):
     .vllm-venv/bin/python stack/profiles/local-cpu/make_model.py OUT_DIR
@@ -15,6 +19,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 CONFIG = HERE / "tiny-deepseek-v2-config.json"
+SEED = 20261201
+INIT_STD = 0.02  # the config's initializer_range, as a trained checkpoint's scale
 # A small corpus of its own, so the tokenizer is the same on every machine.
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. " * 4,
@@ -24,6 +30,37 @@ CORPUS = [
     '{"tool": "search", "arguments": {"query": "expert parallelism load balance"}}',
     "0123456789 ,.;:!?()[]{}<>/\\|@#$%^&*-_=+'\"`~ \t\n",
 ]
+
+
+def weights(config: dict) -> dict:
+    """Every tensor the model has, named as in a DeepSeek-V2 checkpoint (experts one by one, as
+    vLLM's loader reads them), drawn from a seed of its own; norms 1 as at initialisation."""
+    import torch
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+
+    with torch.device("meta"):
+        shapes = {n: t.shape for n, t in DeepseekV2ForCausalLM(DeepseekV2Config(**config)).state_dict().items()}
+    inter = config["moe_intermediate_size"]
+    out = {}
+    for i, (name, shape) in enumerate(sorted(shapes.items())):
+        if "norm" in name:
+            out[name] = torch.ones(shape, dtype=torch.bfloat16)
+            continue
+        g = torch.Generator().manual_seed(SEED + i)
+        t = torch.empty(shape).normal_(0.0, INIT_STD, generator=g).to(torch.bfloat16)
+        prefix, _, fused = name.rpartition(".experts.")
+        if not prefix:
+            out[name] = t
+        elif fused == "gate_up_proj":  # (experts, 2 * inter, hidden): gate rows, then up rows
+            for e in range(shape[0]):
+                out[f"{prefix}.experts.{e}.gate_proj.weight"] = t[e, :inter].clone()
+                out[f"{prefix}.experts.{e}.up_proj.weight"] = t[e, inter:].clone()
+        elif fused == "down_proj":  # (experts, hidden, inter)
+            for e in range(shape[0]):
+                out[f"{prefix}.experts.{e}.down_proj.weight"] = t[e].clone()
+        else:
+            raise ValueError(f"unexpected expert tensor {name}")
+    return out
 
 
 def build(out: Path) -> Path:
@@ -50,6 +87,9 @@ def build(out: Path) -> Path:
     )
     fast.save_pretrained(out)
     shutil.copy(CONFIG, out / "config.json")
+    from safetensors.torch import save_file
+
+    save_file(weights(config), str(out / "model.safetensors"), metadata={"format": "pt"})
     return out
 
 

@@ -287,8 +287,11 @@ def test_operator_endpoints_can_live_apart_from_the_api(tmp_path: Path) -> None:
         )
         assert httpx.get(f"http://127.0.0.1:{port}/moemeter/requests").status_code == 404
         assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 404
-        time.sleep(0.1)
-        assert len(httpx.get(f"http://127.0.0.1:{admin}/moemeter/requests").json()["records"]) == 1
+        deadline = time.monotonic() + 10  # the record is written after the reply
+        while not (records := httpx.get(f"http://127.0.0.1:{admin}/moemeter/requests").json()["records"]):
+            assert time.monotonic() < deadline, "the request's record never appeared"
+            time.sleep(0.02)
+        assert len(records) == 1
         assert "moemeter_gateway_requests_total" in httpx.get(f"http://127.0.0.1:{admin}/metrics").text
     finally:
         loop.loop.call_soon_threadsafe(stop.set)
