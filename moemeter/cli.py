@@ -26,6 +26,7 @@ MEMORY_HELP = (
     "default: DuckDB's, 80%% of RAM"
 )
 DEFAULT_DASHBOARD_PORT = 8501
+DEFAULT_LOCAL_BASE_PORT = 18100  # the local CPU stack's router; its other parts on the next nine ports
 
 
 class CliError(Exception):
@@ -772,7 +773,8 @@ def cmd_up(args: argparse.Namespace) -> int:
         names[children[-1].pid] = " ".join(cmd[2:4])
 
     if args.stack == "local-cpu":
-        start([*me, "localstack", "--workdir", str(workdir / "local-cpu"), "--targets-out", str(targets)])
+        start([*me, "localstack", "--workdir", str(workdir / "local-cpu"), "--targets-out", str(targets),
+               "--base-port", str(args.base_port)])  # fmt: skip
     else:
         start([*me, "twin", "--profile", args.profile, "--seed", str(args.seed), "--targets-out", str(targets)])
     start([*me, "serve", "--targets", str(targets), "--db", db, "--api-port", str(args.api_port),
@@ -902,6 +904,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
     s.add_argument("--stack", choices=("twin", "local-cpu"), default="twin", help="what to observe: the rack twin, "
                    "or real vLLM on this CPU (make vllm-env router-env first; `make run-vllm` does it all)")  # fmt: skip
+    s.add_argument("--base-port", type=int, default=DEFAULT_LOCAL_BASE_PORT, help="local CPU stack: the router's port; vLLM, the "
+                   "gateway and the router's metrics on the next nine")  # fmt: skip
     s.set_defaults(func=cmd_up)
 
     s = sub.add_parser("launch", help="print a GPU rack profile's vLLM and vllm-router commands")
@@ -912,7 +916,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("localstack", help="real vLLM on CPU: prefill + decode with NIXL, vllm-router, the plugin")
     s.add_argument("--workdir", default=".moemeter/local-cpu", help="model directory and logs go here")
     s.add_argument("--targets-out", help="write the targets file here once every part answers")
-    s.add_argument("--base-port", type=int, default=18100, help="router port; vLLM on +1 and +2, the gateway on +3, "
+    s.add_argument("--base-port", type=int, default=DEFAULT_LOCAL_BASE_PORT, help="router port; vLLM on +1 and +2, the gateway on +3, "
                    "router metrics +9")  # fmt: skip
     s.add_argument("--traffic-sessions", type=int, default=2, help="load-generator sessions in flight through the "
                    "gateway (0: none)")  # fmt: skip

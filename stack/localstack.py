@@ -53,7 +53,7 @@ MAX_RESTARTS = 3  # per engine in one run of the stack: past it a crashing engin
 @dataclass
 class LocalCpuStack:
     workdir: Path
-    base_port: int = 18100
+    base_port: int  # the router's; the other parts on the next nine (LocalCpuStack.ports)
     vllm_python: Path = ROOT / ".vllm-venv" / "bin" / "python"
     router: Path = ROOT / ".router-venv" / "bin" / "vllm-router"
     children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)

@@ -309,3 +309,54 @@ def test_serve_answers_while_it_waits_for_the_stack_and_says_so(tmp_path):
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
+
+
+@pytest.mark.integration
+@pytest.mark.vllm
+def test_the_twin_then_the_local_cpu_stack_never_mix(tmp_path):
+    """`make run` then `make run-vllm` in one work directory: each stack keeps its own targets and
+    database, and the second one's pools are its own 1 + 1 GPUs, not the twin's 72."""
+    import duckdb
+
+    from dashboard.data import live
+    from tests.e2e.test_browser import assert_ports_free, free_port, free_port_block, wait_http
+    from tests.integration.test_durability import wait_rounds
+    from warehouse.api import QueryClient
+
+    def up(*extra: str) -> tuple[subprocess.Popen, str, list[int]]:  # type: ignore[type-arg]
+        port, api_port = free_port(), free_port()
+        with (tmp_path / "up.log").open("a") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port",
+                                     str(port), "--api-port", str(api_port), *extra], cwd=ROOT, stdout=log,
+                                    stderr=subprocess.STDOUT)  # fmt: skip
+        api = f"http://127.0.0.1:{api_port}"
+        wait_http(api + "/health", 60, proc)
+        return proc, api, [port, api_port]
+
+    def stop(proc: subprocess.Popen, ports: list[int]) -> None:  # type: ignore[type-arg]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 0, (tmp_path / "up.log").read_text()[-3000:]
+        assert_ports_free(*ports)
+
+    def stacks(db: Path) -> set[str]:
+        with duckdb.connect(str(db), read_only=True) as con:
+            return {r[0] for r in con.execute("SELECT DISTINCT stack FROM targets").fetchall()}
+
+    seen = {}
+    for name, extra in (("twin", ()), ("local-cpu", ("--stack", "local-cpu", "--base-port", str(free_port_block(10))))):
+        proc, api, ports = up(*extra)
+        try:
+            wait_rounds(api, 2, within=600 if name == "local-cpu" else 60)  # real vLLM loads for minutes
+            q = QueryClient(api)
+            latest = live.latest_scrape_time(q)
+            assert latest is not None
+            seen[name] = live.pool_gpus(live.targets(q, live.Window.ending(latest, 900)))
+        finally:
+            if proc.poll() is None:
+                stop(proc, ports)
+            else:
+                pytest.fail(f"moemeter up exited with {proc.returncode}:\n{(tmp_path / 'up.log').read_text()[-3000:]}")
+    assert seen["twin"]["rack"] == 72 and seen["twin"]["prefill"] > 1
+    assert seen["local-cpu"] == {"prefill": 1, "decode": 1, "rack": 2}
+    assert stacks(tmp_path / "moemeter-local-cpu.duckdb") == {"local-cpu"}
+    assert "local-cpu" not in stacks(tmp_path / "moemeter.duckdb")

@@ -6,6 +6,7 @@ rendering it. Needs .vllm-venv and .router-venv (`make test` builds both first).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -187,27 +188,88 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
         wh.close()
 
 
-def test_repeated_prompts_are_served_from_the_prefix_cache(localstack):
-    """Real vLLM reports cache hits (prompt_tokens_details.cached_tokens) for a repeated prompt, and
-    the gateway records them, so the cost model prices them as cache hits."""
-    from stack.localstack import MODEL_NAME
+def test_repeated_prompts_are_served_from_the_prefix_cache_and_priced_as_cache_hits(localstack, tmp_path, capsys):
+    """Real vLLM reports cache hits (prompt_tokens_details.cached_tokens) for a repeated prompt; the
+    gateway records them, the prefill pool counts them (`local_cache_hit`), and `moemeter report cost`
+    prices them at the cache-hit rate, not as computed prompt tokens."""
+    from datetime import datetime, timedelta
 
-    _, base, _ = localstack
+    from collectors.scrape import http_fetcher
+    from collectors.service import Collector
+    from moemeter.cli import main
+    from stack.localstack import MODEL_NAME
+    from warehouse.db import Warehouse
+
+    work, base, _ = localstack
     url = f"http://127.0.0.1:{base + 3}"
     prompt = " ".join(f"word{i % 50}" for i in range(400))  # several KV blocks
-    usage = [httpx.post(url + "/v1/completions", json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2,
-                                                       "user": "cache"}, timeout=120).json()["usage"]
-             for _ in range(2)]  # fmt: skip
+    db = tmp_path / "w.duckdb"
+    wh = Warehouse(db)
+    collector = Collector(wh, work / "targets.json", interval=5.0)
+
+    async def one_round() -> None:
+        async with httpx.AsyncClient() as client:
+            await collector.round(http_fetcher(client))
+
+    def stored_users() -> list[str]:
+        return wh.query_df("SELECT user_id FROM requests WHERE user_id = 'cache'").user_id.tolist()
+
+    start = datetime.utcnow().replace(microsecond=0)
+    try:
+        asyncio.run(one_round())
+        usage = [httpx.post(url + "/v1/completions", json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2,
+                                                           "user": "cache"}, timeout=120).json()["usage"]
+                 for _ in range(2)]  # fmt: skip
+        deadline = time.monotonic() + scaled(120)
+        while len(stored_users()) < 2:  # rounds until both records are stored
+            assert time.monotonic() < deadline, "the gateway's two records were not stored"
+            asyncio.run(one_round())
+        asyncio.run(one_round())  # and the counters once more, after both
+    finally:
+        wh.close()
     first, again = ((u.get("prompt_tokens_details") or {}).get("cached_tokens") or 0 for u in usage)
     assert again > first and again >= usage[1]["prompt_tokens"] // 2, usage
+
+    end = datetime.utcnow().replace(microsecond=0) + timedelta(seconds=1)
+    # Prices large enough that a few hundred tokens come to dollars, and a miss costs 100 hits.
+    hit, miss, out = 1_000.0, 100_000.0, 10_000.0
+    sheet = tmp_path / "prices.toml"
+    sheet.write_text(f"""name = "cache-test"
+[[gpu]]
+effective = "2026-01-01T00:00:00Z"
+pool = "*"
+usd_per_gpu_hour = 1.0
+source = "test"
+[[tokens]]
+effective = "2026-01-01T00:00:00Z"
+usd_per_mtok_input_cache_hit = {hit}
+usd_per_mtok_input_cache_miss = {miss}
+usd_per_mtok_output = {out}
+source = "test"
+""")
+    args = ["report", "cost", "--db", str(db), "--targets", str(work / "targets.json"), "--json",
+            "--from", start.isoformat(), "--to", end.isoformat(), "--price-sheet", str(sheet)]  # fmt: skip
+    capsys.readouterr()
+    assert main(args) == 0
+    r = json.loads(capsys.readouterr().out)
+    pf = r["pools"]["prefill"]
+    # The prefill pool's own counters: the repeated prompt's blocks came from its cache.
+    assert pf["cached_prompt_tokens"] >= again and pf["prompt_tokens"] >= sum(u["prompt_tokens"] for u in usage)
+    assert pf["computed_prompt_tokens"] == pf["prompt_tokens"] - pf["cached_prompt_tokens"]
+    # Revenue: cached tokens at the cache-hit price, the rest at the miss price.
+    expected = (pf["cached_prompt_tokens"] * hit + pf["computed_prompt_tokens"] * miss
+                + r["pools"]["decode"]["generated_tokens"] * out) / 1e6  # fmt: skip
+    assert r["total"]["revenue_usd"] == pytest.approx(expected, abs=0.01)
+    # The user is charged for computed prompt tokens only: what vLLM told them was cached is not.
+    [user] = [u for u in r["users"] if u["user"] == "cache"]
+    assert user["cached_prompt_tokens"] == first + again and user["requests"] == 2
+    assert user["computed_prompt_tokens"] == sum(u["prompt_tokens"] for u in usage) - first - again
 
 
 def test_real_clients_streams_are_metered_whole(localstack):
     """The audit's repro on the real stack: streams delivered in full were recorded as 499 when the
     client closed right after [DONE] (3 of 7 from the `openai` SDK, 9 of 20 from a client that stops
     reading at [DONE]). And `"stream": "true"`, which vLLM streams, is metered as a stream."""
-    import json
-
     import openai
 
     from stack.localstack import MODEL_NAME

@@ -62,7 +62,7 @@ def test_a_start_that_fails_names_the_cause_from_the_childs_log(tmp_path):
     in the /health that never answers."""
     from stack.localstack import LocalCpuStack
 
-    stack = LocalCpuStack(tmp_path)
+    stack = LocalCpuStack(tmp_path, 18100)
     fail = (
         "import sys; print('INFO starting engine'); print('zmq.error.ZMQError: Address already in use "
         "(addr=tcp://127.0.0.1:5601)'); print('INFO shutting down'); sys.exit(1)"
