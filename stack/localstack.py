@@ -61,7 +61,9 @@ class LocalCpuStack:
     @property
     def ports(self) -> dict[str, int]:
         b = self.base_port
-        return {"router": b, "prefill-0": b + 1, "decode-0": b + 2, "gateway": b + 3, "router-metrics": b + 9}
+        return {"router": b, "prefill-0": b + 1, "decode-0": b + 2, "gateway": b + 3,
+                # each engine's NIXL side channel: its own, in this stack's block (two stacks never share one)
+                "prefill-0-nixl": b + 4, "decode-0-nixl": b + 5, "router-metrics": b + 9}  # fmt: skip
 
     def check(self) -> None:
         for what, path, fix in ((f"vLLM environment ({self.vllm_python})", self.vllm_python, "make vllm-env"),
@@ -92,7 +94,7 @@ class LocalCpuStack:
         core = self.core(name)
         env = {**os.environ, "VLLM_PLUGINS": "moemeter", "VLLM_CPU_KVCACHE_SPACE": "1",
                # per engine, not per core: on one core both share it, never a port
-               "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_NIXL_SIDE_CHANNEL_PORT": str(5600 + ENGINES.index(name)),
+               "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.ports[f"{name}-nixl"]),
                "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
                # vLLM on CPU turns prefix caching off for MLA models; without MLA the tiny DeepSeek-V2
                # keeps it, so cache hits are reported and priced as on the rack.

@@ -73,3 +73,20 @@ def test_a_start_that_fails_names_the_cause_from_the_childs_log(tmp_path):
     said = str(err.value)
     assert "decode-0" in said and "ZMQError: Address already in use (addr=tcp://127.0.0.1:5601)" in said
     assert str(tmp_path / "decode-0.log") in said
+
+
+def test_every_port_of_a_stack_is_its_own_whatever_core_its_engines_run_on(tmp_path, monkeypatch):
+    """Pinned to one core both engines asked for the same NIXL side-channel port; two stacks at
+    different base ports share none either."""
+    from stack.localstack import ENGINES, LocalCpuStack
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})  # as under `taskset -c 0`
+    used = []
+    for base in (18100, 18110):
+        stack = LocalCpuStack(tmp_path, base)
+        envs = [stack.vllm_command(name, tmp_path)[1] for name in ENGINES]
+        assert {e["VLLM_CPU_OMP_THREADS_BIND"] for e in envs} == {"0"}
+        nixl = [int(e["VLLM_NIXL_SIDE_CHANNEL_PORT"]) for e in envs]
+        assert all(base <= p < base + 10 for p in nixl)
+        used += [*stack.ports.values()]
+    assert len(used) == len(set(used)), sorted(used)
