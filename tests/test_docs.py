@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,14 @@ def test_every_metric_a_page_reads_is_documented():
     assert read, "the pages read no metric?"
     base = {re.sub(r"_(bucket|count|sum)$", "", m) for m in read}
     assert sorted(m for m in base if f"`{m}" not in METRICS_MD) == []
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    """The definitions live in docs/definitions.md; no file names the design notes the project was
+    seeded from, or a path outside the repository."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    outside = re.compile(r"DESIGN\.md|\.\./shared|\bshared/(?:fixtures|STYLE|DESIGN)")
+    cited = [f for f in tracked if (ROOT / f).is_file() and not f.startswith("tests/fixtures/eplb/")
+             and outside.search((ROOT / f).read_text(errors="replace"))]  # fmt: skip
+    assert cited == [], cited
+    assert "definitions.md" in (ROOT / "README.md").read_text()

@@ -1,4 +1,4 @@
-"""The cost model (shared/DESIGN.md, Definitions): GPU-hours and cost per pool at a price sheet,
+"""The cost model (docs/definitions.md): GPU-hours and cost per pool at a price sheet,
 $/M input, output and blended tokens, idle cost, revenue at token prices, per-user allocation.
 
 Token counts are sums of counter increases (Prometheus increase() rules, applied at ingest), read

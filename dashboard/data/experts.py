@@ -2,7 +2,7 @@
 
 Rank load comes from the plugin's `moemeter_expert_rank_tokens_total` increments; logical
 expert load and placement from the /moemeter/experts snapshots (warehouse/experts.py).
-Balancedness is DESIGN.md's: mean over ranks / max over ranks of rank load, per layer.
+Balancedness as docs/definitions.md defines it: mean over ranks / max over ranks of rank load, per layer.
 """
 
 from __future__ import annotations

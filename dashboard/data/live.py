@@ -1,7 +1,7 @@
 """Queries behind the Live page: pure functions of a query callable and a time window.
 
 `q(sql, params) -> DataFrame` is the warehouse's query API (or a local connection in tests).
-Every number follows shared/DESIGN.md's definitions; see docs/metrics.md for the families.
+Every number follows docs/definitions.md; see docs/metrics.md for the families.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def token_rates(q: Query, w: Window) -> pd.DataFrame:
 
 
 def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
-    """DESIGN.md tokens/s per GPU, long form: bucket, series, value.
+    """docs/definitions.md tokens/s per GPU, long form: bucket, series, value.
 
     prefill logical = prompt tokens (cache hits included) / prefill GPUs; prefill computed =
     (prompt - cached) / prefill GPUs; decode = generated / decode GPUs (its prompt tokens came
@@ -229,7 +229,7 @@ def quantile_overall(counts: pd.DataFrame, quantile: float, role: str) -> float:
 
 
 def per_user_tokens_per_second(tpot_counts: pd.DataFrame) -> pd.DataFrame:
-    """DESIGN.md P90 per-user throughput: 1 / (P90 over requests of mean inter-token latency),
+    """docs/definitions.md P90 per-user throughput: 1 / (P90 over requests of mean inter-token latency),
     from the decode pool's request_time_per_output_token histogram (prefill requests emit one token)."""
     dec = tpot_counts[tpot_counts["role"] == "decode"]
     out = quantiles_over_time(dec, (0.9,))

@@ -2,7 +2,7 @@
 
 From the moemeter plugin's families (docs/metrics.md): `moemeter_step_phase_seconds` per phase,
 `moemeter_step_seconds` (wall), `moemeter_api_output_seconds`; and vLLM's own request histograms
-for the API-server delay. DESIGN.md: CPU overhead = step wall time - device forward time.
+for the API-server delay. docs/definitions.md: CPU overhead = step wall time - device forward time.
 """
 
 from __future__ import annotations

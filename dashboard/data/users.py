@@ -1,6 +1,6 @@
 """Queries behind the Users page: per-user throughput, tokens and latency from the gateway's records.
 
-DESIGN.md: per-user tokens/s of a request = 1 / its mean inter-token latency (ITL); "P90 per-user
+docs/definitions.md: per-user tokens/s of a request = 1 / its mean inter-token latency (ITL); "P90 per-user
 tokens/s" is the slow tail, 1 / (90th percentile over requests of mean ITL). Windows up to
 RAW_SECONDS read the per-request rows (exact quantiles); longer ones read the hourly sums and the
 hourly ITL histogram (bins of 1%: quantiles within 0.5%), through the last whole hour, plus the
@@ -52,7 +52,7 @@ class Summary:
     cached_prompt_tokens: int
     generated_tokens: int
     tps_p50: float  # per-user tokens/s, median request
-    tps_p90: float  # per-user tokens/s, the slow tail (DESIGN.md)
+    tps_p90: float  # per-user tokens/s, the slow tail (docs/definitions.md)
     ttft_p50: float  # seconds; the mean over the window when read from hourly sums
     ttft_p90: float  # seconds; NaN from hourly sums
     exact: bool  # quantiles from per-request rows (else from the 1% histogram)

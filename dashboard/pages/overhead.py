@@ -33,7 +33,7 @@ def render() -> None:
                 "(or the twin) once the collectors have scraped them twice.")  # fmt: skip
         return
     stacks = ", ".join(sorted(s for s in live.targets(query)["stack"].dropna().unique() if s)) or "unnamed stack"
-    st.caption(f"Observing **{stacks}** · step {w.step_seconds}s · CPU overhead = step wall time − forward (DESIGN.md)")
+    st.caption(f"Observing **{stacks}** · step {w.step_seconds}s · CPU overhead = step wall time − forward")
     whole = data.per_step(steps.assign(bucket=0), by=("pool",))
     cols = metric_columns(max(1, 2 * len(whole)))
     for i, r in enumerate(whole.itertuples()):

@@ -47,7 +47,7 @@ def render() -> None:
     how = ("exact, from each request" if s.exact
            else "from hourly sums through the last whole hour; quantiles within 0.5%")  # fmt: skip
     st.caption(f"Last request {latest:%Y-%m-%d %H:%M:%S} UTC · {how} · per-user tokens/s = 1 / a request's mean "
-               "inter-token latency; P90 is the slow tail (DESIGN.md)")  # fmt: skip
+               "inter-token latency; P90 is the slow tail (docs/definitions.md)")  # fmt: skip
     m = metric_columns(6)
     m[0].metric("P90 per-user tokens/s", _fmt(s.tps_p90, 1), help="1 / the 90th percentile of mean inter-token latency")
     m[1].metric("P50 per-user tokens/s", _fmt(s.tps_p50, 1))

@@ -40,7 +40,7 @@ class Result:
 
 def summarise(results: list[Result], wall_seconds: float) -> dict[str, Any]:
     """Requests, tokens, P50/P90 per-user tokens/s (1 / quantile of mean inter-token latency, as
-    DESIGN.md defines it: P90 is the slow tail), TTFT, errors."""
+    docs/definitions.md defines it: P90 is the slow tail), TTFT, errors."""
     ok = [r for r in results if r.error is None]
     itl = np.array([r.itl_mean_seconds for r in ok if r.itl_mean_seconds], dtype=float)
     ttft = np.array([r.ttft_seconds for r in ok if r.ttft_seconds is not None], dtype=float)

@@ -4,7 +4,7 @@ Each MoE layer has its own popularity over logical experts: gated layers follow 
 whose exponent differs by layer and whose hot experts drift (a mean-reverting random walk in
 log space); hash-routed layers send token t to expert hash(t) mod experts, so their skew is the
 token-frequency skew and does not drift. Tokens x top-k are routed per tick; replicas of an
-expert share its tokens evenly; a rank's load is what its slots receive (DESIGN.md).
+expert share its tokens evenly; a rank's load is what its slots receive (docs/definitions.md).
 
 Every `rebalance_interval_seconds` the decode instance's EPLB re-plans the placement on the
 last window's load with the planner (stack/eplb/policy.py), as vLLM's EPLB does.

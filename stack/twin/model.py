@@ -482,7 +482,7 @@ class RackModel:
 
 
 def p90_per_user_tokens_per_second(tpot_seconds: list[float]) -> float:
-    """DESIGN.md: 1 / (90th percentile over requests of mean inter-token latency)."""
+    """docs/definitions.md: 1 / (90th percentile over requests of mean inter-token latency)."""
     if not tpot_seconds:
         return math.nan
     return float(1.0 / np.percentile(np.asarray(tpot_seconds), 90))

@@ -65,7 +65,7 @@ def test_summary_matches_the_records(seeded) -> None:
         inside.generated_tokens.sum(),
     )
     itl = inside.itl_mean_seconds.dropna().to_numpy()
-    assert s.tps_p90 == pytest.approx(1 / np.quantile(itl, 0.9))  # the slow tail, DESIGN.md
+    assert s.tps_p90 == pytest.approx(1 / np.quantile(itl, 0.9))  # the slow tail, docs/definitions.md
     assert s.tps_p50 == pytest.approx(1 / np.quantile(itl, 0.5))
     assert s.tps_p90 < s.tps_p50
     assert 150 < s.tps_p90 < 260  # the twin is calibrated to the write-up's 196 tokens/s
