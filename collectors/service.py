@@ -84,13 +84,30 @@ class Collector:
 
     def refresh_targets(self) -> list[TargetInfo]:
         try:
-            self.targets = load_targets(self.targets_path)
+            targets = load_targets(self.targets_path)
             self._targets_error = None
+            if targets != self.targets:
+                self._warn_other_stacks(targets)
+            self.targets = targets
         except TargetsError as exc:
             if str(exc) != self._targets_error:
                 log.error("%s (keeping %d known targets)", exc, len(self.targets))
                 self._targets_error = str(exc)
         return self.targets
+
+    def _warn_other_stacks(self, targets: list[TargetInfo]) -> None:
+        """A target name the database already holds for another stack: both histories would mix
+        under one name (the twin's decode-0 and real vLLM's), so say it, once per load."""
+        try:
+            stored = dict(self.warehouse.query_df("SELECT name, stack FROM targets").itertuples(index=False))
+        except Exception:  # noqa: BLE001 - a warning only; the round reports storage trouble itself
+            return
+        for t in targets:
+            was = stored.get(t.name)
+            if was is not None and (was or "") != (t.stack or ""):
+                log.warning("target %s was stack %r in this database and is now stack %r: their histories mix "
+                            "under one name; give each stack a database of its own (moemeter up does) or "
+                            "distinct target names", t.name, was, t.stack)  # fmt: skip
 
     def store(self, batches: list[ScrapeBatch], snapshots: list[SnapshotResult] | None = None,
               feeds: list[FeedResult] | None = None) -> int:  # fmt: skip

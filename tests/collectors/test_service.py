@@ -145,3 +145,24 @@ def test_a_target_inventing_series_is_bounded_and_its_other_series_kept(tmp_path
     assert rejected.values.tolist() == [
         ["new series over the limit of 100 per round: samples refused until a later round", 21 + 20],
         ["new series over the limit of 250 per target: samples refused", 70 + 120 + 120]]  # fmt: skip
+
+
+def test_a_target_name_stored_for_another_stack_is_warned_about(tmp_path, caplog):
+    """`--db` shared by the twin and the local CPU stack: both have a decode-0, whose histories
+    would mix under one name. Serve says so when it loads such a targets file, once."""
+    import logging
+
+    wh = Warehouse(tmp_path / "w.duckdb")
+    twin = TargetInfo("decode-0", "http://x/metrics", "decode", 64, stack="deepseek-v4.1-flash")
+    Collector(wh, tmp_path / "none.json").store([ScrapeBatch(twin, T0, True, 0.0, [])])
+    (tmp_path / "t.json").write_text(json.dumps([{"name": "decode-0", "url": "http://y/metrics", "role": "decode",
+                                                  "gpus": 1, "stack": "local-cpu"},
+                                                 {"name": "prefill-0", "url": "http://z/metrics", "role": "prefill",
+                                                  "gpus": 1, "stack": "local-cpu"}]))  # fmt: skip
+    c = Collector(wh, tmp_path / "t.json")
+    with caplog.at_level(logging.WARNING, logger="collectors.service"):
+        c.refresh_targets()
+        c.refresh_targets()  # the same file again: said once
+    said = [r.getMessage() for r in caplog.records if "histories mix" in r.getMessage()]
+    assert len(said) == 1 and "decode-0 was stack 'deepseek-v4.1-flash'" in said[0] and "'local-cpu'" in said[0]
+    wh.close()
