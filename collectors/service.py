@@ -26,6 +26,7 @@ from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 from warehouse.requests import FeedError, RequestIngestor
 from warehouse.rollup import Retention
 
+from . import DEFAULT_INTERVAL
 from .experts import NOT_READY, SnapshotResult, fetch_snapshot
 from .promapi import PromAPIError, http_get, pull_range
 from .requests import FeedResult, fetch_feed
@@ -60,7 +61,7 @@ def _now_iso() -> str:
 
 
 class Collector:
-    def __init__(self, warehouse: Warehouse, targets_path: str | Path, interval: float = 5.0,
+    def __init__(self, warehouse: Warehouse, targets_path: str | Path, interval: float = DEFAULT_INTERVAL,
                  timeout: float | None = None, snapshot_every: int = 12,
                  retention: Retention | None = None, prometheus: str | None = None) -> None:  # fmt: skip
         self.warehouse = warehouse

@@ -17,6 +17,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from collectors import DEFAULT_INTERVAL
+
 log = logging.getLogger("moemeter")
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DB = "moemeter.duckdb"
@@ -901,7 +903,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="dashboard port")
     s.add_argument("--host", default="127.0.0.1", help="dashboard address")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
-    s.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
+    s.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
     s.add_argument("--stack", choices=("twin", "local-cpu"), default="twin", help="what to observe: the rack twin, "
                    "or real vLLM on this CPU (make vllm-env router-env first; `make run-vllm` does it all)")  # fmt: skip
     s.add_argument("--base-port", type=int, default=DEFAULT_LOCAL_BASE_PORT, help="local CPU stack: the router's port; vLLM, the "
@@ -934,7 +936,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "history ending now into --db through the ingest path")  # fmt: skip
     s.add_argument("--db", help="DuckDB file for --fast-forward")
     s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
-    s.add_argument("--interval", type=float, default=5.0, help="scrape interval for --fast-forward, seconds")
+    s.add_argument(
+        "--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval for --fast-forward, seconds"
+    )
     s.add_argument("--tick", type=float, default=1.0, help="simulation step for --fast-forward, seconds (serving "
                    "uses 0.1 s; 1 s runs ~4x faster and gives ~3%% fewer tokens)")  # fmt: skip
     s.set_defaults(func=cmd_twin)
@@ -942,7 +946,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the collectors, the warehouse writer and the query API")
     s.add_argument("--targets", required=True, help="targets file (JSON list of name, url, role, gpus)")
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
-    s.add_argument("--interval", type=float, default=5.0, help="scrape interval, seconds")
+    s.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
     s.add_argument("--api-host", default="127.0.0.1", help="query API address; beyond loopback it requires a "
                    "token (MOEMETER_API_TOKEN or --api-token-file)")  # fmt: skip
     s.add_argument("--api-token-file", help="file holding the query API's token (else MOEMETER_API_TOKEN)")

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from collectors import DEFAULT_INTERVAL
+
 Query = Callable[[str, list[Any] | None], pd.DataFrame]
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
@@ -34,13 +36,13 @@ class Window:
         return (self.end - self.start).total_seconds()
 
     @classmethod
-    def ending(cls, end: datetime, seconds: float, scrape_interval: float = 5.0) -> Window:
+    def ending(cls, end: datetime, seconds: float, scrape_interval: float = DEFAULT_INTERVAL) -> Window:
         """A window of `seconds` up to `end`, with a step that gives ~POINTS points and never
         less than two scrape intervals (so every step holds at least one increase)."""
         return cls.between(end - timedelta(seconds=seconds), end, scrape_interval)
 
     @classmethod
-    def between(cls, start: datetime, end: datetime, scrape_interval: float = 5.0) -> Window:
+    def between(cls, start: datetime, end: datetime, scrape_interval: float = DEFAULT_INTERVAL) -> Window:
         step = max(int(2 * scrape_interval), int((end - start).total_seconds() // POINTS))
         for unit in (3600, ROLLUP_SECONDS):  # whole hours or minutes, so the rollups serve it
             if step >= unit:
@@ -80,6 +82,23 @@ def targets(q: Query, w: Window | None = None) -> pd.DataFrame:
     return q("""SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets
                 WHERE name IN (SELECT DISTINCT target FROM scrapes WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP)
                 ORDER BY role, name""", [w.start, w.end])  # fmt: skip
+
+
+# The collector's interval as stored: the median gap between a target's scrapes in the last 15 min.
+SCRAPE_INTERVAL_SQL = """
+SELECT median(epoch(ts) - epoch(prev)) AS seconds
+FROM (SELECT ts, lag(ts) OVER (PARTITION BY target ORDER BY ts) AS prev FROM scrapes
+      WHERE ts > (SELECT max(ts) FROM scrapes) - INTERVAL 15 MINUTE)
+WHERE prev IS NOT NULL
+"""
+
+
+def scrape_interval(q: Query) -> float:
+    """Seconds between scrape rounds, from what the collector stored (`serve --interval 30` gives 30);
+    the default interval before there are two rounds."""
+    df = q(SCRAPE_INTERVAL_SQL, None)
+    seconds = df["seconds"].iloc[0] if len(df) else None
+    return DEFAULT_INTERVAL if seconds is None or pd.isna(seconds) or seconds <= 0 else float(seconds)
 
 
 def latest_scrape_time(q: Query) -> datetime | None:

@@ -34,7 +34,7 @@ def render() -> None:
     c = st.columns([2, 3])
     target = c[0].selectbox("Instance", targets, key="target")
     choice = c[1].segmented_control("Time range", list(live.RANGES), default="1 h", key="exp_range") or "1 h"
-    w = live.Window.ending(latest, live.RANGES[choice])
+    w = live.Window.ending(latest, live.RANGES[choice], live.scrape_interval(query))
     steps = data.rank_steps(query, w, target)
     bal = data.balancedness_over_time(steps)
     events = data.measured_around(data.rebalances(query, w, target), bal)

@@ -38,15 +38,16 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}: waiting for the first collector round.")
         return
+    interval = data.scrape_interval(query)
     if choice == "Custom" and start and end:
-        w = data.Window.between(start, end)
+        w = data.Window.between(start, end, interval)
     else:
-        w = data.Window.ending(latest, data.RANGES.get(choice, 900))
+        w = data.Window.ending(latest, data.RANGES.get(choice, 900), interval)
     tgts = data.targets(query, w)
     gpus = data.pool_gpus(tgts)
     stacks = ", ".join(sorted(s for s in tgts["stack"].dropna().unique() if s)) or "unnamed stack"
     st.caption(f"Observing **{stacks}** · {gpus['prefill']} prefill + {gpus['decode']} decode GPUs "
-               f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · step {w.step_seconds}s")  # fmt: skip
+               f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · scrapes every {interval:g}s · step {w.step_seconds}s")  # fmt: skip
 
     tpg = data.tokens_per_gpu(data.token_rates(query, w), gpus)
     ttft, itl, tpot = data.histograms_counts(query, w, list(data.LATENCY_FAMILIES)).values()

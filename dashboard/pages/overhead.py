@@ -26,7 +26,7 @@ def render() -> None:
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
         return
-    w = live.Window.ending(latest, live.RANGES[choice])
+    w = live.Window.ending(latest, live.RANGES[choice], live.scrape_interval(query))
     steps = data.step_time(query, w)
     if steps.empty:
         st.info("No step-phase data in this window: it comes from vLLM instances running the moemeter plugin "

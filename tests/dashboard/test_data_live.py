@@ -165,3 +165,41 @@ def test_health_shows_what_each_target_had_refused_in_the_window():
     assert health.loc["loud", "refused"] == 1 + 3 and health.loc["quiet", "refused"] == 0
     assert health.loc["loud", "last_refusal"] == "series: new series over the limit of 2 per target: samples refused"
     assert pd.isna(health.loc["quiet", "last_refusal"])
+
+
+def test_serve_interval_30_gives_a_rate_in_every_step():
+    """`serve --interval 30`: the pages take the interval the collector stored, so every step holds
+    increases and each step's rate is its tokens over its seconds. With the old fixed 5 s, two of
+    every three 10 s steps held nothing."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    twin = Twin(load_profile("deepseek-v4.1-flash"), seed=12, start=START - 120)
+    ing, generated = Ingestor(), []
+    for k in range(9):  # 4 minutes of 30 s rounds
+        pages = twin.pages(START + 30 * k)
+        eps = {e.name: e for e in twin.endpoints()}
+        generated.append(sum(i.counters["generation_tokens"].sum() for i in twin.model.decode))
+        for name in ("decode-0", "prefill-0"):
+            e = eps[name]
+            t = TargetInfo(name, f"http://twin/{name}", e.role, e.gpus, "twin:test", e.hostname)
+            ing.write(con, ScrapeBatch(t, T0 + timedelta(seconds=30 * k), True, 0.01, parse_page(pages[name].encode())))
+    q = LocalQuery(con)
+    interval = live.scrape_interval(q)
+    assert interval == 30.0
+    latest = live.latest_scrape_time(q)
+    w = live.Window.ending(latest, 180, interval)
+    assert w.step_seconds == 60
+    rates = live.token_rates(q, w)
+    decode = rates[rates.role == "decode"].reset_index(drop=True)
+    assert (decode.generated_per_s > 0).all()
+    at = [T0 + timedelta(seconds=30 * k) for k in range(len(generated))]
+    # A 60 s step reads the per-minute rollups: a step holds the rounds stamped in its minute, and
+    # the minute still open (12:04) is not rolled up yet.
+    for r in decode.itertuples():  # a step's rate: its rounds' tokens over the 30 s each covered
+        rounds = [k for k, t in enumerate(at) if r.bucket <= t < r.bucket + timedelta(minutes=1)]
+        tokens = generated[rounds[-1]] - generated[rounds[0] - 1]
+        assert len(rounds) == 2 and r.generated_per_s == pytest.approx(tokens / 60)
+    assert decode.bucket.tolist() == [T0 + timedelta(minutes=m) for m in range(1, 4)]  # no step empty
+    # What the pages did before: 10 s steps of which only every third held a scrape.
+    old = live.token_rates(q, live.Window.ending(latest, 180, 5.0))
+    assert len(old[old.role == "decode"]) == 6  # of 18 steps
