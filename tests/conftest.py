@@ -84,3 +84,37 @@ def run_page(page: str, api_url: str, monkeypatch: pytest.MonkeyPatch, timeout: 
     at.run()
     assert not at.exception, at.exception
     return at
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The live processes whose parent is `pid`: their command lines."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+    return out
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A server a test started and never stopped keeps a core busy for every test after it (a leaked
+    `moemeter serve` took half a core each): kill what is left and fail the run, naming it."""
+    import os
+    import signal
+
+    left = _children(os.getpid())
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if left:
+        print(
+            "\nprocesses left running by the tests (killed):\n"
+            + "\n".join(f"  {p}: {c[:200]}" for p, c in left.items())
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -42,7 +42,10 @@ def serve(targets: Path, db: Path) -> tuple[subprocess.Popen, str]:  # type: ign
                                  "--interval", str(INTERVAL), "--api-port", "0"], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=log, text=True)  # fmt: skip
     first = proc.stdout.readline() if proc.stdout else ""
-    assert "query API http://" in first, (first, (db.parent / "serve.log").read_text()[-2000:])
+    if "query API http://" not in first:
+        proc.kill()  # never left running for later tests
+        proc.wait()
+        raise AssertionError(f"serve said {first!r}: {(db.parent / 'serve.log').read_text()[-2000:]}")
     return proc, first.split("query API ")[1].split(";")[0]
 
 
@@ -94,7 +97,11 @@ def test_sigkill_loses_at_most_one_interval_and_the_file_reopens(twin_targets, t
     time.sleep(2 * INTERVAL)  # the outage itself: a length of time, not a wait for readiness
     restarted_at = datetime.utcnow()
     proc, api = serve(twin_targets, db)
-    wait_rounds(api, 3)
+    try:
+        wait_rounds(api, 3)
+    except AssertionError:
+        proc.kill()
+        raise
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == 0
     with duckdb.connect(str(db), read_only=True) as con:
