@@ -38,3 +38,15 @@ def compact(n: float) -> str:
         if abs(n) >= size:
             return f"{n / size:.3g}{unit}"
     return f"{n:,.0f}"
+
+
+REFRESH_SECONDS = 5  # the Live page refreshes at most this often: the collector's default interval
+# Slower where a render takes long (one shared core: 5-8 s of queries and figures), so the browser,
+# the collector and the twin get the rest of the machine; it only grows within a session.
+REFRESH_STEPS = (REFRESH_SECONDS, 10, 15, 30, 60)
+
+
+def refresh_every(render_seconds: float, now: int) -> int:
+    """The refresh interval: at least twice the last render's time, never below the one in effect."""
+    need = next((s for s in REFRESH_STEPS if s >= 2 * render_seconds), REFRESH_STEPS[-1])
+    return max(need, now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from datetime import datetime
 
 import httpx
@@ -11,9 +12,7 @@ import streamlit as st
 from dashboard.data import live as data
 from dashboard.figures import live as figures
 from dashboard.source import api_url, query, show_api_error
-from dashboard.widgets import day_span, metric_columns
-
-REFRESH_SECONDS = 5
+from dashboard.widgets import REFRESH_SECONDS, day_span, metric_columns, refresh_every
 
 
 def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
@@ -96,12 +95,23 @@ st.title("Live")
 choice, start, end, auto = _window_controls()
 
 
-@st.fragment(run_every=REFRESH_SECONDS if auto else None)
+every = st.session_state.setdefault("live_refresh_every", REFRESH_SECONDS)
+
+
+@st.fragment(run_every=every if auto else None)
 def live_body() -> None:
+    began = time.monotonic()
     try:
         render(choice, start, end)
     except (httpx.HTTPError, RuntimeError) as exc:
         show_api_error(exc)
+    took = time.monotonic() - began
+    slower = refresh_every(took, every)
+    if auto and slower != every:  # a fragment's interval is set when the page runs whole
+        st.session_state["live_refresh_every"] = slower
+        st.rerun()
+    if auto and every > REFRESH_SECONDS:
+        st.caption(f"Refreshing every {every} s, not {REFRESH_SECONDS}: the page took {took:.1f} s to render here.")
 
 
 live_body()

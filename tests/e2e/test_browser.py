@@ -58,6 +58,12 @@ def free_port_block(size: int = 10) -> int:
     raise RuntimeError(f"no {size} free ports in a row between 10000 and {low}")
 
 
+def ms(seconds: float) -> int:
+    """A browser wait in Playwright's milliseconds, for two cores; longer on fewer (ready.scaled):
+    pinned to one core beside the twin, the Live page's lower charts took 85 s to appear."""
+    return int(ready.scaled(seconds) * 1000)
+
+
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:  # type: ignore[type-arg]
     """Until `url` answers 200 (within `timeout` on two cores, longer on fewer: ready.scaled); with
     `proc`, fail at once (with its output) if that process exits."""
@@ -108,19 +114,19 @@ def test_moemeter_up_shows_live_numbers_in_chromium(stack):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1600, "height": 2400})
         page.goto(url, wait_until="networkidle")
-        page.get_by_text("Targets up").first.wait_for(timeout=90_000)
-        page.wait_for_function("document.body.innerText.includes('25/25')", timeout=60_000)
-        page.get_by_text("GPU utilisation (72 GPUs)").first.wait_for(timeout=60_000)
+        page.get_by_text("Targets up").first.wait_for(timeout=ms(90))
+        page.wait_for_function("document.body.innerText.includes('25/25')", timeout=ms(60))
+        page.get_by_text("GPU utilisation (72 GPUs)").first.wait_for(timeout=ms(60))
         first = headline(page)
         # Moving: after two more scrape rounds the rack throughput has new values.
         page.wait_for_function(
-            f"!document.body.innerText.includes({first['Rack tok/s per GPU (logical)']!r})", timeout=60_000)  # fmt: skip
+            f"!document.body.innerText.includes({first['Rack tok/s per GPU (logical)']!r})", timeout=ms(60))  # fmt: skip
         second = headline(page)
         page.screenshot(path=str(shots / "live.png"), full_page=True)
         # The Experts page of the same stack: the decode instance's EPLB hot spots.
         page.goto(url + "/experts", wait_until="networkidle")
-        page.get_by_text("Hottest rank now").first.wait_for(timeout=90_000)
-        page.get_by_text("Layer x rank: load / layer mean").first.wait_for(timeout=30_000)
+        page.get_by_text("Hottest rank now").first.wait_for(timeout=ms(90))
+        page.get_by_text("Layer x rank: load / layer mean").first.wait_for(timeout=ms(60))
         page.screenshot(path=str(shots / "experts.png"), full_page=True)
         browser.close()
     assert second["Targets up"] == "25/25"

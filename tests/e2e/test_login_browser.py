@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from .test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, wait_http
+from .test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, ms, wait_http
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser,
               pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")]  # fmt: skip
@@ -53,7 +53,7 @@ def test_a_cookie_forged_with_the_empty_key_never_gets_in(tmp_path):
                 page = ctx.new_page()
                 page.goto(origin, wait_until="networkidle")
                 page.wait_for_function("document.body.innerText.includes('Sign in to see the dashboard') || "
-                                       "document.body.innerText.includes('Signed in as')", timeout=90_000)  # fmt: skip
+                                       "document.body.innerText.includes('Signed in as')", timeout=ms(90))  # fmt: skip
                 seen[who] = page.inner_text("body")
                 ctx.close()
             browser.close()
