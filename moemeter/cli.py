@@ -342,7 +342,8 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
 def _streamlit_cmd(port: int, host: str) -> list[str]:
     return [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
             "--server.headless", "true", "--server.port", str(port), "--server.address", host,
-            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]  # fmt: skip
+            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+            "--client.toolbarMode", "viewer"]  # no "Deploy" button: this dashboard is deployed  # fmt: skip
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -80,6 +80,7 @@ def balancedness_figure(bal: pd.DataFrame, events: pd.DataFrame) -> go.Figure:
                                hovertemplate="layer %{y} at %{x}: %{z:.3f}<extra></extra>"))  # fmt: skip
     _rebalance_lines(fig, events)
     fig.update_yaxes(title_text="layer", autorange="reversed")
+    _whole_ticks(fig, "y", len(m.index))
     return _layout(fig, "Balancedness per layer over time (dashed: EPLB rebalances)", height=460)
 
 
@@ -122,5 +123,6 @@ def what_if_figure(df: pd.DataFrame) -> go.Figure:
     )
     fig.add_trace(go.Scatter(x=df["layer"], y=df["planned_balancedness"], name="planned", mode="lines+markers"))
     fig.update_xaxes(title_text="layer")
+    _whole_ticks(fig, "x", len(df))
     fig.update_yaxes(title_text="balancedness", range=[0, 1.05])
     return _layout(fig, "What-if: predicted balancedness per layer on the observed load")

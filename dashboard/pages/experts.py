@@ -72,12 +72,12 @@ def render() -> None:
     else:
         h1.plotly_chart(figures.expert_heatmap(shares, log=log), key="expert_heatmap")
     ranks_matrix = data.rank_matrix(steps)
-    if ranks_matrix.shape[1] == 1:
+    if ranks_matrix.shape[1] == 1:  # balancedness is 1.0 by definition: no chart of it either
         h2.info("One EP rank: every layer's load is on it, so there is no balance across ranks to show.")
     else:
         h2.plotly_chart(figures.rank_heatmap(ranks_matrix), key="rank_heatmap")
-    st.plotly_chart(figures.balancedness_figure(bal, events), key="balancedness")
-    st.plotly_chart(figures.balancedness_summary_figure(bal, events), key="balancedness_summary")
+        st.plotly_chart(figures.balancedness_figure(bal, events), key="balancedness")
+        st.plotly_chart(figures.balancedness_summary_figure(bal, events), key="balancedness_summary")
 
     t1, t2 = st.columns(2)
     with t1:

@@ -46,7 +46,7 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     gpus = data.pool_gpus(tgts)
     stacks = ", ".join(sorted(s for s in tgts["stack"].dropna().unique() if s)) or "unnamed stack"
     st.caption(f"Observing **{stacks}** · {gpus['prefill']} prefill + {gpus['decode']} decode GPUs "
-               f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · scrapes every {interval:g}s · step {w.step_seconds}s")  # fmt: skip
+               f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · scrapes every {round(interval, 1):g}s · step {w.step_seconds}s")  # fmt: skip
 
     tpg = data.tokens_per_gpu(data.token_rates(query, w), gpus)
     ttft, itl, tpot = data.histograms_counts(query, w, list(data.LATENCY_FAMILIES)).values()
@@ -75,11 +75,15 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     st.plotly_chart(figures.queue_figure(gauges), key="queue")
 
     latest_gpus = data.gpus_latest(query, w.start)
-    g1, g2 = st.columns(2)
-    g1.plotly_chart(figures.gpu_heatmap(latest_gpus, "util_pct", f"GPU utilisation ({len(latest_gpus)} GPUs)", "%"),
-                    key="gpu_util")  # fmt: skip
-    g2.plotly_chart(figures.gpu_heatmap(latest_gpus, "power_watts", "GPU power", "W"), key="gpu_power")
-    st.plotly_chart(figures.gpu_time_figure(data.gpus_over_time(query, w)), key="gpu_time")
+    if latest_gpus.empty:  # the local CPU stack, or a rack whose dcgm-exporters are not targets
+        st.info("No GPU exporter (dcgm-exporter) among the targets scraped in this range: no per-GPU utilisation, "
+                "power or memory to show.")  # fmt: skip
+    else:
+        g1, g2 = st.columns(2)
+        g1.plotly_chart(figures.gpu_heatmap(latest_gpus, "util_pct", f"GPU utilisation ({len(latest_gpus)} GPUs)",
+                                            "%"), key="gpu_util")  # fmt: skip
+        g2.plotly_chart(figures.gpu_heatmap(latest_gpus, "power_watts", "GPU power", "W"), key="gpu_power")
+        st.plotly_chart(figures.gpu_time_figure(data.gpus_over_time(query, w)), key="gpu_time")
 
     st.subheader("Scrape health")
     st.dataframe(health, hide_index=True, key="health",

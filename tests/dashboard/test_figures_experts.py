@@ -56,3 +56,14 @@ def test_rank_heatmap_ticks_whole_ranks_and_layers() -> None:
     m = pd.DataFrame(np.ones((43, 64)), index=range(43), columns=range(64))
     fig = figures.rank_heatmap(m)
     assert fig.layout.xaxis.dtick == 4 and fig.layout.yaxis.dtick == 3  # ~20 ticks, all whole numbers
+
+
+def test_layer_axes_tick_whole_layers() -> None:
+    """Three MoE layers (the local stack's tiny model) were ticked -0.5, 0, 0.5, ... 2.5."""
+    bal = pd.DataFrame({"layer": [0, 1, 2] * 2, "bucket": pd.to_datetime(["2026-12-01 17:00"] * 3 + ["2026-12-01 17:01"] * 3),
+                        "balancedness": [1.0, 0.9, 0.8, 0.95, 0.85, 0.75]})  # fmt: skip
+    fig = figures.balancedness_figure(bal, pd.DataFrame())
+    assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.tick0 == 0
+    wi = figures.what_if_figure(pd.DataFrame({"layer": [0, 1, 2], "current_balancedness": [0.5, 0.6, 0.7],
+                                              "planned_balancedness": [0.9, 0.9, 0.9]}))  # fmt: skip
+    assert wi.layout.xaxis.dtick == 1 and wi.layout.xaxis.tick0 == 0

@@ -168,6 +168,11 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     api.start()
     monkeypatch.setenv("MOEMETER_API", api.url)
     try:
+        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "live.py"), default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        assert [m.value for m in at.metric if m.label == "Targets up"] and not at.error
+        assert any("No GPU exporter" in i.value for i in at.info)  # CPUs only: said, not empty charts
         at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "overhead.py"), default_timeout=60)
         at.run()
         assert not at.exception, at.exception
