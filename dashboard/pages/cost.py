@@ -18,7 +18,12 @@ WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
 
 
 def _usd(v: float | None, digits: int = 2) -> str:
-    return "—" if v is None else f"${v:,.{digits}f}"
+    """Dollars, the sign before the $ (−$3.59, not $-3.59); `digits` only below $100 (per-token
+    prices of cents): $718.74, not $718.7375."""
+    if v is None:
+        return "—"
+    digits = 2 if abs(v) >= 100 else digits
+    return f"{'−' if v < 0 else ''}${abs(v):,.{digits}f}"
 
 
 def _window(latest: datetime) -> tuple[datetime, datetime, bool]:

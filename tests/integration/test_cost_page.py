@@ -47,10 +47,10 @@ def test_the_page_shows_the_reports_numbers(api, monkeypatch) -> None:
     at = open_page(api, monkeypatch)
     assert metric(at, "Cost") == "$467.52"
     assert metric(at, "$/M input") == "$48.7000"
-    assert metric(at, "$/M output") == "$311.6800"
+    assert metric(at, "$/M output") == "$311.68"  # cents above $100
     assert metric(at, "$/M blended") == "$85.0036"
     assert metric(at, "Idle cost") == "$77.49"
-    assert metric(at, "Revenue") == "$2.17" and metric(at, "Margin") == "$-465.35"
+    assert metric(at, "Revenue") == "$2.17" and metric(at, "Margin") == "−$465.35"
     users = at.dataframe[0].value
     assert list(users.user) == ["bob", "alice"] and [round(c, 2) for c in users.cost_usd] == [285.71, 181.81]
     daily = at.dataframe[1].value
