@@ -42,11 +42,12 @@ def compact(n: float) -> str:
 
 REFRESH_SECONDS = 5  # the Live page refreshes at most this often: the collector's default interval
 # Slower where a render takes long (one shared core: 5-8 s of queries and figures), so the browser,
-# the collector and the twin get the rest of the machine; it only grows within a session.
+# the collector and the twin get the rest of the machine.
 REFRESH_STEPS = (REFRESH_SECONDS, 10, 15, 30, 60)
 
 
 def refresh_every(render_seconds: float, now: int) -> int:
-    """The refresh interval: at least twice the last render's time, never below the one in effect."""
+    """The refresh interval: at least twice the last render's time. Faster again only once a render
+    takes under a quarter of the faster interval, so it does not flap (each change reruns the page)."""
     need = next((s for s in REFRESH_STEPS if s >= 2 * render_seconds), REFRESH_STEPS[-1])
-    return max(need, now)
+    return need if need > now or render_seconds <= need / 4 else now

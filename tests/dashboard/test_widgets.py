@@ -26,10 +26,11 @@ def test_compact_counts_fit_a_metric_card():
     assert [compact(v) for v in (999, 20_384_912, 1_234_567_890, 4_500, 0)] == ["999", "20.4M", "1.23B", "4.5k", "0"]
 
 
-def test_live_refresh_slows_to_twice_the_render_time_and_never_speeds_up_again():
+def test_live_refresh_slows_to_twice_the_render_time_and_speeds_up_only_when_well_within():
     """On one shared core a Live render took 5-8 s; refreshing every 5 s kept the machine busy
-    redrawing, and the lower charts took 90 s to appear."""
+    redrawing, and the lower charts took 90 s to appear. Slow while vLLM loads, fast again after."""
     assert refresh_every(0.4, 5) == 5 and refresh_every(2.4, 5) == 5
     assert refresh_every(3.0, 5) == 10 and refresh_every(7.0, 5) == 15 and refresh_every(14.0, 5) == 30
     assert refresh_every(99.0, 5) == 60
-    assert refresh_every(0.4, 15) == 15  # never faster again in the session
+    assert refresh_every(1.2, 15) == 5  # renders fast again: back to 5 s
+    assert refresh_every(2.0, 10) == 10 and refresh_every(3.0, 10) == 10  # not yet: no flapping
