@@ -13,6 +13,7 @@ from dashboard.figures import cost as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import day_span, metric_columns
 from warehouse.cost import NoData, with_gpu_price
+from warehouse.prices import default_sheet
 
 WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
 
@@ -74,7 +75,7 @@ def render() -> None:
                 "charged here.")  # fmt: skip
         start = first
     sheet = data.price_sheet(query)
-    latest_price = max(sheet.gpu, key=lambda p: p.effective).usd_per_gpu_hour if sheet.gpu else 38.96
+    latest_price = max(sheet.gpu or default_sheet().gpu, key=lambda p: p.effective).usd_per_gpu_hour
     with st.expander("What if", expanded=False):
         c = st.columns(3)
         what_if = c[0].toggle("Another GPU-hour price", key="whatif_on",
