@@ -65,14 +65,14 @@ def cmd_twin(args: argparse.Namespace) -> int:
     twin = Twin(profile, seed=args.seed, host=args.host)
     if args.base_port:
         twin.ports = {name: args.base_port + i for i, name in enumerate(twin.ports)}
+    if args.openai_port:  # first: it needs none of the simulation, which takes a while to warm up
+        _serve_simulated_upstream(profile.model.name, args.host, args.openai_port)
     try:
         targets = twin.serve()
     except OSError as exc:
         raise CliError(f"cannot bind the twin's endpoints: {exc}") from exc
     if args.targets_out:
         write_targets(targets, Path(args.targets_out))
-    if args.openai_port:
-        _serve_simulated_upstream(profile.model.name, args.host, args.openai_port)
     gpus = sum(int(str(t["gpus"])) for t in targets if t["role"] == "gpu")
     print(f"twin {profile.name} (seed {args.seed}): {len(targets)} endpoints, {gpus} GPUs"
           + (f", targets in {args.targets_out}" if args.targets_out else ""), flush=True)  # fmt: skip
