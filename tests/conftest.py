@@ -91,11 +91,12 @@ def _children(pid: int) -> dict[int, str]:
     out = {}
     for d in Path("/proc").iterdir():
         try:
-            if d.name.isdigit() and (d / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
-                state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
+            if not d.name.isdigit():
+                continue
+            state, ppid = (d / "stat").read_text().rsplit(")", 1)[1].split()[:2]  # after the command name
+            if ppid == str(pid) and state != "Z":
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
             continue
     return out
 
