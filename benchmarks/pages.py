@@ -83,8 +83,13 @@ def cost_queries(q: live.Query, w: live.Window) -> None:
     cost.daily_statement(q, pools, w.start.replace(hour=0, minute=0, second=0, microsecond=0), w.end)
 
 
-PAGES = {"live": live_queries, "experts": experts_queries, "users": users_queries, "overhead": overhead_queries,
-         "cost": cost_queries}  # fmt: skip
+PAGES = {
+    "live": live_queries,
+    "experts": experts_queries,
+    "users": users_queries,
+    "overhead": overhead_queries,
+    "cost": cost_queries,
+}
 
 
 def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:

@@ -61,8 +61,9 @@ QUERY_REPEATS = 15
 
 def bench_ingest(tmp: Path) -> dict[str, float]:
     targets = tmp / "targets.json"
-    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL)  # fmt: skip
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT, stdout=subprocess.DEVNULL
+    )
     try:
         while not targets.exists():
             time.sleep(0.2)
@@ -127,22 +128,45 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
     if prometheus is None:
         return {"skipped": "no prometheus binary (Debian package prometheus)"}
     targets = tmp / "vs.json"
-    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL)  # fmt: skip
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT, stdout=subprocess.DEVNULL
+    )
     out: dict[str, object] = {"seconds_each": seconds, "scrape_interval_seconds": 5}
     try:
         while not targets.exists():
             time.sleep(0.2)
         hosts = [t.url.split("//")[1].split("/")[0] for t in load_targets(targets)]
-        config = {"global": {"scrape_interval": "5s", "scrape_timeout": "5s"},
-                  "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}]}  # fmt: skip
+        config = {
+            "global": {"scrape_interval": "5s", "scrape_timeout": "5s"},
+            "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}],
+        }
         (tmp / "prom.yml").write_text(json.dumps(config))
         runs = {
-            "prometheus": ([prometheus, f"--config.file={tmp / 'prom.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                            "--web.listen-address=127.0.0.1:19090"], "http://127.0.0.1:19090/-/ready"),
-            "moemeter_collector": ([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db",
-                                    str(tmp / "vs.duckdb"), "--api-port", "18431"], "http://127.0.0.1:18431/health"),
-        }  # fmt: skip
+            "prometheus": (
+                [
+                    prometheus,
+                    f"--config.file={tmp / 'prom.yml'}",
+                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    "--web.listen-address=127.0.0.1:19090",
+                ],
+                "http://127.0.0.1:19090/-/ready",
+            ),
+            "moemeter_collector": (
+                [
+                    sys.executable,
+                    "-m",
+                    "moemeter",
+                    "serve",
+                    "--targets",
+                    str(targets),
+                    "--db",
+                    str(tmp / "vs.duckdb"),
+                    "--api-port",
+                    "18431",
+                ],
+                "http://127.0.0.1:18431/health",
+            ),
+        }
         for name, (cmd, ready) in runs.items():
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
@@ -153,9 +177,12 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
                 time.sleep(seconds)
                 cpu = _cpu_seconds(proc.pid) - cpu0
                 samples = _samples_seen(name) - before
-                out[name] = {"cpu_seconds": round(cpu, 2), "samples": samples,
-                             "cpu_seconds_per_1000_samples": round(1000 * cpu / max(samples, 1), 4),
-                             "peak_rss_megabytes": round(_peak_rss_mb(proc.pid))}  # fmt: skip
+                out[name] = {
+                    "cpu_seconds": round(cpu, 2),
+                    "samples": samples,
+                    "cpu_seconds_per_1000_samples": round(1000 * cpu / max(samples, 1), 4),
+                    "peak_rss_megabytes": round(_peak_rss_mb(proc.pid)),
+                }
             finally:
                 proc.terminate()
                 proc.wait(30)
@@ -165,7 +192,8 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
     p, m = out.get("prometheus"), out.get("moemeter_collector")
     if isinstance(p, dict) and isinstance(m, dict):
         out["collector_over_prometheus_cpu_per_sample"] = round(
-            m["cpu_seconds_per_1000_samples"] / max(p["cpu_seconds_per_1000_samples"], 1e-9), 2)  # fmt: skip
+            m["cpu_seconds_per_1000_samples"] / max(p["cpu_seconds_per_1000_samples"], 1e-9), 2
+        )
         out["collector_over_prometheus_peak_memory"] = round(m["peak_rss_megabytes"] / p["peak_rss_megabytes"], 2)
     return out
 
@@ -174,18 +202,29 @@ def _samples_seen(name: str) -> int:
     """Samples appended so far: Prometheus' own counter, or the warehouse's scrape log."""
     if name == "prometheus":
         page = httpx.get("http://127.0.0.1:19090/metrics").text
-        return int(sum(float(line.rsplit(" ", 1)[1]) for line in page.splitlines()
-                       if line.startswith("prometheus_tsdb_head_samples_appended_total")))  # fmt: skip
-    r = httpx.post("http://127.0.0.1:18431/query",
-                   json={"sql": "SELECT coalesce(sum(samples), 0) FROM scrapes WHERE up", "format": "json"}).json()  # fmt: skip
+        return int(
+            sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in page.splitlines()
+                if line.startswith("prometheus_tsdb_head_samples_appended_total")
+            )
+        )
+    r = httpx.post(
+        "http://127.0.0.1:18431/query",
+        json={"sql": "SELECT coalesce(sum(samples), 0) FROM scrapes WHERE up", "format": "json"},
+    ).json()
     return int(r["rows"][0][0])
 
 
 def bench_live_page(tmp: Path) -> dict[str, float]:
     db = tmp / "history.duckdb"
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "moemeter", "twin", "--fast-forward", "15m", "--db", str(db)], cwd=ROOT,
-                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "moemeter", "twin", "--fast-forward", "15m", "--db", str(db)],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     history_wall = time.perf_counter() - t0
     wh = Warehouse(db)
     with wh.cursor() as cur:
@@ -214,12 +253,22 @@ def bench_history(tmp: Path) -> dict[str, object]:
     keep = os.environ.get("MOEMETER_BENCH_KEEP_DB")  # a path: the history stays there for `benchmarks.pages`
     db = Path(keep) if keep else tmp / "day.duckdb"
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "moemeter", "twin", "--fast-forward", span, "--interval", "60",
-                          "--db", str(db)], cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "moemeter", "twin", "--fast-forward", span, "--interval", "60", "--db", str(db)],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout
     ff = json.loads(out.strip().splitlines()[-1])
-    result: dict[str, object] = {"span": span, "scrape_interval_seconds": 60, "wall_seconds": round(time.perf_counter() - t0),
-                                 "samples": ff["samples"], "db_megabytes": ff["db_megabytes"],
-                                 "peak_rss_megabytes": ff["peak_rss_megabytes"]}  # fmt: skip
+    result: dict[str, object] = {
+        "span": span,
+        "scrape_interval_seconds": 60,
+        "wall_seconds": round(time.perf_counter() - t0),
+        "samples": ff["samples"],
+        "db_megabytes": ff["db_megabytes"],
+        "peak_rss_megabytes": ff["peak_rss_megabytes"],
+    }
     with duckdb.connect(str(db), read_only=True) as con:
         for table in ("samples", "increments", "increments_1m", "increments_1h", "expert_load", "requests"):
             result[f"rows_{table}"] = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
@@ -235,17 +284,43 @@ def bench_plugin_overhead(tmp: Path, requests: int = 12, tokens: int = 48) -> di
     if not python.exists():
         return {"skipped": "no .vllm-venv (make vllm-env)"}
     model = tmp / "tiny-model"
-    subprocess.run([str(python), str(ROOT / "stack/profiles/local-cpu/make_model.py"), str(model)], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [str(python), str(ROOT / "stack/profiles/local-cpu/make_model.py"), str(model)], check=True, capture_output=True
+    )
     itl: dict[str, list[float]] = {"with_plugin": [], "without_plugin": []}
     for _ in range(3):
         for label, plugins in (("with_plugin", "moemeter"), ("without_plugin", "")):
-            env = {**os.environ, "VLLM_PLUGINS": plugins, "VLLM_CPU_KVCACHE_SPACE": "1",
-                   "VLLM_CPU_OMP_THREADS_BIND": "0", "VLLM_NO_USAGE_STATS": "1"}  # fmt: skip
-            proc = subprocess.Popen([str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                                     "--served-model-name", "tiny-moe", "--load-format", "dummy", "--enforce-eager",
-                                     "--dtype", "bfloat16", "--max-model-len", "2048", "--port", "18291"], env=env,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+            env = {
+                **os.environ,
+                "VLLM_PLUGINS": plugins,
+                "VLLM_CPU_KVCACHE_SPACE": "1",
+                "VLLM_CPU_OMP_THREADS_BIND": "0",
+                "VLLM_NO_USAGE_STATS": "1",
+            }
+            proc = subprocess.Popen(
+                [
+                    str(python),
+                    "-m",
+                    "vllm.entrypoints.openai.api_server",
+                    "--model",
+                    str(model),
+                    "--served-model-name",
+                    "tiny-moe",
+                    "--load-format",
+                    "dummy",
+                    "--enforce-eager",
+                    "--dtype",
+                    "bfloat16",
+                    "--max-model-len",
+                    "2048",
+                    "--port",
+                    "18291",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
             try:
                 url = "http://127.0.0.1:18291"
                 wait_http(url + "/health", 300)
@@ -253,8 +328,12 @@ def bench_plugin_overhead(tmp: Path, requests: int = 12, tokens: int = 48) -> di
                 httpx.post(url + "/v1/completions", json=body, timeout=120)
                 before = _itl(url)
                 for i in range(requests):
-                    body = {"model": "tiny-moe", "prompt": f"request {i} about experts", "max_tokens": tokens,
-                            "ignore_eos": True}  # fmt: skip
+                    body = {
+                        "model": "tiny-moe",
+                        "prompt": f"request {i} about experts",
+                        "max_tokens": tokens,
+                        "ignore_eos": True,
+                    }
                     httpx.post(url + "/v1/completions", json=body, timeout=300)
                 after = _itl(url)
                 itl[label].append((after[0] - before[0]) / (after[1] - before[1]))
@@ -262,11 +341,15 @@ def bench_plugin_overhead(tmp: Path, requests: int = 12, tokens: int = 48) -> di
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(60)
     med = {k: statistics.median(v) for k, v in itl.items()}
-    return {"requests_per_round": requests, "tokens_per_request": tokens, "rounds": 3,
-            "itl_ms_with_plugin": [round(1000 * x, 3) for x in itl["with_plugin"]],
-            "itl_ms_without_plugin": [round(1000 * x, 3) for x in itl["without_plugin"]],
-            "step_time_with_over_without_median": round(med["with_plugin"] / med["without_plugin"], 4),
-            "gpu": "not measured: no GPU is lent to this project's machines"}  # fmt: skip
+    return {
+        "requests_per_round": requests,
+        "tokens_per_request": tokens,
+        "rounds": 3,
+        "itl_ms_with_plugin": [round(1000 * x, 3) for x in itl["with_plugin"]],
+        "itl_ms_without_plugin": [round(1000 * x, 3) for x in itl["without_plugin"]],
+        "step_time_with_over_without_median": round(med["with_plugin"] / med["without_plugin"], 4),
+        "gpu": "not measured: no GPU is lent to this project's machines",
+    }
 
 
 def _itl(url: str) -> tuple[float, float]:
@@ -330,12 +413,19 @@ def _quantile(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-async def _gateway_rounds(direct: str, through: str, requests: int, stream_tokens: int,
-                          streams: int) -> dict[str, list[float]]:  # fmt: skip
+async def _gateway_rounds(
+    direct: str, through: str, requests: int, stream_tokens: int, streams: int
+) -> dict[str, list[float]]:
     import aiohttp
 
-    out: dict[str, list[float]] = {"direct": [], "through": [], "stream_direct": [], "stream_through": [],
-                                   "paced_direct": [], "paced_through": []}  # fmt: skip
+    out: dict[str, list[float]] = {
+        "direct": [],
+        "through": [],
+        "stream_direct": [],
+        "stream_through": [],
+        "paced_direct": [],
+        "paced_through": [],
+    }
     body = {"model": "bench", "prompt": "one two three four five six seven eight", "max_tokens": 16}
     long: dict[str, Any] = {"model": "bench", "prompt": "a b c", "max_tokens": stream_tokens, "stream": True}
     async with aiohttp.ClientSession() as session:
@@ -367,14 +457,30 @@ def bench_gateway(tmp: Path, requests: int = 3000, stream_tokens: int = 4000, st
 
     up_port, gw_port = free_port(), free_port()
     up = subprocess.Popen([sys.executable, "-c", UPSTREAM_SCRIPT, str(up_port)], cwd=ROOT)
-    gw = subprocess.Popen([sys.executable, "-m", "moemeter", "gateway", "--upstream", f"http://127.0.0.1:{up_port}",
-                           "--port", str(gw_port), "--records", str(tmp / "gateway.sqlite")], cwd=ROOT,
-                          stdout=subprocess.DEVNULL)  # fmt: skip
+    gw = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "gateway",
+            "--upstream",
+            f"http://127.0.0.1:{up_port}",
+            "--port",
+            str(gw_port),
+            "--records",
+            str(tmp / "gateway.sqlite"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         wait_http(f"http://127.0.0.1:{up_port}/v1/models", 30)
         wait_http(f"http://127.0.0.1:{gw_port}/health", 30)
-        t = asyncio.run(_gateway_rounds(f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}", requests,
-                                        stream_tokens, streams))  # fmt: skip
+        t = asyncio.run(
+            _gateway_rounds(
+                f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}", requests, stream_tokens, streams
+            )
+        )
         gw_cpu = _cpu_seconds(gw.pid)
     finally:
         for p in (gw, up):
@@ -384,14 +490,22 @@ def bench_gateway(tmp: Path, requests: int = 3000, stream_tokens: int = 4000, st
     d99, t99 = _quantile(t["direct"], 0.99), _quantile(t["through"], 0.99)
     sd, st = statistics.median(t["stream_direct"]), statistics.median(t["stream_through"])
     pd_, pt = statistics.median(t["paced_direct"]), statistics.median(t["paced_through"])
-    return {"requests_each_way": requests, "direct_p50_ms": round(d50 * 1e3, 3), "through_p50_ms": round(t50 * 1e3, 3),
-            "added_p50_ms": round((t50 - d50) * 1e3, 3), "added_p99_ms": round((t99 - d99) * 1e3, 3),
-            "through_over_direct_p50": round(t50 / d50, 3),
-            "stream_tokens": stream_tokens, "stream_direct_tokens_per_second": round(sd),
-            "stream_through_tokens_per_second": round(st), "stream_through_over_direct": round(st / sd, 3),
-            "paced_stream_direct_tokens_per_second": round(pd_), "paced_stream_through_tokens_per_second": round(pt),
-            "paced_stream_through_over_direct": round(pt / pd_, 4),
-            "gateway_cpu_seconds": round(gw_cpu, 2)}  # fmt: skip
+    return {
+        "requests_each_way": requests,
+        "direct_p50_ms": round(d50 * 1e3, 3),
+        "through_p50_ms": round(t50 * 1e3, 3),
+        "added_p50_ms": round((t50 - d50) * 1e3, 3),
+        "added_p99_ms": round((t99 - d99) * 1e3, 3),
+        "through_over_direct_p50": round(t50 / d50, 3),
+        "stream_tokens": stream_tokens,
+        "stream_direct_tokens_per_second": round(sd),
+        "stream_through_tokens_per_second": round(st),
+        "stream_through_over_direct": round(st / sd, 3),
+        "paced_stream_direct_tokens_per_second": round(pd_),
+        "paced_stream_through_tokens_per_second": round(pt),
+        "paced_stream_through_over_direct": round(pt / pd_, 4),
+        "gateway_cpu_seconds": round(gw_cpu, 2),
+    }
 
 
 def bench_query_storm(tmp: Path, seconds: float = 60.0, clients: int = 6, timeout: float = 10.0) -> dict[str, object]:
@@ -402,11 +516,30 @@ def bench_query_storm(tmp: Path, seconds: float = 60.0, clients: int = 6, timeou
 
     targets, db, port = tmp / "storm-targets.json", tmp / "storm.duckdb", free_port()
     api = f"http://127.0.0.1:{port}"
-    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL)  # fmt: skip
-    serve = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db", str(db),
-                              "--api-port", str(port), "--wait-targets", "600", "--query-timeout", str(timeout)],
-                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT, stdout=subprocess.DEVNULL
+    )
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "serve",
+            "--targets",
+            str(targets),
+            "--db",
+            str(db),
+            "--api-port",
+            str(port),
+            "--wait-targets",
+            "600",
+            "--query-timeout",
+            str(timeout),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     stop = threading.Event()
     answers: list[tuple[int, float]] = []
 
@@ -447,17 +580,32 @@ def bench_query_storm(tmp: Path, seconds: float = 60.0, clients: int = 6, timeou
             p.terminate()
             p.wait(30)
     stopped = [d for code, d in answers if code == 504]
-    return {"seconds_per_phase": seconds, "clients": clients, "query_timeout_seconds": timeout,
-            "rounds_quiet": quiet, "rounds_during_storm": stormy, "storm_over_quiet_rounds": round(stormy / quiet, 3),
-            "runaway_queries_stopped": len(stopped), "other_answers": sorted({c for c, _ in answers if c != 504}),
-            "runaway_seconds_max": round(max(stopped), 2) if stopped else None,
-            "health_seconds_p50": round(_quantile(health, 0.5), 4), "health_seconds_max": round(max(health), 4),
-            "storm_wall_seconds": round(storm1 - storm0, 1)}  # fmt: skip
+    return {
+        "seconds_per_phase": seconds,
+        "clients": clients,
+        "query_timeout_seconds": timeout,
+        "rounds_quiet": quiet,
+        "rounds_during_storm": stormy,
+        "storm_over_quiet_rounds": round(stormy / quiet, 3),
+        "runaway_queries_stopped": len(stopped),
+        "other_answers": sorted({c for c, _ in answers if c != 504}),
+        "runaway_seconds_max": round(max(stopped), 2) if stopped else None,
+        "health_seconds_p50": round(_quantile(health, 0.5), 4),
+        "health_seconds_max": round(max(health), 4),
+        "storm_wall_seconds": round(storm1 - storm0, 1),
+    }
 
 
-SECTIONS = {"planner": lambda tmp: bench_planner(), "ingest": bench_ingest, "live_page": bench_live_page,
-            "vs_prometheus": bench_vs_prometheus, "plugin_overhead": bench_plugin_overhead, "gateway": bench_gateway,
-            "history": bench_history, "query_storm": bench_query_storm}  # fmt: skip
+SECTIONS = {
+    "planner": lambda tmp: bench_planner(),
+    "ingest": bench_ingest,
+    "live_page": bench_live_page,
+    "vs_prometheus": bench_vs_prometheus,
+    "plugin_overhead": bench_plugin_overhead,
+    "gateway": bench_gateway,
+    "history": bench_history,
+    "query_storm": bench_query_storm,
+}
 
 
 def main() -> None:

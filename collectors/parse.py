@@ -77,8 +77,10 @@ class _NotPlain(Exception):
 
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-_SAMPLE = re.compile(rf'({_NAME})(?:\{{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")*)?\}})?'
-                     r"[ \t]+([^ \t]+)(?:[ \t]+([^ \t]+))?")  # fmt: skip
+_SAMPLE = re.compile(
+    rf'({_NAME})(?:\{{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")*)?\}})?'
+    r"[ \t]+([^ \t]+)(?:[ \t]+([^ \t]+))?"
+)
 _NAME_RE = re.compile(_NAME)
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _PLAIN_HEAD = re.compile(r"[\x20\x21\x23-\x7e\t\x0b\x0c\r]*")  # ASCII, no quote, whitespace as the reference splits

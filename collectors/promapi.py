@@ -62,15 +62,21 @@ def family_of(name: str, types: dict[str, str]) -> tuple[str, str]:
     return name, "unknown"
 
 
-def pull_range(get: Get, targets: list[TargetInfo], start: datetime, end: datetime, step_seconds: float,
-               match: str = DEFAULT_MATCH) -> list[ScrapeBatch]:  # fmt: skip
+def pull_range(
+    get: Get, targets: list[TargetInfo], start: datetime, end: datetime, step_seconds: float, match: str = DEFAULT_MATCH
+) -> list[ScrapeBatch]:
     """One ScrapeBatch per target and evaluation step in [start, end]."""
     meta = get("/api/v1/metadata", {})
     types = {name: entries[0]["type"] for name, entries in meta.items() if entries}
-    data = get("/api/v1/query_range", {
-        "query": match, "start": f"{start.replace(tzinfo=UTC).timestamp():.3f}",
-        "end": f"{end.replace(tzinfo=UTC).timestamp():.3f}", "step": f"{step_seconds:g}",
-    })  # fmt: skip
+    data = get(
+        "/api/v1/query_range",
+        {
+            "query": match,
+            "start": f"{start.replace(tzinfo=UTC).timestamp():.3f}",
+            "end": f"{end.replace(tzinfo=UTC).timestamp():.3f}",
+            "step": f"{step_seconds:g}",
+        },
+    )
     if data.get("resultType") != "matrix":
         raise PromAPIError(f"query_range returned {data.get('resultType')!r}, expected a matrix")
     by_instance = {instance_of(t.url): t for t in targets}
@@ -87,5 +93,7 @@ def pull_range(get: Get, targets: list[TargetInfo], start: datetime, end: dateti
         for ts, value in series["values"]:
             rows[(target.name, float(ts))].append(Sample(name, key, float(value), family, kind))
     named = {t.name: t for t in targets}
-    return [ScrapeBatch(named[name], datetime.fromtimestamp(ts, UTC).replace(tzinfo=None), True, 0.0, samples)
-            for (name, ts), samples in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0]))]  # fmt: skip
+    return [
+        ScrapeBatch(named[name], datetime.fromtimestamp(ts, UTC).replace(tzinfo=None), True, 0.0, samples)
+        for (name, ts), samples in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+    ]

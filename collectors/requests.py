@@ -27,8 +27,9 @@ class FeedResult:
     error: str | None = None
 
 
-async def fetch_feed(target: TargetInfo, cursor: Cursor | None, fetch: Fetch, timeout: float,
-                     max_pages: int = 20) -> FeedResult:  # fmt: skip
+async def fetch_feed(
+    target: TargetInfo, cursor: Cursor | None, fetch: Fetch, timeout: float, max_pages: int = 20
+) -> FeedResult:
     """Pages after the cursor, at most `max_pages` of PAGE_LIMIT records (the rest next round)."""
     out = FeedResult(target)
     log_id, after = (cursor.log_id, cursor.seq) if cursor else (None, 0)

@@ -93,8 +93,7 @@ async def scrape_one(target: TargetInfo, fetch: Fetch, timeout: float, clock: Cl
     duration = time.perf_counter() - started
     if resp.status != 200:
         snippet = resp.body[:120].decode("utf-8", "replace").strip()
-        return ScrapeBatch(target, ts, False, duration, bytes=len(resp.body),
-                           error=f"HTTP {resp.status}: {snippet}")  # fmt: skip
+        return ScrapeBatch(target, ts, False, duration, bytes=len(resp.body), error=f"HTTP {resp.status}: {snippet}")
     try:  # in a worker thread: a huge page never holds up another target's round on the event loop
         samples = await asyncio.to_thread(parse_page, resp.body, resp.content_type)
     except ExpositionError as exc:

@@ -61,9 +61,16 @@ def _now_iso() -> str:
 
 
 class Collector:
-    def __init__(self, warehouse: Warehouse, targets_path: str | Path, interval: float = DEFAULT_INTERVAL,
-                 timeout: float | None = None, snapshot_every: int = 12,
-                 retention: Retention | None = None, prometheus: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        targets_path: str | Path,
+        interval: float = DEFAULT_INTERVAL,
+        timeout: float | None = None,
+        snapshot_every: int = 12,
+        retention: Retention | None = None,
+        prometheus: str | None = None,
+    ) -> None:
         self.warehouse = warehouse
         self.targets_path = Path(targets_path)
         self.interval = interval
@@ -106,18 +113,28 @@ class Collector:
         for t in targets:
             was = stored.get(t.name)
             if was is not None and (was or "") != (t.stack or ""):
-                log.warning("target %s was stack %r in this database and is now stack %r: their histories mix "
-                            "under one name; give each stack a database of its own (moemeter up does) or "
-                            "distinct target names", t.name, was, t.stack)  # fmt: skip
+                log.warning(
+                    "target %s was stack %r in this database and is now stack %r: their histories mix "
+                    "under one name; give each stack a database of its own (moemeter up does) or "
+                    "distinct target names",
+                    t.name,
+                    was,
+                    t.stack,
+                )
 
-    def store(self, batches: list[ScrapeBatch], snapshots: list[SnapshotResult] | None = None,
-              feeds: list[FeedResult] | None = None) -> int:  # fmt: skip
+    def store(
+        self,
+        batches: list[ScrapeBatch],
+        snapshots: list[SnapshotResult] | None = None,
+        feeds: list[FeedResult] | None = None,
+    ) -> int:
         """Store one round; returns samples stored. Raises only when nothing of it could be stored."""
         snapshots, feeds = snapshots or [], feeds or []
         ts = batches[0].ts if batches else utc_now()
         try:
-            n, refused = self.warehouse.write_stored(lambda con: self._write(con, ts, batches, snapshots, feeds),
-                                                     "a collector round")  # fmt: skip
+            n, refused = self.warehouse.write_stored(
+                lambda con: self._write(con, ts, batches, snapshots, feeds), "a collector round"
+            )
             self.health.refused += refused
         except Exception as exc:
             self._forget()
@@ -129,8 +146,14 @@ class Collector:
         self.health.failing_since = ""
         return n
 
-    def _write(self, con, ts: datetime, batches: list[ScrapeBatch], snapshots: list[SnapshotResult],  # type: ignore[no-untyped-def]
-               feeds: list[FeedResult]) -> tuple[int, int]:  # fmt: skip
+    def _write(
+        self,
+        con,
+        ts: datetime,
+        batches: list[ScrapeBatch],
+        snapshots: list[SnapshotResult],  # type: ignore[no-untyped-def]
+        feeds: list[FeedResult],
+    ) -> tuple[int, int]:
         """Store these inside the writer's transaction: (samples stored, items refused or repaired)."""
         n = 0
         for b in batches:
@@ -148,22 +171,34 @@ class Collector:
                     log.error("request feed %s: %s", f.target.name, exc)
                     records = page.get("records") if isinstance(page, dict) else None
                     count = len(records) if isinstance(records, list) else 1
-                    record_rejected(con, ts, f.target.name, "request",
-                                    Counter({f"{exc}: page not stored, read again next round": count}))  # fmt: skip
+                    record_rejected(
+                        con,
+                        ts,
+                        f.target.name,
+                        "request",
+                        Counter({f"{exc}: page not stored, read again next round": count}),
+                    )
                     break
         names = sorted({b.target.name for b in batches} | {f.target.name for f in feeds})
-        refused = con.execute("SELECT coalesce(sum(count), 0) FROM rejected WHERE ts = ? AND list_contains(?, target)",
-                              [ts, names]).fetchone()  # fmt: skip
+        refused = con.execute(
+            "SELECT coalesce(sum(count), 0) FROM rejected WHERE ts = ? AND list_contains(?, target)", [ts, names]
+        ).fetchone()
         return n, int(refused[0])
 
-    def _store_apart(self, ts: datetime, batches: list[ScrapeBatch], snapshots: list[SnapshotResult],
-                     feeds: list[FeedResult]) -> int:  # fmt: skip
+    def _store_apart(
+        self, ts: datetime, batches: list[ScrapeBatch], snapshots: list[SnapshotResult], feeds: list[FeedResult]
+    ) -> int:
         """The round again, one transaction per target: a bad input is refused alone."""
         n = 0
         for b in batches:
             name = b.target.name
-            job = partial(self._write, ts=ts, batches=[b], snapshots=[r for r in snapshots if r.target.name == name],
-                          feeds=[f for f in feeds if f.target.name == name])  # fmt: skip
+            job = partial(
+                self._write,
+                ts=ts,
+                batches=[b],
+                snapshots=[r for r in snapshots if r.target.name == name],
+                feeds=[f for f in feeds if f.target.name == name],
+            )
             try:
                 stored, refused = self.warehouse.write_stored(job, f"{name}'s round")
                 n += stored
@@ -176,8 +211,9 @@ class Collector:
                 reason = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
             log.error("%s: this round's input could not be stored: %s", name, reason)
             self.health.targets_not_stored += 1
-            not_stored = ScrapeBatch(b.target, b.ts, False, b.duration_seconds, bytes=b.bytes,
-                                     error=f"scraped but not stored: {reason}")  # fmt: skip
+            not_stored = ScrapeBatch(
+                b.target, b.ts, False, b.duration_seconds, bytes=b.bytes, error=f"scraped but not stored: {reason}"
+            )
             why = Counter({f"{reason}: refused": max(len(b.samples), 1)})
             try:
                 self.warehouse.write_stored(partial(self._note, batch=not_stored, why=why), f"{name}'s refusal")
@@ -210,9 +246,11 @@ class Collector:
         if not gateways:
             return []
         ingestor = self.request_ingestor
-        cursors = await asyncio.to_thread(self.warehouse.write_stored,
-                                          lambda con: {t.name: ingestor.cursor(con, t.name) for t in gateways},
-                                          "the request feeds' cursors")  # fmt: skip
+        cursors = await asyncio.to_thread(
+            self.warehouse.write_stored,
+            lambda con: {t.name: ingestor.cursor(con, t.name) for t in gateways},
+            "the request feeds' cursors",
+        )
         results = list(await asyncio.gather(*(fetch_feed(t, cursors[t.name], fetch, self.timeout) for t in gateways)))
         for r in results:
             if r.error:

@@ -45,8 +45,16 @@ def parse_targets(data: object, where: str = "targets") -> list[TargetInfo]:
         if any(clean_text(t) is not t for t in texts):
             raise TargetsError(f"{at}: name, url, stack and hostname must be valid UTF-8 (a lone surrogate escape?)")
         names.add(name)
-        out.append(TargetInfo(name=name, url=url, role=role, gpus=gpus,
-                              stack=str(entry.get("stack", "")), hostname=str(entry.get("hostname", ""))))  # fmt: skip
+        out.append(
+            TargetInfo(
+                name=name,
+                url=url,
+                role=role,
+                gpus=gpus,
+                stack=str(entry.get("stack", "")),
+                hostname=str(entry.get("hostname", "")),
+            )
+        )
     return out
 
 

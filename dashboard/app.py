@@ -14,13 +14,15 @@ PAGES = Path(__file__).parent / "pages"
 
 st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")
 login.gate()
-nav = st.navigation([
-    st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
-    st.Page(PAGES / "users.py", title="Users", icon=":material/group:"),
-    st.Page(PAGES / "cost.py", title="Cost", icon=":material/payments:"),
-    st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
-    st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
-])  # fmt: skip
+nav = st.navigation(
+    [
+        st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
+        st.Page(PAGES / "users.py", title="Users", icon=":material/group:"),
+        st.Page(PAGES / "cost.py", title="Cost", icon=":material/payments:"),
+        st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
+        st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
+    ]
+)
 health = api_health() or {}
 if warning := writer_warning(health.get("writer")):
     st.error(warning, icon=":material/database_off:")

@@ -52,26 +52,32 @@ def writer_warning(health: dict[str, Any] | None) -> str | None:
     if not health or health.get("ok", True):
         return None
     last = health.get("last_write") or "before this run"
-    return (f"The warehouse cannot write ({health.get('problem')}) since {health.get('since')} UTC: "
-            f"{health.get('failed_writes')} rounds lost so far. Pages show what it holds, up to {last}. "
-            f"Its message: {health.get('error')}")  # fmt: skip
+    return (
+        f"The warehouse cannot write ({health.get('problem')}) since {health.get('since')} UTC: "
+        f"{health.get('failed_writes')} rounds lost so far. Pages show what it holds, up to {last}. "
+        f"Its message: {health.get('error')}"
+    )
 
 
 def starting_note(health: dict[str, Any] | None) -> str | None:
     """What a page says while collection has not started yet (the stack is still coming up)."""
     if not health or not health.get("starting"):
         return None
-    return (f"Starting: the collector is {health['starting']}. Real vLLM loads its model first (a minute or two "
-            "on a CPU); pages fill in from the first round.")  # fmt: skip
+    return (
+        f"Starting: the collector is {health['starting']}. Real vLLM loads its model first (a minute or two "
+        "on a CPU); pages fill in from the first round."
+    )
 
 
 def collector_warning(health: dict[str, Any] | None) -> str | None:
     """The banner while the collector's rounds fail although the writer writes (a bad round, not a disk)."""
     if not health or health.get("ok", True):
         return None
-    return (f"The collector's rounds fail since {health.get('failing_since')} UTC "
-            f"({health.get('rounds_failed')} failed since it started): new data is not being stored. "
-            f"Its last error: {health.get('last_error')}")  # fmt: skip
+    return (
+        f"The collector's rounds fail since {health.get('failing_since')} UTC "
+        f"({health.get('rounds_failed')} failed since it started): new data is not being stored. "
+        f"Its last error: {health.get('last_error')}"
+    )
 
 
 def api_error_message(exc: BaseException, url: str | None = None) -> str:

@@ -74,8 +74,11 @@ def cmd_twin(args: argparse.Namespace) -> int:
     if args.targets_out:
         write_targets(targets, Path(args.targets_out))
     gpus = sum(int(str(t["gpus"])) for t in targets if t["role"] == "gpu")
-    print(f"twin {profile.name} (seed {args.seed}): {len(targets)} endpoints, {gpus} GPUs"
-          + (f", targets in {args.targets_out}" if args.targets_out else ""), flush=True)  # fmt: skip
+    print(
+        f"twin {profile.name} (seed {args.seed}): {len(targets)} endpoints, {gpus} GPUs"
+        + (f", targets in {args.targets_out}" if args.targets_out else ""),
+        flush=True,
+    )
     _wait_for_signal()
     twin.close()
     return 0
@@ -134,13 +137,30 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     while t <= seconds:
         ts = start + timedelta(seconds=t)
         pages = twin.pages(start.timestamp() + t)
-        batches = [ScrapeBatch(TargetInfo(name, f"twin://{name}", roles[name].role, roles[name].gpus,
-                                          f"twin:{profile.name}", roles[name].hostname),
-                               ts, True, 0.0, parse_page(text.encode()), bytes=len(text))
-                   for name, text in pages.items()]  # fmt: skip
+        batches = [
+            ScrapeBatch(
+                TargetInfo(
+                    name,
+                    f"twin://{name}",
+                    roles[name].role,
+                    roles[name].gpus,
+                    f"twin:{profile.name}",
+                    roles[name].hostname,
+                ),
+                ts,
+                True,
+                0.0,
+                parse_page(text.encode()),
+                bytes=len(text),
+            )
+            for name, text in pages.items()
+        ]
         # Expert snapshots once a minute, as the collector pulls them.
-        snaps = [(name, ExpertSnapshot.from_json(ep.snapshot())) for name, ep in roles.items()
-                 if ep.snapshot is not None and rounds % snapshot_every == 0]  # fmt: skip
+        snaps = [
+            (name, ExpertSnapshot.from_json(ep.snapshot()))
+            for name, ep in roles.items()
+            if ep.snapshot is not None and rounds % snapshot_every == 0
+        ]
 
         # The gateway's request feed, everything new since the last round (as the collector reads it).
         page = feed.page(after, len(feed.records))
@@ -162,8 +182,18 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     wall = time.perf_counter() - began
     size = sum(f.stat().st_size for f in Path(args.db).parent.glob(Path(args.db).name + "*"))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"db": args.db, "seconds": seconds, "samples": n, "wall_seconds": round(wall, 2),
-                      "db_megabytes": round(size / 1e6), "peak_rss_megabytes": round(peak)}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "db": args.db,
+                "seconds": seconds,
+                "samples": n,
+                "wall_seconds": round(wall, 2),
+                "db_megabytes": round(size / 1e6),
+                "peak_rss_megabytes": round(peak),
+            }
+        )
+    )
     return 0
 
 
@@ -174,8 +204,12 @@ def _progress(done: float, total: float, wall: float) -> None:
         return f"{s / 3600:.1f} h" if total >= 7200 else f"{s / 60:.1f} min"
 
     left = wall * max(0.0, total - done) / done
-    print(f"fast-forward: {span(min(done, total))} of {span(total)} written ({min(100, 100 * done / total):.0f}%) "
-          f"in {wall / 60:.1f} min, about {left / 60:.0f} min left", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"fast-forward: {span(min(done, total))} of {span(total)} written ({min(100, 100 * done / total):.0f}%) "
+        f"in {wall / 60:.1f} min, about {left / 60:.0f} min left",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 # -------------------------------------------------------------------------- serve
@@ -195,12 +229,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         check_targets()
     token = _api_token(args)
     if not token and not is_loopback(args.api_host):
-        raise CliError(f"--api-host {args.api_host} is beyond loopback: the query API then needs a token "
-                       f"({TOKEN_ENV} in the environment, or --api-token-file FILE)")  # fmt: skip
+        raise CliError(
+            f"--api-host {args.api_host} is beyond loopback: the query API then needs a token "
+            f"({TOKEN_ENV} in the environment, or --api-token-file FILE)"
+        )
     if args.query_timeout <= 0 or args.query_max_rows <= 0 or args.query_max_mb <= 0 or args.query_concurrency <= 0:
         raise CliError("--query-timeout, --query-max-rows, --query-max-mb and --query-concurrency must be positive")
-    limits = Limits(timeout_seconds=args.query_timeout, max_result_rows=args.query_max_rows,
-                    max_result_bytes=int(args.query_max_mb * 2**20))  # fmt: skip
+    limits = Limits(
+        timeout_seconds=args.query_timeout,
+        max_result_rows=args.query_max_rows,
+        max_result_bytes=int(args.query_max_mb * 2**20),
+    )
     wh = _open_warehouse(args.db, serve_read_only=True, memory_limit=args.memory_limit)
     try:
         api = QueryServer(wh, args.api_host, args.api_port, token, limits, args.query_concurrency)
@@ -225,8 +264,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         if not Path(args.targets).exists():  # the stack writes it once every part answers; the API answers meanwhile
-            collector.health.starting = (f"waiting for the targets file {args.targets}: the stack writes it once "
-                                         "every part answers")  # fmt: skip
+            collector.health.starting = (
+                f"waiting for the targets file {args.targets}: the stack writes it once every part answers"
+            )
             deadline = time.monotonic() + args.wait_targets
             while not Path(args.targets).exists() and time.monotonic() < deadline:
                 try:
@@ -271,8 +311,10 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     from warehouse.api import is_loopback
 
     if not is_loopback(args.host) and args.admin_port is None:
-        raise CliError(f"--host {args.host} is beyond loopback: give --admin-port too, so /metrics and the per-user "
-                       "request feed are served apart (on --admin-host, loopback by default), not to API clients")  # fmt: skip
+        raise CliError(
+            f"--host {args.host} is beyond loopback: give --admin-port too, so /metrics and the per-user "
+            "request feed are served apart (on --admin-host, loopback by default), not to API clients"
+        )
     upstream_key = os.environ.get("MOEMETER_UPSTREAM_API_KEY") or None
     try:
         records = RecordLog(args.records, keep_seconds=args.keep_days * 86400)
@@ -280,11 +322,20 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         raise CliError(f"cannot open the request log {args.records}: {exc}") from exc
     if args.max_in_flight <= 0:
         raise CliError("--max-in-flight must be positive")
-    gateway = Gateway(args.upstream, records, keys, GatewayMetrics(args.max_user_labels), timeout=args.timeout,
-                      upstream_key=upstream_key, max_in_flight=args.max_in_flight)  # fmt: skip
-    print(f"gateway http://{args.host}:{args.port} -> {args.upstream}; records in {args.records}"
-          + (f"; keys from {args.keys}" + (" (required)" if keys and keys.require_key else "") if args.keys else ""),
-          flush=True)  # fmt: skip
+    gateway = Gateway(
+        args.upstream,
+        records,
+        keys,
+        GatewayMetrics(args.max_user_labels),
+        timeout=args.timeout,
+        upstream_key=upstream_key,
+        max_in_flight=args.max_in_flight,
+    )
+    print(
+        f"gateway http://{args.host}:{args.port} -> {args.upstream}; records in {args.records}"
+        + (f"; keys from {args.keys}" + (" (required)" if keys and keys.require_key else "") if args.keys else ""),
+        flush=True,
+    )
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -325,9 +376,18 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
             model = httpx.get(args.url.rstrip("/") + "/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
             raise CliError(f"cannot learn the model from {args.url}/v1/models ({exc}); pass --model") from exc
-    gen = LoadGen(args.url, model, spec, seed=args.seed, concurrency=args.concurrency, rate=args.rate,
-                  duration=_parse_duration(args.duration) if args.duration else None,
-                  stream_share=args.stream_share, ignore_eos=not args.no_ignore_eos, api_key=key)  # fmt: skip
+    gen = LoadGen(
+        args.url,
+        model,
+        spec,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        rate=args.rate,
+        duration=_parse_duration(args.duration) if args.duration else None,
+        stream_share=args.stream_share,
+        ignore_eos=not args.no_ignore_eos,
+        api_key=key,
+    )
     began = time.monotonic()
     results = gen.run()
     summary = summarise(results, time.monotonic() - began)
@@ -340,10 +400,25 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- dashboard
 def _streamlit_cmd(port: int, host: str) -> list[str]:
-    return [sys.executable, "-m", "streamlit", "run", str(ROOT / "dashboard" / "app.py"),
-            "--server.headless", "true", "--server.port", str(port), "--server.address", host,
-            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--client.toolbarMode", "viewer"]  # no "Deploy" button: this dashboard is deployed  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(ROOT / "dashboard" / "app.py"),
+        "--server.headless",
+        "true",
+        "--server.port",
+        str(port),
+        "--server.address",
+        host,
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+        "--client.toolbarMode",
+        "viewer",
+    ]  # no "Deploy" button: this dashboard is deployed
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -418,8 +493,10 @@ def _open_read_only(db: str):  # type: ignore[no-untyped-def]
         lock_down(con)
         return con
     except duckdb.Error as exc:
-        raise CliError(f"cannot open {db} ({exc}); while `moemeter serve` holds it, go through its query API: "
-                       f"--api http://127.0.0.1:{DEFAULT_API_PORT}") from exc  # fmt: skip
+        raise CliError(
+            f"cannot open {db} ({exc}); while `moemeter serve` holds it, go through its query API: "
+            f"--api http://127.0.0.1:{DEFAULT_API_PORT}"
+        ) from exc
 
 
 def cmd_query(args: argparse.Namespace) -> int:
@@ -501,18 +578,73 @@ def cmd_report_cost(args: argparse.Namespace) -> int:
         import csv
 
         w = csv.writer(sys.stdout)
-        w.writerow(["kind", "name", "gpus", "gpu_hours", "cost_usd", "prompt_tokens", "cached_prompt_tokens",
-                    "generated_tokens", "usd_per_mtok"])  # fmt: skip
+        w.writerow(
+            [
+                "kind",
+                "name",
+                "gpus",
+                "gpu_hours",
+                "cost_usd",
+                "prompt_tokens",
+                "cached_prompt_tokens",
+                "generated_tokens",
+                "usd_per_mtok",
+            ]
+        )
         pf, dc, tot = data["pools"]["prefill"], data["pools"]["decode"], data["total"]
-        w.writerow(["pool", "prefill", pf["gpus"], pf["gpu_hours"], pf["cost_usd"], pf["prompt_tokens"],
-                    pf["cached_prompt_tokens"], "", pf["usd_per_mtok_input"]])  # fmt: skip
-        w.writerow(["pool", "decode", dc["gpus"], dc["gpu_hours"], dc["cost_usd"], "", "", dc["generated_tokens"],
-                    dc["usd_per_mtok_output"]])  # fmt: skip
-        w.writerow(["total", "", pf["gpus"] + dc["gpus"], round(pf["gpu_hours"] + dc["gpu_hours"], 6), tot["cost_usd"],
-                    pf["prompt_tokens"], pf["cached_prompt_tokens"], dc["generated_tokens"], tot["usd_per_mtok_blended"]])  # fmt: skip
+        w.writerow(
+            [
+                "pool",
+                "prefill",
+                pf["gpus"],
+                pf["gpu_hours"],
+                pf["cost_usd"],
+                pf["prompt_tokens"],
+                pf["cached_prompt_tokens"],
+                "",
+                pf["usd_per_mtok_input"],
+            ]
+        )
+        w.writerow(
+            [
+                "pool",
+                "decode",
+                dc["gpus"],
+                dc["gpu_hours"],
+                dc["cost_usd"],
+                "",
+                "",
+                dc["generated_tokens"],
+                dc["usd_per_mtok_output"],
+            ]
+        )
+        w.writerow(
+            [
+                "total",
+                "",
+                pf["gpus"] + dc["gpus"],
+                round(pf["gpu_hours"] + dc["gpu_hours"], 6),
+                tot["cost_usd"],
+                pf["prompt_tokens"],
+                pf["cached_prompt_tokens"],
+                dc["generated_tokens"],
+                tot["usd_per_mtok_blended"],
+            ]
+        )
         for u in data["users"]:
-            w.writerow(["user", u["user"], "", "", u["cost_usd"], u["prompt_tokens"], u["cached_prompt_tokens"],
-                        u["generated_tokens"], ""])  # fmt: skip
+            w.writerow(
+                [
+                    "user",
+                    u["user"],
+                    "",
+                    "",
+                    u["cost_usd"],
+                    u["prompt_tokens"],
+                    u["cached_prompt_tokens"],
+                    u["generated_tokens"],
+                    "",
+                ]
+            )
     else:
         print(_cost_text(data))
     return 0
@@ -525,7 +657,7 @@ def _cost_text(d: dict) -> str:  # type: ignore[type-arg]
     w, pf, dc, t = d["window"], d["pools"]["prefill"], d["pools"]["decode"], d["total"]
     lines = [
         f"{w['from']} .. {w['to']} ({w['hours']:g} h; tokens counted {w['first_count']} .. {w['last_count']}); price sheet "
-        f"{d['price_sheet']['name']}; per-user method: {d['method']}",  # fmt: skip
+        f"{d['price_sheet']['name']}; per-user method: {d['method']}",
         f"prefill  {pf['gpus']:>4} GPUs {pf['gpu_hours']:>10,.2f} GPU-h {usd(pf['cost_usd']):>14}  "
         f"{pf['computed_prompt_tokens']:>15,} computed + {pf['cached_prompt_tokens']:,} cached prompt tokens  "
         f"{usd(pf['usd_per_mtok_input'], '/M input')}  idle {usd(pf['idle_cost_usd'])}",
@@ -537,8 +669,11 @@ def _cost_text(d: dict) -> str:  # type: ignore[type-arg]
     ]
     if d["users"]:
         lines.append("users (top 20 by cost):")
-        lines += [f"  {u['user']:<24} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
-                  f"{u['generated_tokens']:>10,} generated" for u in d["users"][:20]]  # fmt: skip
+        lines += [
+            f"  {u['user']:<24} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
+            f"{u['generated_tokens']:>10,} generated"
+            for u in d["users"][:20]
+        ]
     return "\n".join(lines)
 
 
@@ -658,8 +793,10 @@ def cmd_eplb_plan(args: argparse.Namespace) -> int:
         print(json.dumps({**result.to_dict(), "seconds": round(seconds, 4)}))
         return 0
     peaks = result.rank_load.max(axis=1)
-    print(f"policy {result.policy}: {inp.weight.shape[0]} layers, {inp.weight.shape[1]} experts, "
-          f"{inp.num_replicas} slots on {inp.num_gpus} GPUs ({seconds * 1000:.0f} ms)")  # fmt: skip
+    print(
+        f"policy {result.policy}: {inp.weight.shape[0]} layers, {inp.weight.shape[1]} experts, "
+        f"{inp.num_replicas} slots on {inp.num_gpus} GPUs ({seconds * 1000:.0f} ms)"
+    )
     print("layer  max rank load  balancedness")
     for layer, (peak, bal) in enumerate(zip(peaks, result.balancedness)):
         print(f"{layer:5d}  {peak:13.1f}  {bal:12.3f}")
@@ -696,8 +833,11 @@ def cmd_localstack(args: argparse.Namespace) -> int:
         if args.targets_out:
             write_targets(stack.targets(), Path(args.targets_out))
         gateway = f"http://127.0.0.1:{stack.ports['gateway']}"
-        print(f"localstack: ready; OpenAI API at the gateway {gateway} -> vllm-router "
-              f"http://127.0.0.1:{stack.ports['router']}", flush=True)  # fmt: skip
+        print(
+            f"localstack: ready; OpenAI API at the gateway {gateway} -> vllm-router "
+            f"http://127.0.0.1:{stack.ports['router']}",
+            flush=True,
+        )
         if args.traffic_sessions:
             threading.Thread(target=drive_traffic, args=(gateway, stop, args.traffic_sessions), daemon=True).start()
         restarts: dict[str, int] = {}
@@ -711,11 +851,17 @@ def cmd_localstack(args: argparse.Namespace) -> int:
                     raise StackError(f"{name} exited with {c.returncode}{said}; see {log_file}")
                 restarts[name] = restarts.get(name, 0) + 1
                 if restarts[name] > MAX_RESTARTS:
-                    print(f"localstack: {name} exited with {c.returncode}{said} after {MAX_RESTARTS} restarts; "
-                          f"leaving it down (the rest keeps serving); see {log_file}", flush=True)  # fmt: skip
+                    print(
+                        f"localstack: {name} exited with {c.returncode}{said} after {MAX_RESTARTS} restarts; "
+                        f"leaving it down (the rest keeps serving); see {log_file}",
+                        flush=True,
+                    )
                     continue
-                print(f"localstack: {name} exited with {c.returncode}{said}; the gateway, the router and the other "
-                      f"engine keep serving; restarting it ({restarts[name]}/{MAX_RESTARTS})", flush=True)  # fmt: skip
+                print(
+                    f"localstack: {name} exited with {c.returncode}{said}; the gateway, the router and the other "
+                    f"engine keep serving; restarting it ({restarts[name]}/{MAX_RESTARTS})",
+                    flush=True,
+                )
                 try:
                     stack.restart(name, stop)
                 except StackError as exc:
@@ -776,12 +922,36 @@ def cmd_up(args: argparse.Namespace) -> int:
         names[children[-1].pid] = " ".join(cmd[2:4])
 
     if args.stack == "local-cpu":
-        start([*me, "localstack", "--workdir", str(workdir / "local-cpu"), "--targets-out", str(targets),
-               "--base-port", str(args.base_port)])  # fmt: skip
+        start(
+            [
+                *me,
+                "localstack",
+                "--workdir",
+                str(workdir / "local-cpu"),
+                "--targets-out",
+                str(targets),
+                "--base-port",
+                str(args.base_port),
+            ]
+        )
     else:
         start([*me, "twin", "--profile", args.profile, "--seed", str(args.seed), "--targets-out", str(targets)])
-    start([*me, "serve", "--targets", str(targets), "--db", db, "--api-port", str(args.api_port),
-           "--interval", str(args.interval), "--wait-targets", "600"])  # fmt: skip
+    start(
+        [
+            *me,
+            "serve",
+            "--targets",
+            str(targets),
+            "--db",
+            db,
+            "--api-port",
+            str(args.api_port),
+            "--interval",
+            str(args.interval),
+            "--wait-targets",
+            "600",
+        ]
+    )
     start([*me, "dashboard", "--api", api, "--port", str(args.port), "--host", args.host])
     url = f"http://{args.host}:{args.port}"
     print(f"moemeter up: dashboard {url}  (query API {api}, database {db}); Ctrl-C stops everything", flush=True)
@@ -847,8 +1017,10 @@ def _api_token(args: argparse.Namespace) -> str | None:
         if not token:
             return None
     if len(token) < MIN_TOKEN_CHARS:
-        raise CliError(f"{where} holds fewer than {MIN_TOKEN_CHARS} characters: use a long random token "
-                       "(python -c 'import secrets; print(secrets.token_urlsafe(32))')")  # fmt: skip
+        raise CliError(
+            f"{where} holds fewer than {MIN_TOKEN_CHARS} characters: use a long random token "
+            "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
     return token
 
 
@@ -863,8 +1035,11 @@ def _open_warehouse(db: str, serve_read_only: bool = False, memory_limit: str | 
     except WarehouseError as exc:
         if not (serve_read_only and storage_problem(exc) == "read-only" and Path(db).is_file()):
             raise CliError(str(exc)) from exc
-        log.error("%s: serving its queries read-only, NOT collecting; fix the file system or permissions "
-                  "and restart to collect again", exc)  # fmt: skip
+        log.error(
+            "%s: serving its queries read-only, NOT collecting; fix the file system or permissions "
+            "and restart to collect again",
+            exc,
+        )
         try:
             return Warehouse(db, read_only=str(exc), memory_limit=memory_limit)
         except WarehouseError as again:
@@ -889,26 +1064,43 @@ def build_parser() -> argparse.ArgumentParser:
     from stack.gateway.app import MAX_IN_FLIGHT
     from warehouse.limits import MAX_CONCURRENT, QUEUE_SECONDS, Limits
 
-    p = argparse.ArgumentParser(prog="moemeter", description="Observability and cost accounting for PD-disaggregated, "
-                                "wide-EP vLLM MoE serving.")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="moemeter", description="Observability and cost accounting for PD-disaggregated, wide-EP vLLM MoE serving."
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("up", help="start twin, collectors/warehouse and dashboard; Ctrl-C stops all")
     s.add_argument("--profile", default="deepseek-v4.1-flash", help="twin profile name or TOML path")
     s.add_argument("--seed", type=int, default=0, help="twin random seed")
-    s.add_argument("--db", help="DuckDB file (default: the stack's own in the work directory: moemeter.duckdb for "
-                   "the twin, moemeter-local-cpu.duckdb for the local CPU stack)")  # fmt: skip
-    s.add_argument("--workdir", default=".moemeter", help="where the targets file and the database go; the database "
-                   "is kept between runs, so history survives a restart")  # fmt: skip
+    s.add_argument(
+        "--db",
+        help="DuckDB file (default: the stack's own in the work directory: moemeter.duckdb for "
+        "the twin, moemeter-local-cpu.duckdb for the local CPU stack)",
+    )
+    s.add_argument(
+        "--workdir",
+        default=".moemeter",
+        help="where the targets file and the database go; the database "
+        "is kept between runs, so history survives a restart",
+    )
     s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="dashboard port")
     s.add_argument("--host", default="127.0.0.1", help="dashboard address")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
     s.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
-    s.add_argument("--stack", choices=("twin", "local-cpu"), default="twin", help="what to observe: the rack twin, "
-                   "or real vLLM on this CPU (make vllm-env router-env first; `make run-vllm` does it all)")  # fmt: skip
-    s.add_argument("--base-port", type=int, default=DEFAULT_LOCAL_BASE_PORT, help="local CPU stack: the router's port; vLLM, the "
-                   "gateway and the router's metrics on the next nine")  # fmt: skip
+    s.add_argument(
+        "--stack",
+        choices=("twin", "local-cpu"),
+        default="twin",
+        help="what to observe: the rack twin, "
+        "or real vLLM on this CPU (make vllm-env router-env first; `make run-vllm` does it all)",
+    )
+    s.add_argument(
+        "--base-port",
+        type=int,
+        default=DEFAULT_LOCAL_BASE_PORT,
+        help="local CPU stack: the router's port; vLLM, the gateway and the router's metrics on the next nine",
+    )
     s.set_defaults(func=cmd_up)
 
     s = sub.add_parser("launch", help="print a GPU rack profile's vLLM and vllm-router commands")
@@ -919,10 +1111,18 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("localstack", help="real vLLM on CPU: prefill + decode with NIXL, vllm-router, the plugin")
     s.add_argument("--workdir", default=".moemeter/local-cpu", help="model directory and logs go here")
     s.add_argument("--targets-out", help="write the targets file here once every part answers")
-    s.add_argument("--base-port", type=int, default=DEFAULT_LOCAL_BASE_PORT, help="router port; vLLM on +1 and +2, the gateway on +3, "
-                   "router metrics +9")  # fmt: skip
-    s.add_argument("--traffic-sessions", type=int, default=2, help="load-generator sessions in flight through the "
-                   "gateway (0: none)")  # fmt: skip
+    s.add_argument(
+        "--base-port",
+        type=int,
+        default=DEFAULT_LOCAL_BASE_PORT,
+        help="router port; vLLM on +1 and +2, the gateway on +3, router metrics +9",
+    )
+    s.add_argument(
+        "--traffic-sessions",
+        type=int,
+        default=2,
+        help="load-generator sessions in flight through the gateway (0: none)",
+    )
     s.set_defaults(func=cmd_localstack)
 
     s = sub.add_parser("twin", help="serve the simulated GB300 NVL72 rack's metrics endpoints")
@@ -931,60 +1131,111 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--targets-out", help="write the targets file the twin serves here")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
     s.add_argument("--base-port", type=int, default=0, help="first port (default: free ports)")
-    s.add_argument("--openai-port", type=int, help="also serve a simulated OpenAI-compatible API here (for "
-                   "`moemeter gateway --upstream` and `moemeter loadgen`)")  # fmt: skip
-    s.add_argument("--fast-forward", metavar="DURATION", help="instead of serving, write DURATION (e.g. 24h) of "
-                   "history ending now into --db through the ingest path")  # fmt: skip
+    s.add_argument(
+        "--openai-port",
+        type=int,
+        help="also serve a simulated OpenAI-compatible API here (for "
+        "`moemeter gateway --upstream` and `moemeter loadgen`)",
+    )
+    s.add_argument(
+        "--fast-forward",
+        metavar="DURATION",
+        help="instead of serving, write DURATION (e.g. 24h) of history ending now into --db through the ingest path",
+    )
     s.add_argument("--db", help="DuckDB file for --fast-forward")
     s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
     s.add_argument(
         "--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval for --fast-forward, seconds"
     )
-    s.add_argument("--tick", type=float, default=1.0, help="simulation step for --fast-forward, seconds (serving "
-                   "uses 0.1 s; 1 s runs ~4x faster and gives ~3%% fewer tokens)")  # fmt: skip
+    s.add_argument(
+        "--tick",
+        type=float,
+        default=1.0,
+        help="simulation step for --fast-forward, seconds (serving "
+        "uses 0.1 s; 1 s runs ~4x faster and gives ~3%% fewer tokens)",
+    )
     s.set_defaults(func=cmd_twin)
 
     s = sub.add_parser("serve", help="run the collectors, the warehouse writer and the query API")
     s.add_argument("--targets", required=True, help="targets file (JSON list of name, url, role, gpus)")
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
     s.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
-    s.add_argument("--api-host", default="127.0.0.1", help="query API address; beyond loopback it requires a "
-                   "token (MOEMETER_API_TOKEN or --api-token-file)")  # fmt: skip
+    s.add_argument(
+        "--api-host",
+        default="127.0.0.1",
+        help="query API address; beyond loopback it requires a token (MOEMETER_API_TOKEN or --api-token-file)",
+    )
     s.add_argument("--api-token-file", help="file holding the query API's token (else MOEMETER_API_TOKEN)")
     s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
     s.add_argument("--wait-targets", type=float, default=0.0, help="wait this long for the targets file to appear")
-    s.add_argument("--prometheus", metavar="URL", help="read the targets' series from this Prometheus-compatible API "
-                   "(query_range) instead of scraping them")  # fmt: skip
+    s.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="read the targets' series from this Prometheus-compatible API (query_range) instead of scraping them",
+    )
     s.add_argument("--keep-raw-days", type=float, default=2.0, help="days raw samples are kept (then minute rollups)")
     s.add_argument("--keep-minute-days", type=float, default=30.0, help="days per-minute rollups are kept")
     s.add_argument("--keep-hour-days", type=float, default=365.0, help="days per-hour rollups are kept")
     s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
-    s.add_argument("--query-timeout", type=float, default=Limits.timeout_seconds, metavar="SECONDS",
-                   help="stop a query API statement on the server after this long (504)")  # fmt: skip
-    s.add_argument("--query-max-rows", type=int, default=Limits.max_result_rows, metavar="N",
-                   help="refuse a result of more rows (413)")  # fmt: skip
-    s.add_argument("--query-max-mb", type=float, default=Limits.max_result_bytes / 2**20, metavar="MIB",
-                   help="refuse a result of more MiB (413)")  # fmt: skip
-    s.add_argument("--query-concurrency", type=int, default=MAX_CONCURRENT, metavar="N",
-                   help=f"statements run at once; more wait up to {QUEUE_SECONDS:g} s, then get 503 with Retry-After")  # fmt: skip
+    s.add_argument(
+        "--query-timeout",
+        type=float,
+        default=Limits.timeout_seconds,
+        metavar="SECONDS",
+        help="stop a query API statement on the server after this long (504)",
+    )
+    s.add_argument(
+        "--query-max-rows",
+        type=int,
+        default=Limits.max_result_rows,
+        metavar="N",
+        help="refuse a result of more rows (413)",
+    )
+    s.add_argument(
+        "--query-max-mb",
+        type=float,
+        default=Limits.max_result_bytes / 2**20,
+        metavar="MIB",
+        help="refuse a result of more MiB (413)",
+    )
+    s.add_argument(
+        "--query-concurrency",
+        type=int,
+        default=MAX_CONCURRENT,
+        metavar="N",
+        help=f"statements run at once; more wait up to {QUEUE_SECONDS:g} s, then get 503 with Retry-After",
+    )
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("gateway", help="the metering gateway: OpenAI-compatible, in front of vllm-router")
     s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")
     s.add_argument("--port", type=int, default=8000, help="port to listen on")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
-    s.add_argument("--admin-port", type=int, help="serve /metrics, the request feed and /health on this port "
-                   "instead (required when --host is beyond loopback)")  # fmt: skip
+    s.add_argument(
+        "--admin-port",
+        type=int,
+        help="serve /metrics, the request feed and /health on this port "
+        "instead (required when --host is beyond loopback)",
+    )
     s.add_argument("--admin-host", default="127.0.0.1", help="address for --admin-port")
     s.add_argument("--keys", help='API keys file: {"require_key": bool, "keys": [{"sha256", "tenant"}]}')
     s.add_argument("--hash-key", action="store_true", help="read an API key on stdin, print its keys-file entry")
     s.add_argument("--records", default="moemeter-gateway.sqlite", help="durable request log (the collectors' feed)")
     s.add_argument("--keep-days", type=float, default=7.0, help="days request records stay in the log")
     s.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take upstream")
-    s.add_argument("--max-user-labels", type=int, default=50, help="users with their own /metrics label; "
-                   "the rest are counted as user=\"other\" (the feed has everyone)")  # fmt: skip
-    s.add_argument("--max-in-flight", type=int, default=MAX_IN_FLIGHT, metavar="N",
-                   help="requests served at once; more get 429 with Retry-After (recorded as 'overloaded')")  # fmt: skip
+    s.add_argument(
+        "--max-user-labels",
+        type=int,
+        default=50,
+        help='users with their own /metrics label; the rest are counted as user="other" (the feed has everyone)',
+    )
+    s.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=MAX_IN_FLIGHT,
+        metavar="N",
+        help="requests served at once; more get 429 with Retry-After (recorded as 'overloaded')",
+    )
     s.set_defaults(func=cmd_gateway)
 
     s = sub.add_parser("loadgen", help="AgentX-like agent sessions from many users, through the gateway")
@@ -1004,16 +1255,24 @@ def build_parser() -> argparse.ArgumentParser:
     from stack.loadgen.workload import WorkloadSpec
 
     for f in dataclasses.fields(WorkloadSpec):
-        s.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), dest=f.name,
-                       help=f"{_field_doc(WorkloadSpec, f.name)} (default {f.default})")  # fmt: skip
+        s.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=type(f.default),
+            dest=f.name,
+            help=f"{_field_doc(WorkloadSpec, f.name)} (default {f.default})",
+        )
     s.set_defaults(func=cmd_loadgen)
 
     s = sub.add_parser("dashboard", help="run the Streamlit dashboard")
     s.add_argument("--api", default=f"http://127.0.0.1:{DEFAULT_API_PORT}", help="query API URL")
     s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="port")
     s.add_argument("--host", default="127.0.0.1", help="address")
-    s.add_argument("--require-login", action="store_true", help="sign-in with Streamlit's OIDC login, configured "
-                   "under [auth] in .streamlit/secrets.toml (README, Security)")  # fmt: skip
+    s.add_argument(
+        "--require-login",
+        action="store_true",
+        help="sign-in with Streamlit's OIDC login, configured "
+        "under [auth] in .streamlit/secrets.toml (README, Security)",
+    )
     s.set_defaults(func=cmd_dashboard)
 
     s = sub.add_parser("ingest", help="load one exposition snapshot file offline")
@@ -1030,8 +1289,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("eplb", help="EPLB tools: plan an expert placement from observed load")
     eplb = s.add_subparsers(dest="eplb_command", required=True, metavar="EPLB_COMMAND")
     s = eplb.add_parser("plan", help="place logical experts into physical slots (vllm or refined policy)")
-    s.add_argument("--input", required=True, help='JSON: {"weight": [[load per logical expert] per layer], '
-                   '"num_replicas", "num_groups", "num_nodes", "num_gpus"}')  # fmt: skip
+    s.add_argument(
+        "--input",
+        required=True,
+        help='JSON: {"weight": [[load per logical expert] per layer], '
+        '"num_replicas", "num_groups", "num_nodes", "num_gpus"}',
+    )
     s.add_argument("--policy", choices=["vllm", "refined"], default="vllm", help="placement policy")
     s.add_argument("--json", action="store_true", help="print phy2log, rank_load and balancedness as JSON")
     s.set_defaults(func=cmd_eplb_plan)
@@ -1062,18 +1325,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("report", help="cost reports for finance: $/M tokens by pool, per user, per day")
     rep = s.add_subparsers(dest="report_command", required=True, metavar="REPORT")
-    for name, func, what in (("cost", cmd_report_cost, "GPU-hours, cost, $/M input/output/blended tokens, idle "
-                              "cost, revenue, per-user allocation over a window"),
-                             ("daily", cmd_report_daily, "the daily statement: GPUs in service, GPU-hours, cost, "
-                              "input tokens and cache-hit share, output tokens, revenue, margin")):  # fmt: skip
+    for name, func, what in (
+        (
+            "cost",
+            cmd_report_cost,
+            "GPU-hours, cost, $/M input/output/blended tokens, idle cost, revenue, per-user allocation over a window",
+        ),
+        (
+            "daily",
+            cmd_report_daily,
+            "the daily statement: GPUs in service, GPU-hours, cost, "
+            "input tokens and cache-hit share, output tokens, revenue, margin",
+        ),
+    ):
         s = rep.add_parser(name, help=what)
         s.add_argument("--targets", required=True, help="targets file: roles and GPUs of the pools")
         s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601 (UTC if no offset)")
         s.add_argument("--to", required=True, help="end (exclusive), ISO 8601")
         s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
         s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
-        s.add_argument("--price-sheet", help="TOML price sheet (default: the sheets loaded into the warehouse, "
-                       "else warehouse/price_sheets/default.toml: $38.96/GPU-hour)")  # fmt: skip
+        s.add_argument(
+            "--price-sheet",
+            help="TOML price sheet (default: the sheets loaded into the warehouse, "
+            "else warehouse/price_sheets/default.toml: $38.96/GPU-hour)",
+        )
         fmt = s.add_mutually_exclusive_group()
         fmt.add_argument("--json", action="store_true", help="print JSON")
         fmt.add_argument("--csv", action="store_true", help="print CSV")
@@ -1100,8 +1375,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")  # fmt: skip
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return int(args.func(args) or 0)

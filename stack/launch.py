@@ -51,40 +51,116 @@ def commands(p: dict[str, Any]) -> list[Launch]:
     pf, dc, rt = p["prefill"], p["decode"], p["router"]
     per_tray = p["gpus_per_tray"]
     host = p["tray_host"].format
-    common = [p["model"], "--served-model-name", p["served_model_name"], "--max-model-len", str(p["max_model_len"]),
-              "--kv-transfer-config", NIXL, "--enable-expert-parallel",
-              "--custom-histogram-buckets", histogram_buckets(p["plugin"]["twin_profile"])]  # fmt: skip
+    common = [
+        p["model"],
+        "--served-model-name",
+        p["served_model_name"],
+        "--max-model-len",
+        str(p["max_model_len"]),
+        "--kv-transfer-config",
+        NIXL,
+        "--enable-expert-parallel",
+        "--custom-histogram-buckets",
+        histogram_buckets(p["plugin"]["twin_profile"]),
+    ]
     env = {"VLLM_PLUGINS": "moemeter"}  # the plugin's metrics and its /moemeter/experts endpoint
     out: list[Launch] = []
     per_prefill_tray = per_tray // pf["data_parallel"]
     for i in range(pf["instances"]):
         tray = pf["first_tray"] + i // per_prefill_tray
         gpus = ",".join(str((i % per_prefill_tray) * pf["data_parallel"] + g) for g in range(pf["data_parallel"]))
-        out.append(Launch(f"prefill-{i}", host(tray=tray), ["vllm", "serve", *common, "--port", str(pf["port"] + i),
-                          "--data-parallel-size", str(pf["data_parallel"]), "--all2all-backend", pf["all2all_backend"]],
-                          {**env, "CUDA_VISIBLE_DEVICES": gpus, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(5600 + i)}))  # fmt: skip
+        out.append(
+            Launch(
+                f"prefill-{i}",
+                host(tray=tray),
+                [
+                    "vllm",
+                    "serve",
+                    *common,
+                    "--port",
+                    str(pf["port"] + i),
+                    "--data-parallel-size",
+                    str(pf["data_parallel"]),
+                    "--all2all-backend",
+                    pf["all2all_backend"],
+                ],
+                {**env, "CUDA_VISIBLE_DEVICES": gpus, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(5600 + i)},
+            )
+        )
     nodes = dc["data_parallel"] // per_tray
     if dc["data_parallel"] % per_tray or dc["first_tray"] + nodes > p["trays"]:
-        raise LaunchError(f"decode data parallel {dc['data_parallel']} does not fit whole trays from tray "
-                          f"{dc['first_tray']} of {p['trays']}")  # fmt: skip
+        raise LaunchError(
+            f"decode data parallel {dc['data_parallel']} does not fit whole trays from tray "
+            f"{dc['first_tray']} of {p['trays']}"
+        )
     head = host(tray=dc["first_tray"])
-    eplb = json.dumps({"num_redundant_experts": dc["num_redundant_experts"], "window_size": dc["eplb_window_size"],
-                       "step_interval": dc["eplb_step_interval"]}, separators=(",", ":"))  # fmt: skip
+    eplb = json.dumps(
+        {
+            "num_redundant_experts": dc["num_redundant_experts"],
+            "window_size": dc["eplb_window_size"],
+            "step_interval": dc["eplb_step_interval"],
+        },
+        separators=(",", ":"),
+    )
     for n in range(nodes):
-        argv = ["vllm", "serve", *common, "--port", str(dc["port"]), "--data-parallel-size", str(dc["data_parallel"]),
-                "--data-parallel-size-local", str(per_tray), "--data-parallel-start-rank", str(n * per_tray),
-                "--data-parallel-address", head, "--data-parallel-rpc-port", str(dc["rpc_port"]),
-                "--all2all-backend", dc["all2all_backend"], "--enable-eplb", "--eplb-config", eplb]  # fmt: skip
+        argv = [
+            "vllm",
+            "serve",
+            *common,
+            "--port",
+            str(dc["port"]),
+            "--data-parallel-size",
+            str(dc["data_parallel"]),
+            "--data-parallel-size-local",
+            str(per_tray),
+            "--data-parallel-start-rank",
+            str(n * per_tray),
+            "--data-parallel-address",
+            head,
+            "--data-parallel-rpc-port",
+            str(dc["rpc_port"]),
+            "--all2all-backend",
+            dc["all2all_backend"],
+            "--enable-eplb",
+            "--eplb-config",
+            eplb,
+        ]
         if n:
             argv.append("--headless")  # ranks on other trays: engines only, the head tray serves the API
-        out.append(Launch(f"decode-node-{n:02d}", host(tray=dc["first_tray"] + n), argv,
-                          {**env, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5700"}))  # fmt: skip
-    prefill_urls = [f"http://{host(tray=pf['first_tray'] + i // per_prefill_tray)}:{pf['port'] + i}"
-                    for i in range(pf["instances"])]  # fmt: skip
+        out.append(
+            Launch(
+                f"decode-node-{n:02d}",
+                host(tray=dc["first_tray"] + n),
+                argv,
+                {**env, "VLLM_NIXL_SIDE_CHANNEL_PORT": "5700"},
+            )
+        )
+    prefill_urls = [
+        f"http://{host(tray=pf['first_tray'] + i // per_prefill_tray)}:{pf['port'] + i}" for i in range(pf["instances"])
+    ]
     prefill_args = [arg for url in prefill_urls for arg in ("--prefill", url)]  # one flag each: URL [bootstrap port]
-    out.append(Launch("router", head, ["vllm-router", "--host", "0.0.0.0", "--port", str(rt["port"]),
-                      "--vllm-pd-disaggregation", *prefill_args, "--decode", f"http://{head}:{dc['port']}",
-                      "--kv-connector", "nixl", "--prometheus-port", str(rt["prometheus_port"])], {}))  # fmt: skip
+    out.append(
+        Launch(
+            "router",
+            head,
+            [
+                "vllm-router",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(rt["port"]),
+                "--vllm-pd-disaggregation",
+                *prefill_args,
+                "--decode",
+                f"http://{head}:{dc['port']}",
+                "--kv-connector",
+                "nixl",
+                "--prometheus-port",
+                str(rt["prometheus_port"]),
+            ],
+            {},
+        )
+    )
     return out
 
 
@@ -101,13 +177,42 @@ def targets(p: dict[str, Any]) -> list[dict[str, object]]:
     host = p["tray_host"].format
     stack = f"gpu:{p['name']}"
     out: list[dict[str, object]] = [
-        {"name": f"prefill-{i}", "url": f"http://{host(tray=pf['first_tray'] + i // per_prefill_tray)}:"
-         f"{pf['port'] + i}/metrics", "role": "prefill", "gpus": pf["data_parallel"], "stack": stack}
-        for i in range(pf["instances"])]  # fmt: skip
-    out.append({"name": "decode-0", "url": f"http://{host(tray=dc['first_tray'])}:{dc['port']}/metrics",
-                "role": "decode", "gpus": dc["data_parallel"], "stack": stack})  # fmt: skip
-    out.append({"name": "router", "url": f"http://{host(tray=dc['first_tray'])}:{p['router']['prometheus_port']}"
-                "/metrics", "role": "router", "gpus": 0, "stack": stack})  # fmt: skip
-    out += [{"name": f"gpu-tray-{t:02d}", "url": f"http://{host(tray=t)}:9400/metrics", "role": "gpu",
-             "gpus": p["gpus_per_tray"], "stack": stack, "hostname": host(tray=t)} for t in range(p["trays"])]  # fmt: skip
+        {
+            "name": f"prefill-{i}",
+            "url": f"http://{host(tray=pf['first_tray'] + i // per_prefill_tray)}:{pf['port'] + i}/metrics",
+            "role": "prefill",
+            "gpus": pf["data_parallel"],
+            "stack": stack,
+        }
+        for i in range(pf["instances"])
+    ]
+    out.append(
+        {
+            "name": "decode-0",
+            "url": f"http://{host(tray=dc['first_tray'])}:{dc['port']}/metrics",
+            "role": "decode",
+            "gpus": dc["data_parallel"],
+            "stack": stack,
+        }
+    )
+    out.append(
+        {
+            "name": "router",
+            "url": f"http://{host(tray=dc['first_tray'])}:{p['router']['prometheus_port']}/metrics",
+            "role": "router",
+            "gpus": 0,
+            "stack": stack,
+        }
+    )
+    out += [
+        {
+            "name": f"gpu-tray-{t:02d}",
+            "url": f"http://{host(tray=t)}:9400/metrics",
+            "role": "gpu",
+            "gpus": p["gpus_per_tray"],
+            "stack": stack,
+            "hostname": host(tray=t),
+        }
+        for t in range(p["trays"])
+    ]
     return out

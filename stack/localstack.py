@@ -61,13 +61,22 @@ class LocalCpuStack:
     @property
     def ports(self) -> dict[str, int]:
         b = self.base_port
-        return {"router": b, "prefill-0": b + 1, "decode-0": b + 2, "gateway": b + 3,
-                # each engine's NIXL side channel: its own, in this stack's block (two stacks never share one)
-                "prefill-0-nixl": b + 4, "decode-0-nixl": b + 5, "router-metrics": b + 9}  # fmt: skip
+        return {
+            "router": b,
+            "prefill-0": b + 1,
+            "decode-0": b + 2,
+            "gateway": b + 3,
+            # each engine's NIXL side channel: its own, in this stack's block (two stacks never share one)
+            "prefill-0-nixl": b + 4,
+            "decode-0-nixl": b + 5,
+            "router-metrics": b + 9,
+        }
 
     def check(self) -> None:
-        for what, path, fix in ((f"vLLM environment ({self.vllm_python})", self.vllm_python, "make vllm-env"),
-                                (f"vllm-router ({self.router})", self.router, "make router-env")):  # fmt: skip
+        for what, path, fix in (
+            (f"vLLM environment ({self.vllm_python})", self.vllm_python, "make vllm-env"),
+            (f"vllm-router ({self.router})", self.router, "make router-env"),
+        ):
             if not path.exists():
                 raise StackError(f"no {what}: run `{fix}` first")
 
@@ -77,8 +86,12 @@ class LocalCpuStack:
         recipe = hashlib.sha256(b"".join(p.read_bytes() for p in sorted(PROFILE.iterdir()) if p.is_file())).hexdigest()
         stamp = out / ".recipe"
         if not stamp.exists() or stamp.read_text() != recipe:
-            subprocess.run([str(self.vllm_python), str(PROFILE / "make_model.py"), str(out)], check=True,
-                           capture_output=True, timeout=300)  # fmt: skip
+            subprocess.run(
+                [str(self.vllm_python), str(PROFILE / "make_model.py"), str(out)],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
             stamp.write_text(recipe)
         return out
 
@@ -92,44 +105,113 @@ class LocalCpuStack:
     def vllm_command(self, name: str, model: Path) -> tuple[list[str], dict[str, str]]:
         """One vLLM API server: its own core, its own NIXL port."""
         core = self.core(name)
-        env = {**os.environ, "VLLM_PLUGINS": "moemeter", "VLLM_CPU_KVCACHE_SPACE": "1",
-               # per engine, not per core: on one core both share it, never a port
-               "VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.ports[f"{name}-nixl"]),
-               "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-               # vLLM on CPU turns prefix caching off for MLA models; without MLA the tiny DeepSeek-V2
-               # keeps it, so cache hits are reported and priced as on the rack.
-               "VLLM_MLA_DISABLE": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "VLLM_PLUGINS": "moemeter",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            # per engine, not per core: on one core both share it, never a port
+            "VLLM_CPU_OMP_THREADS_BIND": str(core),
+            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.ports[f"{name}-nixl"]),
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            # vLLM on CPU turns prefix caching off for MLA models; without MLA the tiny DeepSeek-V2
+            # keeps it, so cache hits are reported and priced as on the rack.
+            "VLLM_MLA_DISABLE": "1",
+        }
         env.pop("MOEMETER_VLLM_STATE_DIR", None)  # each server hands its plugin data over in its own directory
-        cmd = [str(self.vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-               "--served-model-name", MODEL_NAME, "--enforce-eager", "--dtype", "bfloat16",
-               "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(self.ports[name]),
-               "--kv-transfer-config", KV_CONFIG, "--enable-prompt-tokens-details",
-               "--custom-histogram-buckets", histogram_buckets(TWIN_PROFILE)]  # fmt: skip
+        cmd = [
+            str(self.vllm_python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            MODEL_NAME,
+            "--enforce-eager",
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "4096",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.ports[name]),
+            "--kv-transfer-config",
+            KV_CONFIG,
+            "--enable-prompt-tokens-details",
+            "--custom-histogram-buckets",
+            histogram_buckets(TWIN_PROFILE),
+        ]
         return cmd, env
 
     def router_command(self) -> list[str]:
         p = self.ports
-        return [str(self.router), "--host", "127.0.0.1", "--port", str(p["router"]), "--vllm-pd-disaggregation",
-                "--prefill", f"http://127.0.0.1:{p['prefill-0']}", "--decode", f"http://127.0.0.1:{p['decode-0']}",
-                "--kv-connector", "nixl", "--prometheus-port", str(p["router-metrics"])]  # fmt: skip
+        return [
+            str(self.router),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(p["router"]),
+            "--vllm-pd-disaggregation",
+            "--prefill",
+            f"http://127.0.0.1:{p['prefill-0']}",
+            "--decode",
+            f"http://127.0.0.1:{p['decode-0']}",
+            "--kv-connector",
+            "nixl",
+            "--prometheus-port",
+            str(p["router-metrics"]),
+        ]
 
     def targets(self) -> list[dict[str, object]]:
         p = self.ports
         return [
-            {"name": "prefill-0", "url": f"http://127.0.0.1:{p['prefill-0']}/metrics", "role": "prefill", "gpus": 1,
-             "stack": "local-cpu", "hostname": "localhost"},
-            {"name": "decode-0", "url": f"http://127.0.0.1:{p['decode-0']}/metrics", "role": "decode", "gpus": 1,
-             "stack": "local-cpu", "hostname": "localhost"},
-            {"name": "router", "url": f"http://127.0.0.1:{p['router-metrics']}/metrics", "role": "router", "gpus": 0,
-             "stack": "local-cpu"},
-            {"name": "gateway", "url": f"http://127.0.0.1:{p['gateway']}/metrics", "role": "gateway", "gpus": 0,
-             "stack": "local-cpu"},
-        ]  # fmt: skip
+            {
+                "name": "prefill-0",
+                "url": f"http://127.0.0.1:{p['prefill-0']}/metrics",
+                "role": "prefill",
+                "gpus": 1,
+                "stack": "local-cpu",
+                "hostname": "localhost",
+            },
+            {
+                "name": "decode-0",
+                "url": f"http://127.0.0.1:{p['decode-0']}/metrics",
+                "role": "decode",
+                "gpus": 1,
+                "stack": "local-cpu",
+                "hostname": "localhost",
+            },
+            {
+                "name": "router",
+                "url": f"http://127.0.0.1:{p['router-metrics']}/metrics",
+                "role": "router",
+                "gpus": 0,
+                "stack": "local-cpu",
+            },
+            {
+                "name": "gateway",
+                "url": f"http://127.0.0.1:{p['gateway']}/metrics",
+                "role": "gateway",
+                "gpus": 0,
+                "stack": "local-cpu",
+            },
+        ]
 
     def gateway_command(self) -> list[str]:
         p = self.ports
-        return [sys.executable, "-m", "moemeter", "gateway", "--upstream", f"http://127.0.0.1:{p['router']}",
-                "--port", str(p["gateway"]), "--records", str(self.workdir / "gateway.sqlite")]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "gateway",
+            "--upstream",
+            f"http://127.0.0.1:{p['router']}",
+            "--port",
+            str(p["gateway"]),
+            "--records",
+            str(self.workdir / "gateway.sqlite"),
+        ]
 
     def start(self, ready_within: float = 300.0) -> None:
         self.check()
@@ -138,14 +220,20 @@ class LocalCpuStack:
         for name in ("prefill-0", "decode-0"):
             cmd, env = self.vllm_command(name, model)
             self._spawn(name, cmd, env)
-        self._wait([f"http://127.0.0.1:{self.ports[n]}/health" for n in ("prefill-0", "decode-0")],
-                   scaled(ready_within))  # fmt: skip
+        self._wait(
+            [f"http://127.0.0.1:{self.ports[n]}/health" for n in ("prefill-0", "decode-0")], scaled(ready_within)
+        )
         for name in ("prefill-0", "decode-0"):  # after NIXL moved the forward thread (module docstring)
             pin_tree(self.children[name].pid, self.core(name))
         self._spawn("router", self.router_command(), dict(os.environ))
         self._spawn("gateway", self.gateway_command(), dict(os.environ))
-        self._wait([f"http://127.0.0.1:{self.ports['router-metrics']}/metrics",
-                    f"http://127.0.0.1:{self.ports['gateway']}/health"], scaled(60))  # fmt: skip
+        self._wait(
+            [
+                f"http://127.0.0.1:{self.ports['router-metrics']}/metrics",
+                f"http://127.0.0.1:{self.ports['gateway']}/health",
+            ],
+            scaled(60),
+        )
 
     def restart(self, name: str, stop: threading.Event, ready_within: float = 300.0) -> None:
         """Start an engine that died again. What it left behind (its EngineCore, workers and resource
@@ -175,8 +263,9 @@ class LocalCpuStack:
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> None:
         out = (self.workdir / f"{name}.log").open("ab")
-        self.children[name] = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                               start_new_session=True)  # fmt: skip
+        self.children[name] = subprocess.Popen(
+            cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def _wait(self, urls: list[str], within: float) -> None:
         try:
@@ -260,17 +349,29 @@ def pin_tree(pid: int, core: int) -> int:
 
 
 # Small enough for the tiny model's 4096-token context on two cores.
-LOCAL_WORKLOAD = WorkloadSpec(users=6, sessions=4, turns_mean=4, system_prompts=2, system_prompt_words=60,
-                              first_turn_words=40, turn_words=20, max_context_words=700, tool_call_tokens=8,
-                              answer_tokens=32, subagent_share=0.2, think_seconds=0.5)  # fmt: skip
+LOCAL_WORKLOAD = WorkloadSpec(
+    users=6,
+    sessions=4,
+    turns_mean=4,
+    system_prompts=2,
+    system_prompt_words=60,
+    first_turn_words=40,
+    turn_words=20,
+    max_context_words=700,
+    tool_call_tokens=8,
+    answer_tokens=32,
+    subagent_share=0.2,
+    think_seconds=0.5,
+)
 
 
 def drive_traffic(gateway_url: str, stop: threading.Event, sessions: int = 2, seed: int = 0) -> None:
     """AgentX-like sessions through the gateway until `stop`, in rounds of LOCAL_WORKLOAD, `sessions`
     at a time (each round a new seed, so new sessions)."""
     while not stop.is_set():
-        gen = LoadGen(gateway_url, MODEL_NAME, LOCAL_WORKLOAD, seed=seed, concurrency=sessions, duration=60,
-                      progress=None)  # fmt: skip
+        gen = LoadGen(
+            gateway_url, MODEL_NAME, LOCAL_WORKLOAD, seed=seed, concurrency=sessions, duration=60, progress=None
+        )
         results = gen.run()
         failed = [r for r in results if r.error]
         if failed:

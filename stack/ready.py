@@ -24,8 +24,7 @@ class NotReady(RuntimeError):
         self.child = child  # the name of the child that exited, if that is why
 
 
-def wait_http(urls: str | list[str], within: float,
-              children: Mapping[str, subprocess.Popen] | None = None) -> None:  # type: ignore[type-arg]  # fmt: skip
+def wait_http(urls: str | list[str], within: float, children: Mapping[str, subprocess.Popen] | None = None) -> None:  # type: ignore[type-arg]
     """Until every URL answers 200 (in order). Raises NotReady naming the URL that did not answer
     within `within` seconds, or at once the child that exited meanwhile."""
     deadline = time.monotonic() + within

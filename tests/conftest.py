@@ -29,8 +29,13 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def reply(body: bytes, status: int = 200, content_type: str = "text/plain; version=0.0.4",
-          delay: float = 0.0, declared_length: int | None = None) -> Behaviour:  # fmt: skip
+def reply(
+    body: bytes,
+    status: int = 200,
+    content_type: str = "text/plain; version=0.0.4",
+    delay: float = 0.0,
+    declared_length: int | None = None,
+) -> Behaviour:
     """An HTTP answer; declared_length larger than the body makes a truncated response."""
 
     def behave(h: BaseHTTPRequestHandler) -> None:

@@ -46,11 +46,40 @@ def test_every_subcommand_has_help(sub):
 def test_ingest_then_query_a_real_capture(tmp_path, capsys):
     db = str(tmp_path / "w.duckdb")
     for at in ("2026-11-30T10:00:00Z", "2026-11-30T10:00:05Z"):
-        assert main(["ingest", "--file", str(FIXTURES / "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt"),
-                     "--target", "decode-0", "--at", at, "--db", db, "--role", "decode", "--gpus", "1"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "ingest",
+                    "--file",
+                    str(FIXTURES / "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt"),
+                    "--target",
+                    "decode-0",
+                    "--at",
+                    at,
+                    "--db",
+                    db,
+                    "--role",
+                    "decode",
+                    "--gpus",
+                    "1",
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
-    assert main(["query", "--db", db, "--json", "SELECT s.metric, x.value FROM samples x JOIN series s USING (series_id) "
-                 "WHERE s.metric = 'vllm:generation_tokens_total' ORDER BY x.ts"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "query",
+                "--db",
+                db,
+                "--json",
+                "SELECT s.metric, x.value FROM samples x JOIN series s USING (series_id) "
+                "WHERE s.metric = 'vllm:generation_tokens_total' ORDER BY x.ts",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert rows == [{"metric": "vllm:generation_tokens_total", "value": 96.0}] * 2
     assert main(["query", "--db", db, "SELECT count(*) AS scrapes FROM scrapes"]) == 0
@@ -59,8 +88,21 @@ def test_ingest_then_query_a_real_capture(tmp_path, capsys):
 
 def test_query_refuses_anything_but_select(tmp_path, capsys):
     db = str(tmp_path / "w.duckdb")
-    main(["ingest", "--file", str(FIXTURES / "vllm-router-0.1.17-pd.metrics.txt"), "--target", "router",
-          "--at", "2026-11-30T10:00:00", "--db", db, "--role", "router"])  # fmt: skip
+    main(
+        [
+            "ingest",
+            "--file",
+            str(FIXTURES / "vllm-router-0.1.17-pd.metrics.txt"),
+            "--target",
+            "router",
+            "--at",
+            "2026-11-30T10:00:00",
+            "--db",
+            db,
+            "--role",
+            "router",
+        ]
+    )
     assert main(["query", "--db", db, "SELECT count(*) AS n FROM samples"]) == 0
     rows = int(capsys.readouterr().out.split()[-1])
     assert rows > 70
@@ -76,9 +118,22 @@ def test_query_through_an_api_that_is_down_is_one_line_not_a_traceback(capsys):
     from tests.e2e.test_browser import free_port
 
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    for argv in (["query", "--api", url, "SELECT 1"],
-                 ["export", "--api", url, "--out", "/nonexistent", "--from", "2026-11-30T10:00:00",
-                  "--to", "2026-11-30T11:00:00", "--tables", "scrapes"]):  # fmt: skip
+    for argv in (
+        ["query", "--api", url, "SELECT 1"],
+        [
+            "export",
+            "--api",
+            url,
+            "--out",
+            "/nonexistent",
+            "--from",
+            "2026-11-30T10:00:00",
+            "--to",
+            "2026-11-30T11:00:00",
+            "--tables",
+            "scrapes",
+        ],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert f"the query API at {url} does not answer" in err and "Traceback" not in err
@@ -165,17 +220,54 @@ def test_loadgen_through_the_gateway_to_the_twin(tmp_path, capsys):
     from tests.e2e.test_browser import free_port, wait_http
 
     up, gw = free_port(), free_port()
-    twin = subprocess.Popen([sys.executable, "-m", "moemeter", "twin", "--openai-port", str(up)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    gate = subprocess.Popen([sys.executable, "-m", "moemeter", "gateway", "--upstream", f"http://127.0.0.1:{up}",
-                             "--port", str(gw), "--records", str(tmp_path / "gw.sqlite")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter", "twin", "--openai-port", str(up)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    gate = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "gateway",
+            "--upstream",
+            f"http://127.0.0.1:{up}",
+            "--port",
+            str(gw),
+            "--records",
+            str(tmp_path / "gw.sqlite"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_http(f"http://127.0.0.1:{up}/v1/models", 30, twin)
         wait_http(f"http://127.0.0.1:{gw}/health", 30, gate)
         out = tmp_path / "requests.jsonl"
-        assert main(["loadgen", "--url", f"http://127.0.0.1:{gw}", "--sessions", "4", "--users", "3",
-                     "--think-seconds", "0", "--answer-tokens", "8", "--json", "--out", str(out)]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "loadgen",
+                    "--url",
+                    f"http://127.0.0.1:{gw}",
+                    "--sessions",
+                    "4",
+                    "--users",
+                    "3",
+                    "--think-seconds",
+                    "0",
+                    "--answer-tokens",
+                    "8",
+                    "--json",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         summary = json.loads(capsys.readouterr().out)
         sent = [json.loads(line) for line in out.read_text().splitlines()]
         assert summary["requests"] == len(sent) == summary["ok"] > 0
@@ -216,15 +308,32 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
 
     port, api_port = free_port(), free_port()
     log = (tmp_path / "up.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port", str(port),
-                             "--api-port", str(api_port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "up",
+            "--workdir",
+            str(tmp_path),
+            "--port",
+            str(port),
+            "--api-port",
+            str(api_port),
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     children: list[int] = []
     try:
         wait_http(f"http://127.0.0.1:{port}/_stcore/health", 120, proc)
         wait_http(f"http://127.0.0.1:{api_port}/health", 120, proc)
-        children = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                   text=True).stdout.split()]  # fmt: skip
+        children = [
+            int(p)
+            for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        ]
         assert len(children) == 3, children
         proc.send_signal(sig)
         assert proc.wait(10) == 0, (tmp_path / "up.log").read_text()[-3000:]  # the requirement's own deadline
@@ -249,13 +358,19 @@ def test_dashboard_passes_a_signal_to_streamlit_and_waits_for_it(tmp_path, sig):
     from tests.e2e.test_browser import assert_ports_free, free_port, wait_http
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "dashboard", "--port", str(port), "--api",
-                             "http://127.0.0.1:9"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moemeter", "dashboard", "--port", str(port), "--api", "http://127.0.0.1:9"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     streamlit: list[int] = []
     try:
         wait_http(f"http://127.0.0.1:{port}/_stcore/health", 120, proc)
-        streamlit = [int(p) for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                                                    text=True).stdout.split()]  # fmt: skip
+        streamlit = [
+            int(p)
+            for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        ]
         assert len(streamlit) == 1, streamlit
         proc.send_signal(sig)
         assert proc.wait(15) == 0
@@ -288,17 +403,36 @@ def test_serve_answers_while_it_waits_for_the_stack_and_says_so(tmp_path):
     from tests.e2e.test_browser import free_port, wait_http
 
     api_port, targets = free_port(), tmp_path / "targets.json"
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db",
-                             str(tmp_path / "w.duckdb"), "--api-port", str(api_port), "--interval", "1",
-                             "--wait-targets", "120"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "serve",
+            "--targets",
+            str(targets),
+            "--db",
+            str(tmp_path / "w.duckdb"),
+            "--api-port",
+            str(api_port),
+            "--interval",
+            "1",
+            "--wait-targets",
+            "120",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{api_port}"
     try:
         wait_http(url + "/health", 60, proc)
         waiting = httpx.get(url + "/health").json()["collector"]
         assert "waiting for the targets file" in waiting["starting"] and waiting["rounds"] == 0
         assert httpx.post(url + "/query", json={"sql": "SELECT count(*) FROM scrapes", "format": "json"}).json()[
-            "rows"] == [[0]]  # fmt: skip
+            "rows"
+        ] == [[0]]
         targets.write_text("[]")
         deadline = time.monotonic() + 60
         while (h := httpx.get(url + "/health").json()["collector"])["rounds"] == 0:
@@ -326,9 +460,24 @@ def test_the_twin_then_the_local_cpu_stack_never_mix(tmp_path):
     def up(*extra: str) -> tuple[subprocess.Popen, str, list[int]]:  # type: ignore[type-arg]
         port, api_port = free_port(), free_port()
         with (tmp_path / "up.log").open("a") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port",
-                                     str(port), "--api-port", str(api_port), *extra], cwd=ROOT, stdout=log,
-                                    stderr=subprocess.STDOUT)  # fmt: skip
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "moemeter",
+                    "up",
+                    "--workdir",
+                    str(tmp_path),
+                    "--port",
+                    str(port),
+                    "--api-port",
+                    str(api_port),
+                    *extra,
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         api = f"http://127.0.0.1:{api_port}"
         wait_http(api + "/health", 60, proc)
         return proc, api, [port, api_port]

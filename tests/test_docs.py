@@ -68,7 +68,12 @@ def test_nothing_cites_a_file_outside_the_repository():
     seeded from, or a path outside the repository."""
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     outside = re.compile(r"DESIGN\.md|\.\./shared|\bshared/(?:fixtures|STYLE|DESIGN)")
-    cited = [f for f in tracked if (ROOT / f).is_file() and not f.startswith("tests/fixtures/eplb/")
-             and outside.search((ROOT / f).read_text(errors="replace"))]  # fmt: skip
+    cited = [
+        f
+        for f in tracked
+        if (ROOT / f).is_file()
+        and not f.startswith("tests/fixtures/eplb/")
+        and outside.search((ROOT / f).read_text(errors="replace"))
+    ]
     assert cited == [], cited
     assert "definitions.md" in (ROOT / "README.md").read_text()

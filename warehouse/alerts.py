@@ -32,8 +32,9 @@ class Firing:
     message: str
 
 
-def evaluate_alerts(rules: AlertRules, rank_steps: pd.DataFrame, last_rebalance: pd.Timestamp | None,
-                    now: pd.Timestamp) -> list[Firing]:  # fmt: skip
+def evaluate_alerts(
+    rules: AlertRules, rank_steps: pd.DataFrame, last_rebalance: pd.Timestamp | None, now: pd.Timestamp
+) -> list[Firing]:
     """rank_steps: bucket, layer, rank, tokens (one row per step, layer and rank)."""
     out: list[Firing] = []
     if not rank_steps.empty:
@@ -57,8 +58,15 @@ def evaluate_alerts(rules: AlertRules, rank_steps: pd.DataFrame, last_rebalance:
                 since = _since(
                     df[(df["layer"] == layer) & (df["rank"] == rank)], "ratio", lambda r: r > rules.hot_rank_factor
                 )
-                out.append(Firing("EPLBRankHot", f"layer {layer} rank {rank}", float(ratio), since,
-                                  f"rank {rank} carries at least {ratio:.2f}x the mean load of layer {layer}"))  # fmt: skip
+                out.append(
+                    Firing(
+                        "EPLBRankHot",
+                        f"layer {layer} rank {rank}",
+                        float(ratio),
+                        since,
+                        f"rank {rank} carries at least {ratio:.2f}x the mean load of layer {layer}",
+                    )
+                )
         g = df.groupby(["bucket", "layer"])["tokens"]
         top = g.max()
         bal = (g.mean() / top.where(top > 0)).fillna(1.0).rename("balancedness").reset_index()
@@ -67,13 +75,27 @@ def evaluate_alerts(rules: AlertRules, rank_steps: pd.DataFrame, last_rebalance:
             worst = span_b.groupby("layer")["balancedness"].max()
             for layer, b in worst[worst < rules.min_balancedness].sort_values().items():
                 since = _since(bal[bal["layer"] == layer], "balancedness", lambda v: v < rules.min_balancedness)
-                out.append(Firing("EPLBLayerUnbalanced", f"layer {layer}", float(b), since,
-                                  f"layer {layer} balancedness stayed below {rules.min_balancedness} (best {b:.2f})"))  # fmt: skip
+                out.append(
+                    Firing(
+                        "EPLBLayerUnbalanced",
+                        f"layer {layer}",
+                        float(b),
+                        since,
+                        f"layer {layer} balancedness stayed below {rules.min_balancedness} (best {b:.2f})",
+                    )
+                )
     if last_rebalance is not None:
         gap = (now - last_rebalance).total_seconds()
         if gap > rules.max_rebalance_gap_seconds:
-            out.append(Firing("EPLBNoRebalance", "instance", gap, last_rebalance,
-                              f"no EPLB rebalance for {gap / 60:.0f} min (expected within {rules.max_rebalance_gap_seconds / 60:.0f})"))  # fmt: skip
+            out.append(
+                Firing(
+                    "EPLBNoRebalance",
+                    "instance",
+                    gap,
+                    last_rebalance,
+                    f"no EPLB rebalance for {gap / 60:.0f} min (expected within {rules.max_rebalance_gap_seconds / 60:.0f})",
+                )
+            )
     return out
 
 
@@ -97,19 +119,38 @@ def prometheus_rules(rules: AlertRules) -> dict[str, object]:
     """The same rules as a Prometheus alerting-rules file (YAML-serialisable)."""
     rate = "sum by (model_name, layer, engine) (rate(moemeter_expert_rank_tokens_total[5m]))"
     mean = f"avg by (model_name, layer) ({rate})"
-    return {"groups": [{"name": "moemeter-eplb", "rules": [
-        {"alert": "EPLBRankHot",
-         "expr": f"{rate} / on (model_name, layer) group_left {mean} > {rules.hot_rank_factor}",
-         "for": f"{rules.hot_rank_minutes:g}m", "labels": {"severity": "warning"},
-         "annotations": {"summary": "EPLB hot spot: rank {{ $labels.engine }} of layer {{ $labels.layer }} carries "
-                                    "{{ $value | humanize }}x the layer's mean load"}},
-        {"alert": "EPLBLayerUnbalanced",
-         "expr": f"avg_over_time(moemeter_eplb_balancedness[5m]) < {rules.min_balancedness}",
-         "for": f"{rules.unbalanced_minutes:g}m", "labels": {"severity": "warning"},
-         "annotations": {"summary": "Layer {{ $labels.layer }} balancedness {{ $value | humanize }} (mean/max rank load)"}},
-        {"alert": "EPLBNoRebalance",
-         "expr": f"moemeter_eplb_last_rebalance_timestamp_seconds > 0 and "
-                 f"time() - moemeter_eplb_last_rebalance_timestamp_seconds > {rules.max_rebalance_gap_seconds:g}",
-         "labels": {"severity": "info"},
-         "annotations": {"summary": "No EPLB rebalance for {{ $value | humanizeDuration }}"}},
-    ]}]}  # fmt: skip
+    return {
+        "groups": [
+            {
+                "name": "moemeter-eplb",
+                "rules": [
+                    {
+                        "alert": "EPLBRankHot",
+                        "expr": f"{rate} / on (model_name, layer) group_left {mean} > {rules.hot_rank_factor}",
+                        "for": f"{rules.hot_rank_minutes:g}m",
+                        "labels": {"severity": "warning"},
+                        "annotations": {
+                            "summary": "EPLB hot spot: rank {{ $labels.engine }} of layer {{ $labels.layer }} carries "
+                            "{{ $value | humanize }}x the layer's mean load"
+                        },
+                    },
+                    {
+                        "alert": "EPLBLayerUnbalanced",
+                        "expr": f"avg_over_time(moemeter_eplb_balancedness[5m]) < {rules.min_balancedness}",
+                        "for": f"{rules.unbalanced_minutes:g}m",
+                        "labels": {"severity": "warning"},
+                        "annotations": {
+                            "summary": "Layer {{ $labels.layer }} balancedness {{ $value | humanize }} (mean/max rank load)"
+                        },
+                    },
+                    {
+                        "alert": "EPLBNoRebalance",
+                        "expr": f"moemeter_eplb_last_rebalance_timestamp_seconds > 0 and "
+                        f"time() - moemeter_eplb_last_rebalance_timestamp_seconds > {rules.max_rebalance_gap_seconds:g}",
+                        "labels": {"severity": "info"},
+                        "annotations": {"summary": "No EPLB rebalance for {{ $value | humanizeDuration }}"},
+                    },
+                ],
+            }
+        ]
+    }

@@ -62,8 +62,17 @@ BODY_SECONDS = 10.0  # a request body must arrive within this (a slow client hol
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 TOKEN_ENV = "MOEMETER_API_TOKEN"
 MIN_TOKEN_CHARS = 16  # from the environment or a file alike
-__all__ = ["QueryClient", "QueryServer", "LocalQuery", "QueryError", "QueryRefused", "ApiUnreachable",
-           "table_to_json", "is_loopback", "TOKEN_ENV"]  # fmt: skip
+__all__ = [
+    "QueryClient",
+    "QueryServer",
+    "LocalQuery",
+    "QueryError",
+    "QueryRefused",
+    "ApiUnreachable",
+    "table_to_json",
+    "is_loopback",
+    "TOKEN_ENV",
+]
 
 
 class ApiUnreachable(QueryError):
@@ -119,8 +128,9 @@ def _column_values(name: str, col: pa.ChunkedArray) -> list[Any]:
     try:
         return [_json_value(v) for v in pc.cast(col, _textual(col.type)).to_pylist()]
     except (OverflowError, ValueError, pa.ArrowException) as exc:
-        raise QueryRefused(f"column {name!r} ({col.type}) cannot be sent as JSON ({exc}); ask for format arrow "
-                           "or cast it to VARCHAR") from exc  # fmt: skip
+        raise QueryRefused(
+            f"column {name!r} ({col.type}) cannot be sent as JSON ({exc}); ask for format arrow or cast it to VARCHAR"
+        ) from exc
 
 
 def table_to_json(tbl: pa.Table) -> dict[str, Any]:
@@ -152,8 +162,9 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # else headers and body in two writes wait ~40 ms for a delayed ACK
     timeout = 120  # seconds an idle kept-alive connection (and its thread) is held
 
-    def _reply(self, status: int, body: bytes, content_type: str, close: bool = False,
-               headers: dict[str, str] | None = None) -> None:  # fmt: skip
+    def _reply(
+        self, status: int, body: bytes, content_type: str, close: bool = False, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -271,11 +282,19 @@ class QueryServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, warehouse: Warehouse, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 limits: Limits | None = None, max_concurrent: int = _limits.MAX_CONCURRENT) -> None:  # fmt: skip
+    def __init__(
+        self,
+        warehouse: Warehouse,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        limits: Limits | None = None,
+        max_concurrent: int = _limits.MAX_CONCURRENT,
+    ) -> None:
         if not token and not is_loopback(host):
-            raise QueryRefused(f"the query API on {host} (beyond loopback) needs a token: set {TOKEN_ENV} or "
-                               "--api-token-file")  # fmt: skip
+            raise QueryRefused(
+                f"the query API on {host} (beyond loopback) needs a token: set {TOKEN_ENV} or --api-token-file"
+            )
         if token and len(token) < MIN_TOKEN_CHARS:
             raise QueryRefused(f"the query API's token has fewer than {MIN_TOKEN_CHARS} characters")
         super().__init__((host, port), _Handler)
@@ -301,8 +320,11 @@ class QueryServer(ThreadingHTTPServer):
         """The reply body and its type for one statement, or a QueryError."""
         wait = _limits.QUEUE_SECONDS
         if not self._slots.acquire(timeout=wait):
-            raise _Refusal(503, f"{self.max_concurrent} queries are running and none finished within "
-                                f"{wait:g} s; retry shortly", {"Retry-After": "2"})  # fmt: skip
+            raise _Refusal(
+                503,
+                f"{self.max_concurrent} queries are running and none finished within {wait:g} s; retry shortly",
+                {"Retry-After": "2"},
+            )
         with self._count:
             self.running += 1
         try:
@@ -315,8 +337,10 @@ class QueryServer(ThreadingHTTPServer):
         if fmt == "json":
             body = json.dumps(table_to_json(tbl), allow_nan=False).encode()
             if len(body) > self.limits.max_result_bytes:
-                raise QueryTooLarge(f"the JSON answer is {len(body) / 2**20:,.0f} MiB; the limit is "
-                                    f"{self.limits.max_result_bytes / 2**20:,.0f} MiB (Arrow is smaller)")  # fmt: skip
+                raise QueryTooLarge(
+                    f"the JSON answer is {len(body) / 2**20:,.0f} MiB; the limit is "
+                    f"{self.limits.max_result_bytes / 2**20:,.0f} MiB (Arrow is smaller)"
+                )
             return body, "application/json"
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, tbl.schema) as writer:
@@ -351,8 +375,9 @@ class QueryClient:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def _post(self, body: dict[str, Any]) -> httpx.Response:
-        post = lambda: self._http.post(f"{self.url}/query", json=body, timeout=self.timeout,  # noqa: E731
-                                       headers=self.headers())  # fmt: skip
+        def post() -> httpx.Response:
+            return self._http.post(f"{self.url}/query", json=body, timeout=self.timeout, headers=self.headers())
+
         try:
             try:
                 resp = post()
@@ -364,8 +389,9 @@ class QueryClient:
         except httpx.TimeoutException as exc:
             raise QueryTimeout(f"the query API at {self.url} did not answer within {self.timeout:g} s") from exc
         except httpx.HTTPError as exc:
-            raise ApiUnreachable(f"the query API at {self.url} does not answer ({exc}); is `moemeter serve` "
-                                 "running there?") from exc  # fmt: skip
+            raise ApiUnreachable(
+                f"the query API at {self.url} does not answer ({exc}); is `moemeter serve` running there?"
+            ) from exc
         return resp
 
     def __call__(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:

@@ -39,8 +39,9 @@ def _floor(t: datetime, unit: timedelta) -> datetime:
     return t.replace(minute=0 if unit == HOUR else t.minute, second=0, microsecond=0)
 
 
-def segments(start: datetime, end: datetime, through_1m: datetime | None,
-             through_1h: datetime | None) -> list[tuple[str, datetime, datetime]]:  # fmt: skip
+def segments(
+    start: datetime, end: datetime, through_1m: datetime | None, through_1h: datetime | None
+) -> list[tuple[str, datetime, datetime]]:
     """Cover [start, end) with (table, from, to) pieces that do not overlap: whole rolled-up hours
     from the hourly table, whole rolled-up minutes around them from the minute table, raw elsewhere."""
     out: list[tuple[str, datetime, datetime]] = []
@@ -96,8 +97,10 @@ def pool_tokens(q: Query, prefill: list[str], decode: list[str], start: datetime
     """One row per scrape (per minute or hour where only rollups hold the data): prefill-pool prompt and
     cached prompt tokens, decode-pool generated tokens, and the interval each pool's counters covered."""
     through_1m, through_1h = rollup_through(q)
-    parts = [q(TOKENS_SQL.format(table=t), [prefill, prefill, decode, prefill, decode, a, b])
-             for t, a, b in segments(start, end, through_1m, through_1h)]  # fmt: skip
+    parts = [
+        q(TOKENS_SQL.format(table=t), [prefill, prefill, decode, prefill, decode, a, b])
+        for t, a, b in segments(start, end, through_1m, through_1h)
+    ]
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=COLUMNS)
@@ -108,8 +111,9 @@ def price_sheet(q: Query, override: PriceSheet | None = None) -> PriceSheet:
     """The sheet given, else every version stored in the warehouse, else the default sheet."""
     if override is not None:
         return override
-    stored = stored_sheet(list(q(STORED_GPU_SQL, None).itertuples(index=False)),
-                          list(q(STORED_TOKENS_SQL, None).itertuples(index=False)))  # fmt: skip
+    stored = stored_sheet(
+        list(q(STORED_GPU_SQL, None).itertuples(index=False)), list(q(STORED_TOKENS_SQL, None).itertuples(index=False))
+    )
     return stored or default_sheet()
 
 
@@ -156,36 +160,59 @@ class CostReport:
     def as_json(self) -> dict[str, Any]:
         gpu_sources = sorted({p.source for p in self.sheet.gpu})
         out: dict[str, Any] = {
-            "window": {"from": self.start.isoformat() + "Z", "to": self.end.isoformat() + "Z", "hours": round(self.hours, 6),
-                       "first_count": _iso(self.first_count), "last_count": _iso(self.last_count)},
+            "window": {
+                "from": self.start.isoformat() + "Z",
+                "to": self.end.isoformat() + "Z",
+                "hours": round(self.hours, 6),
+                "first_count": _iso(self.first_count),
+                "last_count": _iso(self.last_count),
+            },
             "method": METHOD,
             "price_sheet": {"name": self.sheet.name, "gpu_price_sources": gpu_sources},
             "pools": {
-                "prefill": {"gpus": self.prefill.gpus, "gpu_hours": round(self.prefill.gpu_hours, 6),
-                            "cost_usd": _cents(self.prefill.cost_usd), "prompt_tokens": int(self.prompt_tokens),
-                            "cached_prompt_tokens": int(self.cached_prompt_tokens),
-                            "computed_prompt_tokens": int(self.computed_prompt_tokens),
-                            "usd_per_mtok_input": _usd(self.per_mtok(self.prefill.cost_usd, self.computed_prompt_tokens)),
-                            "idle_gpu_hours": round(self.prefill.idle_gpu_hours, 6),
-                            "idle_cost_usd": _cents(self.prefill.idle_cost_usd),
-                            "tokens_per_second_per_gpu": round(self.prefill.tokens_per_second_per_gpu, 3)},
-                "decode": {"gpus": self.decode.gpus, "gpu_hours": round(self.decode.gpu_hours, 6),
-                           "cost_usd": _cents(self.decode.cost_usd), "generated_tokens": int(self.generated_tokens),
-                           "usd_per_mtok_output": _usd(self.per_mtok(self.decode.cost_usd, self.generated_tokens)),
-                           "idle_gpu_hours": round(self.decode.idle_gpu_hours, 6),
-                           "idle_cost_usd": _cents(self.decode.idle_cost_usd),
-                           "tokens_per_second_per_gpu": round(self.decode.tokens_per_second_per_gpu, 3)},
+                "prefill": {
+                    "gpus": self.prefill.gpus,
+                    "gpu_hours": round(self.prefill.gpu_hours, 6),
+                    "cost_usd": _cents(self.prefill.cost_usd),
+                    "prompt_tokens": int(self.prompt_tokens),
+                    "cached_prompt_tokens": int(self.cached_prompt_tokens),
+                    "computed_prompt_tokens": int(self.computed_prompt_tokens),
+                    "usd_per_mtok_input": _usd(self.per_mtok(self.prefill.cost_usd, self.computed_prompt_tokens)),
+                    "idle_gpu_hours": round(self.prefill.idle_gpu_hours, 6),
+                    "idle_cost_usd": _cents(self.prefill.idle_cost_usd),
+                    "tokens_per_second_per_gpu": round(self.prefill.tokens_per_second_per_gpu, 3),
+                },
+                "decode": {
+                    "gpus": self.decode.gpus,
+                    "gpu_hours": round(self.decode.gpu_hours, 6),
+                    "cost_usd": _cents(self.decode.cost_usd),
+                    "generated_tokens": int(self.generated_tokens),
+                    "usd_per_mtok_output": _usd(self.per_mtok(self.decode.cost_usd, self.generated_tokens)),
+                    "idle_gpu_hours": round(self.decode.idle_gpu_hours, 6),
+                    "idle_cost_usd": _cents(self.decode.idle_cost_usd),
+                    "tokens_per_second_per_gpu": round(self.decode.tokens_per_second_per_gpu, 3),
+                },
             },
-            "total": {"cost_usd": _cents(self.cost_usd), "tokens": int(self.prompt_tokens + self.generated_tokens),
-                      "usd_per_mtok_blended": _usd(self.per_mtok(self.cost_usd, self.prompt_tokens + self.generated_tokens)),
-                      "revenue_usd": _cents(self.revenue_usd) if self.revenue_usd is not None else None,
-                      "margin_usd": _cents(self.revenue_usd - self.cost_usd) if self.revenue_usd is not None else None},
-            "users": [{"user": r["user"], "requests": int(r["requests"]), "prompt_tokens": int(r["prompt_tokens"]),
-                       "cached_prompt_tokens": int(r["cached_prompt_tokens"]),
-                       "computed_prompt_tokens": int(r["computed_prompt_tokens"]),
-                       "generated_tokens": int(r["generated_tokens"]), "cost_usd": _cents(r["cost_usd"])}
-                      for r in self.users.to_dict("records")],
-        }  # fmt: skip
+            "total": {
+                "cost_usd": _cents(self.cost_usd),
+                "tokens": int(self.prompt_tokens + self.generated_tokens),
+                "usd_per_mtok_blended": _usd(self.per_mtok(self.cost_usd, self.prompt_tokens + self.generated_tokens)),
+                "revenue_usd": _cents(self.revenue_usd) if self.revenue_usd is not None else None,
+                "margin_usd": _cents(self.revenue_usd - self.cost_usd) if self.revenue_usd is not None else None,
+            },
+            "users": [
+                {
+                    "user": r["user"],
+                    "requests": int(r["requests"]),
+                    "prompt_tokens": int(r["prompt_tokens"]),
+                    "cached_prompt_tokens": int(r["cached_prompt_tokens"]),
+                    "computed_prompt_tokens": int(r["computed_prompt_tokens"]),
+                    "generated_tokens": int(r["generated_tokens"]),
+                    "cost_usd": _cents(r["cost_usd"]),
+                }
+                for r in self.users.to_dict("records")
+            ],
+        }
         return out
 
 
@@ -201,8 +228,16 @@ def _usd(v: float | None) -> float | None:
     return None if v is None or math.isnan(v) else round(v, 6)
 
 
-def _pool_cost(sheet: PriceSheet, pool: str, gpus: int, start: datetime, end: datetime, tokens: pd.Series,
-               seconds: pd.Series, at: pd.Series) -> PoolCost:  # fmt: skip
+def _pool_cost(
+    sheet: PriceSheet,
+    pool: str,
+    gpus: int,
+    start: datetime,
+    end: datetime,
+    tokens: pd.Series,
+    seconds: pd.Series,
+    at: pd.Series,
+) -> PoolCost:
     """Reserved GPU-hours and cost over the whole window; idle = the scrape intervals in which the
     pool's token counters did not move, priced at the price in effect then."""
     cost = sheet.gpu_cost(pool, gpus, start, end)
@@ -266,12 +301,14 @@ def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd
     u["computed_prompt_tokens"] = u["prompt_tokens"] - u["cached_prompt_tokens"]
     comp, gen = u["computed_prompt_tokens"].sum(), u["generated_tokens"].sum()
     u["cost_usd"] = ((u["computed_prompt_tokens"] / comp * prefill_cost) if comp else 0.0) + (
-        (u["generated_tokens"] / gen * decode_cost) if gen else 0.0)  # fmt: skip
+        (u["generated_tokens"] / gen * decode_cost) if gen else 0.0
+    )
     return u.sort_values(["cost_usd", "user"], ascending=[False, True]).reset_index(drop=True)
 
 
-def cost_report(q: Query, pools: dict[str, list[tuple[str, int]]], start: datetime, end: datetime,
-                sheet: PriceSheet | None = None) -> CostReport:  # fmt: skip
+def cost_report(
+    q: Query, pools: dict[str, list[tuple[str, int]]], start: datetime, end: datetime, sheet: PriceSheet | None = None
+) -> CostReport:
     """`pools`: {"prefill": [(target, gpus), ...], "decode": [...]} from the targets file."""
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
@@ -291,8 +328,20 @@ def cost_report(q: Query, pools: dict[str, list[tuple[str, int]]], start: dateti
     covered = tokens[["prefill_seconds", "decode_seconds"]].max(axis=1).fillna(0.0)
     first = (pd.to_datetime(tokens["ts"]) - pd.to_timedelta(covered, unit="s")).min().floor("us").to_pydatetime()
     last = pd.Timestamp(tokens["ts"].iloc[-1]).to_pydatetime()
-    return CostReport(start, end, sheet, prefill, decode, float(tokens["prompt"].sum()), float(tokens["cached"].sum()),
-                      float(tokens["generated"].sum()), revenue(sheet, tokens), users, first, last)  # fmt: skip
+    return CostReport(
+        start,
+        end,
+        sheet,
+        prefill,
+        decode,
+        float(tokens["prompt"].sum()),
+        float(tokens["cached"].sum()),
+        float(tokens["generated"].sum()),
+        revenue(sheet, tokens),
+        users,
+        first,
+        last,
+    )
 
 
 GPUS_IN_SERVICE_SQL = """
@@ -302,8 +351,9 @@ WHERE ts >= ? AND ts < ? GROUP BY ts
 """
 
 
-def daily_statement(q: Query, pools: dict[str, list[tuple[str, int]]], start: datetime, end: datetime,
-                    sheet: PriceSheet | None = None) -> pd.DataFrame:  # fmt: skip
+def daily_statement(
+    q: Query, pools: dict[str, list[tuple[str, int]]], start: datetime, end: datetime, sheet: PriceSheet | None = None
+) -> pd.DataFrame:
     """One row per UTC day, in the form DeepSeek published for its inference service: GPUs in
     service (average and peak, from the scrapes that found them up), GPU-hours, cost, input tokens
     and their cache-hit share, output tokens, revenue at the token price sheet, margin."""
@@ -321,22 +371,31 @@ def daily_statement(q: Query, pools: dict[str, list[tuple[str, int]]], start: da
             continue
         g = q(GPUS_IN_SERVICE_SQL, [[n for n, _ in members], [x for _, x in members], a, b])
         rev = r.revenue_usd
-        rows.append({"day": day.date().isoformat(), "gpus_avg": round(float(g.gpus.mean()), 2) if len(g) else None,
-                     "gpus_peak": int(g.gpus.max()) if len(g) else None,
-                     "gpu_hours": round(r.prefill.gpu_hours + r.decode.gpu_hours, 3), "cost_usd": _cents(r.cost_usd),
-                     "input_tokens": int(r.prompt_tokens), "cache_hit_share": round(r.cached_prompt_tokens / r.prompt_tokens, 4) if r.prompt_tokens else None,
-                     "output_tokens": int(r.generated_tokens),
-                     "usd_per_mtok_input": _usd(r.per_mtok(r.prefill.cost_usd, r.computed_prompt_tokens)),
-                     "usd_per_mtok_output": _usd(r.per_mtok(r.decode.cost_usd, r.generated_tokens)),
-                     "revenue_usd": _cents(rev) if rev is not None else None,
-                     "margin_usd": _cents(rev - r.cost_usd) if rev is not None else None,
-                     "margin_pct": round(100 * (rev - r.cost_usd) / rev, 2) if rev else None, "note": ""})  # fmt: skip
+        rows.append(
+            {
+                "day": day.date().isoformat(),
+                "gpus_avg": round(float(g.gpus.mean()), 2) if len(g) else None,
+                "gpus_peak": int(g.gpus.max()) if len(g) else None,
+                "gpu_hours": round(r.prefill.gpu_hours + r.decode.gpu_hours, 3),
+                "cost_usd": _cents(r.cost_usd),
+                "input_tokens": int(r.prompt_tokens),
+                "cache_hit_share": round(r.cached_prompt_tokens / r.prompt_tokens, 4) if r.prompt_tokens else None,
+                "output_tokens": int(r.generated_tokens),
+                "usd_per_mtok_input": _usd(r.per_mtok(r.prefill.cost_usd, r.computed_prompt_tokens)),
+                "usd_per_mtok_output": _usd(r.per_mtok(r.decode.cost_usd, r.generated_tokens)),
+                "revenue_usd": _cents(rev) if rev is not None else None,
+                "margin_usd": _cents(rev - r.cost_usd) if rev is not None else None,
+                "margin_pct": round(100 * (rev - r.cost_usd) / rev, 2) if rev else None,
+                "note": "",
+            }
+        )
         day += timedelta(days=1)
     return pd.DataFrame(rows)
 
 
-def cost_over_time(tokens: pd.DataFrame, gpus: dict[str, int], sheet: PriceSheet, start: datetime, end: datetime,
-                   step: timedelta) -> pd.DataFrame:  # fmt: skip
+def cost_over_time(
+    tokens: pd.DataFrame, gpus: dict[str, int], sheet: PriceSheet, start: datetime, end: datetime, step: timedelta
+) -> pd.DataFrame:
     """Per step: GPU-hours and cost of each pool, its tokens, and $/M input, output and blended
     (None where a pool counted no tokens: never a division by zero)."""
     rows = []
@@ -349,12 +408,22 @@ def cost_over_time(tokens: pd.DataFrame, gpus: dict[str, int], sheet: PriceSheet
         dc = sheet.gpu_cost("decode", gpus["decode"], t, u)
         prompt, cached, gen = (float(sel[c].sum()) if len(sel) else 0.0 for c in ("prompt", "cached", "generated"))
         hours = (u - t).total_seconds() / 3600
-        rows.append({"bucket": t, "prefill_gpu_hours": gpus["prefill"] * hours, "decode_gpu_hours": gpus["decode"] * hours,
-                     "prefill_cost_usd": pc, "decode_cost_usd": dc, "prompt_tokens": prompt, "cached_prompt_tokens": cached,
-                     "generated_tokens": gen, "observed": bool(len(sel)),
-                     "usd_per_mtok_input": pc / ((prompt - cached) / 1e6) if prompt - cached > 0 else None,
-                     "usd_per_mtok_output": dc / (gen / 1e6) if gen > 0 else None,
-                     "usd_per_mtok_blended": (pc + dc) / ((prompt + gen) / 1e6) if prompt + gen > 0 else None})  # fmt: skip
+        rows.append(
+            {
+                "bucket": t,
+                "prefill_gpu_hours": gpus["prefill"] * hours,
+                "decode_gpu_hours": gpus["decode"] * hours,
+                "prefill_cost_usd": pc,
+                "decode_cost_usd": dc,
+                "prompt_tokens": prompt,
+                "cached_prompt_tokens": cached,
+                "generated_tokens": gen,
+                "observed": bool(len(sel)),
+                "usd_per_mtok_input": pc / ((prompt - cached) / 1e6) if prompt - cached > 0 else None,
+                "usd_per_mtok_output": dc / (gen / 1e6) if gen > 0 else None,
+                "usd_per_mtok_blended": (pc + dc) / ((prompt + gen) / 1e6) if prompt + gen > 0 else None,
+            }
+        )
         t = u
     return pd.DataFrame(rows)
 
@@ -363,5 +432,8 @@ def with_gpu_price(sheet: PriceSheet, usd_per_gpu_hour: float) -> PriceSheet:
     """What-if: the same sheet with one GPU-hour price for every pool, all the time."""
     from .prices import GpuPrice
 
-    return PriceSheet(f"{sheet.name} (what-if ${usd_per_gpu_hour:g}/GPU-hour)",
-                      (GpuPrice(datetime(1970, 1, 1), "*", usd_per_gpu_hour, "what-if on the Cost page"),), sheet.tokens)  # fmt: skip
+    return PriceSheet(
+        f"{sheet.name} (what-if ${usd_per_gpu_hour:g}/GPU-hour)",
+        (GpuPrice(datetime(1970, 1, 1), "*", usd_per_gpu_hour, "what-if on the Cost page"),),
+        sheet.tokens,
+    )

@@ -43,8 +43,9 @@ def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, 
 REASON_CHARS = 500
 
 
-def record_rejected(con: duckdb.DuckDBPyConnection, ts: datetime, target: str, kind: str,
-                    reasons: Counter[str]) -> None:  # fmt: skip
+def record_rejected(
+    con: duckdb.DuckDBPyConnection, ts: datetime, target: str, kind: str, reasons: Counter[str]
+) -> None:
     """Store what was refused or repaired (reason -> count) in `rejected`, inside the caller's
     transaction (the caller logs it)."""
     rows = [(ts, target, kind, reason[:REASON_CHARS], n) for reason, n in reasons.items() if n]
@@ -135,8 +136,9 @@ def apply_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
 class Warehouse:
     """Owns the DuckDB file. `submit` queues a write; `cursor` gives a reader its own connection."""
 
-    def __init__(self, path: str | Path, *, lock_down: bool = True, read_only: str | None = None,
-                 memory_limit: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, path: str | Path, *, lock_down: bool = True, read_only: str | None = None, memory_limit: str | None = None
+    ) -> None:
         """`read_only`: open without writing, for a file that cannot be written (the reason why);
         every write then fails at once and /health says so. `memory_limit` (e.g. "4GB"): DuckDB's
         buffer pool for the writer and every reader together (DuckDB's default: 80% of RAM); past
@@ -154,8 +156,9 @@ class Warehouse:
             if applied:
                 log.info("warehouse %s: applied migrations %s", self.path, applied)
         elif pending := pending_migrations(self._con):
-            log.warning("warehouse %s: read-only with migrations %s not applied; pages that need them fail",
-                        self.path, pending)  # fmt: skip
+            log.warning(
+                "warehouse %s: read-only with migrations %s not applied; pages that need them fail", self.path, pending
+            )
         if lock_down:
             readonly.lock_down(self._con)  # readers share this database instance
         self.health = WriterHealth()
@@ -235,22 +238,38 @@ class Warehouse:
             return
         h, now = self.health, time.monotonic()
         if h.ok:
-            self.health = h = WriterHealth(False, problem, str(exc), datetime.now(UTC).isoformat(timespec="seconds"),
-                                           0, h.last_write)  # fmt: skip
-            log.error("warehouse %s: cannot write (%s): %s. Queries still answer from what it holds; "
-                      "each round is retried and lost until writes succeed.", self.path, problem, exc)  # fmt: skip
+            self.health = h = WriterHealth(
+                False, problem, str(exc), datetime.now(UTC).isoformat(timespec="seconds"), 0, h.last_write
+            )
+            log.error(
+                "warehouse %s: cannot write (%s): %s. Queries still answer from what it holds; "
+                "each round is retried and lost until writes succeed.",
+                self.path,
+                problem,
+                exc,
+            )
             self._reminded = now
         elif now - self._reminded >= REMIND_SECONDS:
-            log.error("warehouse %s: still cannot write (%s) since %s: %d rounds lost",
-                      self.path, problem, h.since, h.failed_writes + 1)  # fmt: skip
+            log.error(
+                "warehouse %s: still cannot write (%s) since %s: %d rounds lost",
+                self.path,
+                problem,
+                h.since,
+                h.failed_writes + 1,
+            )
             self._reminded = now
         h.failed_writes += 1
 
     def _written(self) -> None:
         h = self.health
         if not h.ok:
-            log.warning("warehouse %s: writes resumed after %d failed (%s since %s)",
-                        self.path, h.failed_writes, h.problem, h.since)  # fmt: skip
+            log.warning(
+                "warehouse %s: writes resumed after %d failed (%s since %s)",
+                self.path,
+                h.failed_writes,
+                h.problem,
+                h.since,
+            )
             self.health = h = WriterHealth()
         h.last_write = datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -275,8 +294,12 @@ class Warehouse:
             except TimeoutError:
                 if fut.done():  # the job itself raised TimeoutError
                     raise
-                log.warning("warehouse %s: %s not stored yet after %.0f s (the machine or its disk is stalled); "
-                            "waiting for it", self.path, what, time.monotonic() - started)  # fmt: skip
+                log.warning(
+                    "warehouse %s: %s not stored yet after %.0f s (the machine or its disk is stalled); waiting for it",
+                    self.path,
+                    what,
+                    time.monotonic() - started,
+                )
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of the reader's own (one per thread)."""

@@ -41,11 +41,16 @@ class ExpertSnapshot:
             load = np.asarray(data["logical_tokens_total"], dtype=np.float64)
             phy2log = np.asarray(data["phy2log"], dtype=np.int64)
             ranks = int(data["ranks"])
-            events = [RebalanceEvent(datetime.fromtimestamp(float(r["time"]), UTC).replace(tzinfo=None),
-                                     float(r["duration_seconds"]), int(r["moved_replicas"]),
-                                     [float(x) for x in r["balancedness_before"]],
-                                     [float(x) for x in r["balancedness_planned"]])
-                      for r in data.get("rebalances", [])]  # fmt: skip
+            events = [
+                RebalanceEvent(
+                    datetime.fromtimestamp(float(r["time"]), UTC).replace(tzinfo=None),
+                    float(r["duration_seconds"]),
+                    int(r["moved_replicas"]),
+                    [float(x) for x in r["balancedness_before"]],
+                    [float(x) for x in r["balancedness_planned"]],
+                )
+                for r in data.get("rebalances", [])
+            ]
         except (KeyError, TypeError, ValueError, OverflowError, OSError) as exc:  # OSError: a time out of range
             raise SnapshotError(f"malformed snapshot: {exc}") from exc
         layers = load.shape[0] if load.ndim == 2 else -1
@@ -81,18 +86,24 @@ class ExpertIngestor:
                 delta = snap.logical_tokens_total
             seconds = (ts - prev[0]).total_seconds()
             layer_idx, expert_idx = np.indices(delta.shape)
-            insert_arrow(con, "expert_load", {
-                "ts": pa.array([ts] * delta.size, type=pa.timestamp("us")),
-                "target": pa.array([target] * delta.size, type=pa.string()),
-                "layer": pa.array(layer_idx.ravel(), type=pa.int16()),
-                "expert": pa.array(expert_idx.ravel(), type=pa.int16()),
-                "tokens": pa.array(delta.ravel(), type=pa.float64()),
-            })  # fmt: skip
+            insert_arrow(
+                con,
+                "expert_load",
+                {
+                    "ts": pa.array([ts] * delta.size, type=pa.timestamp("us")),
+                    "target": pa.array([target] * delta.size, type=pa.string()),
+                    "layer": pa.array(layer_idx.ravel(), type=pa.int16()),
+                    "expert": pa.array(expert_idx.ravel(), type=pa.int16()),
+                    "tokens": pa.array(delta.ravel(), type=pa.float64()),
+                },
+            )
             rows = delta.size
         if prev is None or ts > prev[0]:
             self._last[target] = (ts, snap.logical_tokens_total)
-        con.execute("INSERT INTO expert_snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [ts, target, seconds, layers, experts, snap.phy2log.shape[1], snap.ranks, bool(reset)])  # fmt: skip
+        con.execute(
+            "INSERT INTO expert_snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [ts, target, seconds, layers, experts, snap.phy2log.shape[1], snap.ranks, bool(reset)],
+        )
         self._store_placement(con, target, ts, snap)
         self._store_rebalances(con, target, snap.rebalances)
         return rows
@@ -105,15 +116,23 @@ class ExpertIngestor:
         new = [ev for ev in events if ev.at > self._events_until[target]]
         if not new:
             return
-        rows = [(ev.at, ev.duration_seconds, ev.moved_replicas, layer, before, planned)
-                for ev in new for layer, (before, planned) in enumerate(zip(ev.balancedness_before, ev.balancedness_planned))]  # fmt: skip
+        rows = [
+            (ev.at, ev.duration_seconds, ev.moved_replicas, layer, before, planned)
+            for ev in new
+            for layer, (before, planned) in enumerate(zip(ev.balancedness_before, ev.balancedness_planned))
+        ]
         cols = list(zip(*rows))
-        batch = pa.table({
-            "ts": pa.array(cols[0], type=pa.timestamp("us")), "target": pa.array([target] * len(rows), type=pa.string()),
-            "duration_seconds": pa.array(cols[1], type=pa.float64()), "moved_replicas": pa.array(cols[2], type=pa.int32()),
-            "layer": pa.array(cols[3], type=pa.int16()), "balancedness_before": pa.array(cols[4], type=pa.float64()),
-            "balancedness_planned": pa.array(cols[5], type=pa.float64()),
-        })  # fmt: skip
+        batch = pa.table(
+            {
+                "ts": pa.array(cols[0], type=pa.timestamp("us")),
+                "target": pa.array([target] * len(rows), type=pa.string()),
+                "duration_seconds": pa.array(cols[1], type=pa.float64()),
+                "moved_replicas": pa.array(cols[2], type=pa.int32()),
+                "layer": pa.array(cols[3], type=pa.int16()),
+                "balancedness_before": pa.array(cols[4], type=pa.float64()),
+                "balancedness_planned": pa.array(cols[5], type=pa.float64()),
+            }
+        )
         con.register("_rebalances", batch)
         try:
             con.execute("INSERT OR IGNORE INTO eplb_rebalances SELECT * FROM _rebalances")
@@ -124,9 +143,11 @@ class ExpertIngestor:
     def _store_placement(self, con: duckdb.DuckDBPyConnection, target: str, ts: datetime, snap: ExpertSnapshot) -> None:
         known = self._placement.get(target)
         if known is None:  # after a restart: the latest placement stored for this target
-            df = con.execute("""SELECT layer, slot, expert FROM expert_placement
+            df = con.execute(
+                """SELECT layer, slot, expert FROM expert_placement
                                 WHERE target = ? AND ts = (SELECT max(ts) FROM expert_placement WHERE target = ?)""",
-                             [target, target]).df()  # fmt: skip
+                [target, target],
+            ).df()
             rows, cols = snap.phy2log.shape
             if len(df) == rows * cols and df["layer"].max() < rows and df["slot"].max() < cols:
                 known = np.full((rows, cols), -1, dtype=np.int64)
@@ -136,12 +157,16 @@ class ExpertIngestor:
         layer_idx, slot_idx = np.indices(snap.phy2log.shape)
         per_rank = snap.phy2log.shape[1] // snap.ranks
         n = snap.phy2log.size
-        insert_arrow(con, "expert_placement", {
-            "ts": pa.array([ts] * n, type=pa.timestamp("us")),
-            "target": pa.array([target] * n, type=pa.string()),
-            "layer": pa.array(layer_idx.ravel(), type=pa.int16()),
-            "slot": pa.array(slot_idx.ravel(), type=pa.int16()),
-            "rank": pa.array(slot_idx.ravel() // per_rank, type=pa.int16()),
-            "expert": pa.array(snap.phy2log.ravel(), type=pa.int16()),
-        })  # fmt: skip
+        insert_arrow(
+            con,
+            "expert_placement",
+            {
+                "ts": pa.array([ts] * n, type=pa.timestamp("us")),
+                "target": pa.array([target] * n, type=pa.string()),
+                "layer": pa.array(layer_idx.ravel(), type=pa.int16()),
+                "slot": pa.array(slot_idx.ravel(), type=pa.int16()),
+                "rank": pa.array(slot_idx.ravel() // per_rank, type=pa.int16()),
+                "expert": pa.array(snap.phy2log.ravel(), type=pa.int16()),
+            },
+        )
         self._placement[target] = snap.phy2log.copy()

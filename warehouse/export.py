@@ -23,8 +23,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 Query = Callable[[str, list[Any] | None], pd.DataFrame]
-FACT_TABLES = ("samples", "increments", "scrapes", "increments_1m", "samples_1m", "increments_1h", "samples_1h",
-               "expert_load", "expert_load_1h", "eplb_rebalances", "requests", "requests_1h", "requests_itl_1h")  # fmt: skip
+FACT_TABLES = (
+    "samples",
+    "increments",
+    "scrapes",
+    "increments_1m",
+    "samples_1m",
+    "increments_1h",
+    "samples_1h",
+    "expert_load",
+    "expert_load_1h",
+    "eplb_rebalances",
+    "requests",
+    "requests_1h",
+    "requests_itl_1h",
+)
 TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIMENSION_TABLES = ("series", "targets", "expert_placement", "gpu_prices", "token_prices", "request_feeds")
@@ -47,9 +60,15 @@ def _days(start: datetime, end: datetime) -> list[date]:
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
-def export_parquet(q: Query, out: Path, start: datetime, end: datetime,
-                   tables: tuple[str, ...] = FACT_TABLES + DIMENSION_TABLES,
-                   chunk: timedelta = timedelta(minutes=10), rack: str | None = None) -> list[Exported]:  # fmt: skip
+def export_parquet(
+    q: Query,
+    out: Path,
+    start: datetime,
+    end: datetime,
+    tables: tuple[str, ...] = FACT_TABLES + DIMENSION_TABLES,
+    chunk: timedelta = timedelta(minutes=10),
+    rack: str | None = None,
+) -> list[Exported]:
     """Write [start, end) of every fact table by day (read `chunk` at a time, so memory stays
     bounded), and the dimension tables whole; under `rack=NAME/` when a rack is named."""
     if rack is not None and not RACK_NAME.fullmatch(rack):
@@ -74,8 +93,10 @@ def export_parquet(q: Query, out: Path, start: datetime, end: datetime,
             while t < hi:
                 t_next = min(hi, t + chunk)
                 col = TIME_COLUMN.get(table, "ts")
-                df = q(f"SELECT * FROM {table} WHERE {col} >= ?::TIMESTAMP AND {col} < ?::TIMESTAMP ORDER BY {col}",
-                       [t, t_next])  # fmt: skip
+                df = q(
+                    f"SELECT * FROM {table} WHERE {col} >= ?::TIMESTAMP AND {col} < ?::TIMESTAMP ORDER BY {col}",
+                    [t, t_next],
+                )
                 if len(df):
                     parts.append(pa.Table.from_pandas(df, preserve_index=False))
                 t = t_next

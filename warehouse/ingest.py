@@ -94,8 +94,12 @@ def is_monotonic(sample: Sample) -> bool:
 class Ingestor:
     """Turns batches into rows. Keeps the last value of every monotonic series in memory."""
 
-    def __init__(self, retention: Retention | None = None, max_series: int = MAX_SERIES_PER_TARGET,
-                 max_new_series: int = MAX_NEW_SERIES_PER_ROUND) -> None:  # fmt: skip
+    def __init__(
+        self,
+        retention: Retention | None = None,
+        max_series: int = MAX_SERIES_PER_TARGET,
+        max_new_series: int = MAX_NEW_SERIES_PER_ROUND,
+    ) -> None:
         self._known: set[int] = set()
         self._series_of: Counter[str] = Counter()  # series stored, per target
         self._last: dict[int, tuple[datetime, float]] = {}
@@ -167,12 +171,18 @@ class Ingestor:
                 self._last[sid] = (batch.ts, v)
         if new_series:
             cols = list(zip(*new_series))
-            tbl = pa.table({
-                "series_id": pa.array(cols[0], type=pa.int64()), "target": pa.array(cols[1], type=pa.string()),
-                "metric": pa.array(cols[2], type=pa.string()), "family": pa.array(cols[3], type=pa.string()),
-                "kind": pa.array(cols[4], type=pa.string()), "labels": pa.array(cols[5], type=pa.string()),
-                "engine": pa.array(cols[6], type=pa.string()), "le": pa.array(cols[7], type=pa.float64()),
-            })  # fmt: skip
+            tbl = pa.table(
+                {
+                    "series_id": pa.array(cols[0], type=pa.int64()),
+                    "target": pa.array(cols[1], type=pa.string()),
+                    "metric": pa.array(cols[2], type=pa.string()),
+                    "family": pa.array(cols[3], type=pa.string()),
+                    "kind": pa.array(cols[4], type=pa.string()),
+                    "labels": pa.array(cols[5], type=pa.string()),
+                    "engine": pa.array(cols[6], type=pa.string()),
+                    "le": pa.array(cols[7], type=pa.float64()),
+                }
+            )
             con.register("_new_series", tbl)
             try:  # a series another writer round already added is fine
                 con.execute("INSERT OR IGNORE INTO series SELECT * FROM _new_series")
@@ -184,15 +194,24 @@ class Ingestor:
             log.warning("%s: %s", t.name, "; ".join(f"{n:,} {why}" for why, n in refused.items()))
             record_rejected(con, batch.ts, t.name, "series", refused)
         if ids:
-            self._append(con, "samples", batch.ts, {
-                "series_id": pa.array(ids, type=pa.int64()), "value": pa.array(values, type=pa.float64())})  # fmt: skip
+            self._append(
+                con,
+                "samples",
+                batch.ts,
+                {"series_id": pa.array(ids, type=pa.int64()), "value": pa.array(values, type=pa.float64())},
+            )
         if inc["series_id"]:
-            self._append(con, "increments", batch.ts, {
-                "series_id": pa.array(inc["series_id"], type=pa.int64()),
-                "delta": pa.array(inc["delta"], type=pa.float64()),
-                "seconds": pa.array(inc["seconds"], type=pa.float64()),
-                "reset": pa.array(inc["reset"], type=pa.bool_()),
-            })  # fmt: skip
+            self._append(
+                con,
+                "increments",
+                batch.ts,
+                {
+                    "series_id": pa.array(inc["series_id"], type=pa.int64()),
+                    "delta": pa.array(inc["delta"], type=pa.float64()),
+                    "seconds": pa.array(inc["seconds"], type=pa.float64()),
+                    "reset": pa.array(inc["reset"], type=pa.bool_()),
+                },
+            )
         return len(ids)
 
     def _over_limit(self, target: str, room: int) -> str:

@@ -138,20 +138,29 @@ def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
         pool = entry.get("pool", "*")
         if pool not in POOLS:
             raise PriceSheetError(f"{where}: unknown pool {pool!r}; pools are prefill, decode and * (every GPU)")
-        p = GpuPrice(_when(entry.get("effective"), where), pool, _price(entry, "usd_per_gpu_hour", where),
-                     str(entry.get("source") or ""))  # fmt: skip
+        p = GpuPrice(
+            _when(entry.get("effective"), where),
+            pool,
+            _price(entry, "usd_per_gpu_hour", where),
+            str(entry.get("source") or ""),
+        )
         if not p.source:
             raise PriceSheetError(f"{where}: source is missing (say where the price comes from)")
         clash = next((q for q in gpus if q.pool == p.pool and q.effective == p.effective), None)
         if clash is not None:
-            raise PriceSheetError(f"{where}: a second price for pool {pool!r} effective {p.effective:%Y-%m-%d %H:%M} "
-                                  f"(overlapping effective dates)")  # fmt: skip
+            raise PriceSheetError(
+                f"{where}: a second price for pool {pool!r} effective {p.effective:%Y-%m-%d %H:%M} "
+                f"(overlapping effective dates)"
+            )
         gpus.append(p)
     tokens: list[TokenPrice] = []
     for i, entry in enumerate(data.get("tokens", [])):
         where = f"{origin}, line {token_lines[i] if i < len(token_lines) else '?'} ([[tokens]] entry {i + 1})"
-        _known(entry, {"effective", "off_peak_utc", "source", *TOKEN_PRICES, *("off_peak_" + k for k in TOKEN_PRICES)},
-               where)  # fmt: skip
+        _known(
+            entry,
+            {"effective", "off_peak_utc", "source", *TOKEN_PRICES, *("off_peak_" + k for k in TOKEN_PRICES)},
+            where,
+        )
         eff = _when(entry.get("effective"), where)
         if any(t.effective == eff for t in tokens):
             raise PriceSheetError(
@@ -165,8 +174,11 @@ def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
                 raise PriceSheetError(f"{where}: off_peak_utc must look like 16:30-00:30 (UTC), got {window!r}")
             hit, miss, out = (_price(entry, "off_peak_" + k, where) for k in TOKEN_PRICES)
             off = (hit, miss, out)
-        tokens.append(TokenPrice(eff, base[0], base[1], base[2], off_peak_utc=window, off_peak=off,
-                                 source=str(entry.get("source") or "")))  # fmt: skip
+        tokens.append(
+            TokenPrice(
+                eff, base[0], base[1], base[2], off_peak_utc=window, off_peak=off, source=str(entry.get("source") or "")
+            )
+        )
     unknown = set(data) - {"name", "gpu", "tokens"}
     if unknown:
         raise PriceSheetError(f"{origin}: unknown keys {sorted(unknown)}; a sheet has name, [[gpu]] and [[tokens]]")
@@ -194,27 +206,37 @@ def store_sheet(con: duckdb.DuckDBPyConnection, sheet: PriceSheet, now: datetime
     change a stored price (same pool and effective time, another price)."""
     added = 0
     for g in sheet.gpu:
-        row = con.execute("SELECT usd_per_gpu_hour FROM gpu_prices WHERE pool = ? AND effective = ?",
-                          [g.pool, g.effective]).fetchall()  # fmt: skip
+        row = con.execute(
+            "SELECT usd_per_gpu_hour FROM gpu_prices WHERE pool = ? AND effective = ?", [g.pool, g.effective]
+        ).fetchall()
         if row and row[0][0] != g.usd_per_gpu_hour:
-            raise PriceSheetError(f"{sheet.name}: pool {g.pool!r} already has ${row[0][0]}/GPU-hour from "
-                                  f"{g.effective:%Y-%m-%d %H:%M}; prices are never edited in place: add an entry "
-                                  f"with a later effective time")  # fmt: skip
+            raise PriceSheetError(
+                f"{sheet.name}: pool {g.pool!r} already has ${row[0][0]}/GPU-hour from "
+                f"{g.effective:%Y-%m-%d %H:%M}; prices are never edited in place: add an entry "
+                f"with a later effective time"
+            )
         if not row:
-            con.execute("INSERT INTO gpu_prices VALUES (?, ?, ?, ?, ?, ?)",
-                        [g.effective, g.pool, g.usd_per_gpu_hour, sheet.name, g.source, now])  # fmt: skip
+            con.execute(
+                "INSERT INTO gpu_prices VALUES (?, ?, ?, ?, ?, ?)",
+                [g.effective, g.pool, g.usd_per_gpu_hour, sheet.name, g.source, now],
+            )
             added += 1
     for t in sheet.tokens:
         values = [t.usd_per_mtok_input_cache_hit, t.usd_per_mtok_input_cache_miss, t.usd_per_mtok_output]
-        row = con.execute(f"SELECT {', '.join(TOKEN_PRICES)} FROM token_prices WHERE effective = ?",
-                          [t.effective]).fetchall()  # fmt: skip
+        row = con.execute(
+            f"SELECT {', '.join(TOKEN_PRICES)} FROM token_prices WHERE effective = ?", [t.effective]
+        ).fetchall()
         if row and list(row[0]) != values:
-            raise PriceSheetError(f"{sheet.name}: token prices effective {t.effective:%Y-%m-%d %H:%M} are already "
-                                  f"stored with other values; add an entry with a later effective time")  # fmt: skip
+            raise PriceSheetError(
+                f"{sheet.name}: token prices effective {t.effective:%Y-%m-%d %H:%M} are already "
+                f"stored with other values; add an entry with a later effective time"
+            )
         if not row:
             off = list(t.off_peak) if t.off_peak else [None, None, None]
-            con.execute("INSERT INTO token_prices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [t.effective, *values, t.off_peak_utc, *off, sheet.name, t.source, now])  # fmt: skip
+            con.execute(
+                "INSERT INTO token_prices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [t.effective, *values, t.off_peak_utc, *off, sheet.name, t.source, now],
+            )
             added += 1
     return added
 
@@ -224,8 +246,9 @@ def stored_sheet(rows_gpu: list[tuple[Any, ...]], rows_tokens: list[tuple[Any, .
     if not rows_gpu and not rows_tokens:
         return None
     gpu = tuple(GpuPrice(r[0], r[1], float(r[2]), r[3]) for r in rows_gpu)
-    tokens = tuple(TokenPrice(r[0], r[1], r[2], r[3], r[4], (r[5], r[6], r[7]) if r[4] else None, r[8])
-                   for r in rows_tokens)  # fmt: skip
+    tokens = tuple(
+        TokenPrice(r[0], r[1], r[2], r[3], r[4], (r[5], r[6], r[7]) if r[4] else None, r[8]) for r in rows_tokens
+    )
     return PriceSheet("warehouse", gpu, tokens)
 
 

@@ -36,19 +36,50 @@ from .limits import Limits
 
 # Table functions a reader may call: row generators and catalog introspection, none reads a
 # file, the network, or runs SQL of its own.
-TABLE_FUNCTIONS = frozenset({
-    "range", "generate_series", "unnest", "repeat", "repeat_row", "json_each", "json_tree",
-    "duckdb_columns", "duckdb_constraints", "duckdb_databases", "duckdb_functions", "duckdb_indexes",
-    "duckdb_keywords", "duckdb_schemas", "duckdb_tables", "duckdb_types", "duckdb_views",
-    "pragma_table_info", "pragma_version", "pragma_database_size",
-})  # fmt: skip
+TABLE_FUNCTIONS = frozenset(
+    {
+        "range",
+        "generate_series",
+        "unnest",
+        "repeat",
+        "repeat_row",
+        "json_each",
+        "json_tree",
+        "duckdb_columns",
+        "duckdb_constraints",
+        "duckdb_databases",
+        "duckdb_functions",
+        "duckdb_indexes",
+        "duckdb_keywords",
+        "duckdb_schemas",
+        "duckdb_tables",
+        "duckdb_types",
+        "duckdb_views",
+        "pragma_table_info",
+        "pragma_version",
+        "pragma_database_size",
+    }
+)
 # VOLATILE functions that only read or compute: every other VOLATILE one is refused.
-HARMLESS_VOLATILE = frozenset({"random", "uuid", "uuidv4", "uuidv7", "gen_random_uuid", "error", "currval",
-                               "current_query", "current_query_id", "current_connection_id",
-                               "current_transaction_id"})  # fmt: skip
+HARMLESS_VOLATILE = frozenset(
+    {
+        "random",
+        "uuid",
+        "uuidv4",
+        "uuidv7",
+        "gen_random_uuid",
+        "error",
+        "currval",
+        "current_query",
+        "current_query_id",
+        "current_connection_id",
+        "current_transaction_id",
+    }
+)
 QUERY_NODES = frozenset({"SELECT_NODE", "SET_OPERATION_NODE", "RECURSIVE_CTE_NODE", "CTE_NODE"})
-TABLE_REFS = frozenset({"BASE_TABLE", "SUBQUERY", "JOIN", "TABLE_FUNCTION", "EXPRESSION_LIST", "EMPTY",
-                        "PIVOT", "SHOW_REF"})  # fmt: skip
+TABLE_REFS = frozenset(
+    {"BASE_TABLE", "SUBQUERY", "JOIN", "TABLE_FUNCTION", "EXPRESSION_LIST", "EMPTY", "PIVOT", "SHOW_REF"}
+)
 ROWS_PER_BATCH = 65_536
 # Settings for every connection readers use: no file or network access from SQL, no Python
 # variable read as a table, and no SQL can change a setting afterwards.
@@ -170,13 +201,16 @@ def _check_tree(tree: dict[str, Any], limits: Limits) -> None:
                 raise QueryRefused(f"table reference of type {kind} is not allowed")
             relations += kind not in ("JOIN", "EMPTY")
             if relations > limits.max_relations:
-                raise QueryTooLarge(f"the statement reads over {limits.max_relations} tables, views or table "
-                                    "functions; join fewer at once")  # fmt: skip
+                raise QueryTooLarge(
+                    f"the statement reads over {limits.max_relations} tables, views or table "
+                    "functions; join fewer at once"
+                )
             if kind == "TABLE_FUNCTION":
                 name = str((item.get("function") or {}).get("function_name", "")).lower()
                 if name not in TABLE_FUNCTIONS:
-                    raise QueryRefused(f"table function {name}() is not allowed: readers may call "
-                                       f"{', '.join(sorted(TABLE_FUNCTIONS))}")  # fmt: skip
+                    raise QueryRefused(
+                        f"table function {name}() is not allowed: readers may call {', '.join(sorted(TABLE_FUNCTIONS))}"
+                    )
         elif item.get("class") == "FUNCTION":
             name = str(item.get("function_name", "")).lower()
             if name in _refused_scalars:
@@ -184,8 +218,13 @@ def _check_tree(tree: dict[str, Any], limits: Limits) -> None:
         stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
 
 
-def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None,
-             limits: Limits | None = None, gone: Callable[[], bool] | None = None) -> pa.Table:  # fmt: skip
+def run_read(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: list[Any] | None = None,
+    limits: Limits | None = None,
+    gone: Callable[[], bool] | None = None,
+) -> pa.Table:
     """Check `sql`, then run it on `con` (a cursor of the caller's own) in a read-only
     transaction that is always rolled back, within `limits`; `gone()` is asked every 0.1 s
     whether the client left. Raises a QueryError subclass for every refusal."""
@@ -194,8 +233,9 @@ def run_read(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None 
     return _run_guarded(con, sql, params, limits, gone)
 
 
-def _run_guarded(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None, limits: Limits,
-                 gone: Callable[[], bool] | None) -> pa.Table:  # fmt: skip
+def _run_guarded(
+    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None, limits: Limits, gone: Callable[[], bool] | None
+) -> pa.Table:
     """Guard 1 alone: the read-only, rolled-back transaction and the limits (tests call it
     without guard 2 to show it holds by itself)."""
     lock, running, why = threading.Lock(), threading.Event(), []
@@ -222,9 +262,11 @@ def _run_guarded(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | N
         for batch in reader:
             rows, size = rows + batch.num_rows, size + batch.nbytes
             if rows > limits.max_result_rows or size > limits.max_result_bytes:
-                raise QueryTooLarge(f"the result is over {limits.max_result_rows:,} rows or "
-                                    f"{limits.max_result_bytes / 2**20:,.0f} MiB; add a LIMIT, a filter or "
-                                    "an aggregate")  # fmt: skip
+                raise QueryTooLarge(
+                    f"the result is over {limits.max_result_rows:,} rows or "
+                    f"{limits.max_result_bytes / 2**20:,.0f} MiB; add a LIMIT, a filter or "
+                    "an aggregate"
+                )
             batches.append(batch)
         return pa.Table.from_batches(batches, schema=reader.schema)
     except duckdb.InterruptException as exc:

@@ -75,18 +75,60 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
     except (OverflowError, OSError, ValueError) as exc:
         raise ValueError("started_at and e2e_seconds must name a time a timestamp holds") from exc
     repaired.update(f"{k} is not valid UTF-8: stored with U+FFFD in place" for k in _TEXT if text[k] is not r[k])
-    return (text["request_id"], started, finished, text["user"], text["tenant"], text["model"], text["endpoint"],
-            bool(r.get("stream")), r["status"], text["outcome"], r["prompt_tokens"], cached, r["generated_tokens"],
-            nums["ttft_seconds"], nums["itl_mean_seconds"], nums["itl_max_seconds"],
-            nums["decode_tokens_per_second"], nums["e2e_seconds"], bool(r.get("usage_reported")))  # fmt: skip
+    return (
+        text["request_id"],
+        started,
+        finished,
+        text["user"],
+        text["tenant"],
+        text["model"],
+        text["endpoint"],
+        bool(r.get("stream")),
+        r["status"],
+        text["outcome"],
+        r["prompt_tokens"],
+        cached,
+        r["generated_tokens"],
+        nums["ttft_seconds"],
+        nums["itl_mean_seconds"],
+        nums["itl_max_seconds"],
+        nums["decode_tokens_per_second"],
+        nums["e2e_seconds"],
+        bool(r.get("usage_reported")),
+    )
 
 
-_COLUMNS = ("request_id", "started_at", "finished_at", "user_id", "tenant", "model", "endpoint", "stream", "status",
-            "outcome", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "ttft_seconds",
-            "itl_mean_seconds", "itl_max_seconds", "decode_tokens_per_second", "e2e_seconds", "usage_reported")  # fmt: skip
-_TYPES = {"started_at": pa.timestamp("us"), "finished_at": pa.timestamp("us"), "stream": pa.bool_(),
-          "status": pa.int32(), "prompt_tokens": pa.int64(), "cached_prompt_tokens": pa.int64(),
-          "generated_tokens": pa.int64(), "usage_reported": pa.bool_()}  # fmt: skip
+_COLUMNS = (
+    "request_id",
+    "started_at",
+    "finished_at",
+    "user_id",
+    "tenant",
+    "model",
+    "endpoint",
+    "stream",
+    "status",
+    "outcome",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "generated_tokens",
+    "ttft_seconds",
+    "itl_mean_seconds",
+    "itl_max_seconds",
+    "decode_tokens_per_second",
+    "e2e_seconds",
+    "usage_reported",
+)
+_TYPES = {
+    "started_at": pa.timestamp("us"),
+    "finished_at": pa.timestamp("us"),
+    "stream": pa.bool_(),
+    "status": pa.int32(),
+    "prompt_tokens": pa.int64(),
+    "cached_prompt_tokens": pa.int64(),
+    "generated_tokens": pa.int64(),
+    "usage_reported": pa.bool_(),
+}
 
 
 class RequestIngestor:
@@ -96,8 +138,9 @@ class RequestIngestor:
     def cursor(self, con: duckdb.DuckDBPyConnection, gateway: str) -> Cursor | None:
         """Where this gateway's feed was read up to (None: never read)."""
         if gateway not in self._cursors:
-            row = con.execute("SELECT log_id, seq, records, lost, rejected FROM request_feeds WHERE gateway = ?",
-                              [gateway]).fetchall()  # fmt: skip
+            row = con.execute(
+                "SELECT log_id, seq, records, lost, rejected FROM request_feeds WHERE gateway = ?", [gateway]
+            ).fetchall()
             self._cursors[gateway] = Cursor(*row[0]) if row else None
         return self._cursors[gateway]
 
@@ -111,8 +154,12 @@ class RequestIngestor:
         cur = self.cursor(con, gateway)
         if cur is None or cur.log_id != log_id:
             if cur is not None:
-                log.warning("gateway %s has a new request log (%s, was %s): reading it from the start",
-                            gateway, log_id, cur.log_id)  # fmt: skip
+                log.warning(
+                    "gateway %s has a new request log (%s, was %s): reading it from the start",
+                    gateway,
+                    log_id,
+                    cur.log_id,
+                )
             cur = Cursor(log_id, 0, cur.records if cur else 0, cur.lost if cur else 0, cur.rejected if cur else 0)
         oldest = page.get("oldest")
         if isinstance(oldest, int) and oldest > cur.seq + 1:
@@ -149,11 +196,13 @@ class RequestIngestor:
                     table[name] = pa.array(cols[i + 1], _TYPES.get(name))
             insert_arrow(con, "requests", table)
         cur.seq, cur.records = last, cur.records + len(rows)
-        con.execute("""INSERT INTO request_feeds VALUES (?, ?, ?, ?, ?, ?, ?)
+        con.execute(
+            """INSERT INTO request_feeds VALUES (?, ?, ?, ?, ?, ?, ?)
                        ON CONFLICT (gateway) DO UPDATE SET log_id = excluded.log_id, seq = excluded.seq,
                        records = excluded.records, lost = excluded.lost, rejected = excluded.rejected,
                        updated_at = excluded.updated_at""",
-                    [gateway, cur.log_id, cur.seq, cur.records, cur.lost, cur.rejected, now])  # fmt: skip
+            [gateway, cur.log_id, cur.seq, cur.records, cur.lost, cur.rejected, now],
+        )
         self._cursors[gateway] = cur
         return len(rows)
 
@@ -176,8 +225,10 @@ SELECT time_bucket(INTERVAL 1 HOUR, finished_at) AS ts, {ITL_BIN_SQL} AS bin, co
 FROM requests WHERE {{where}} AND itl_mean_seconds > 0 GROUP BY ALL"""
 # A record not rolled up yet (stored after the roll-up's `through`) that finished in [?, ?). Every
 # record is in exactly one of the two: rolled up (in requests_1h) or this.
-_PENDING = ("ingested_at >= coalesce((SELECT max(through) FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)"
-            " AND finished_at >= ? AND finished_at < ?")  # fmt: skip
+_PENDING = (
+    "ingested_at >= coalesce((SELECT max(through) FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)"
+    " AND finished_at >= ? AND finished_at < ?"
+)
 # CTEs `hourly` and `itl`: per hour [?, ?) twice, the hourly tables' rows and the same sums of the
 # records not rolled up yet: every request that finished in those hours, once.
 HOURLY = (
@@ -192,7 +243,8 @@ def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: dat
     """Add the requests ingested in [start, until) to their finishing hour's per-user sums and
     inter-token latency histogram."""
     ingested = "ingested_at >= ? AND ingested_at < ?"
-    con.execute(f"""INSERT INTO requests_1h {HOUR_SUMS_SQL.format(where=ingested)}
+    con.execute(
+        f"""INSERT INTO requests_1h {HOUR_SUMS_SQL.format(where=ingested)}
                     ON CONFLICT (ts, user_id, tenant, model) DO UPDATE SET
                         requests = requests + excluded.requests, errors = errors + excluded.errors,
                         prompt_tokens = prompt_tokens + excluded.prompt_tokens,
@@ -201,7 +253,10 @@ def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: dat
                         timed = timed + excluded.timed, itl_sum_seconds = itl_sum_seconds + excluded.itl_sum_seconds,
                         ttft_sum_seconds = ttft_sum_seconds + excluded.ttft_sum_seconds,
                         e2e_sum_seconds = e2e_sum_seconds + excluded.e2e_sum_seconds""",
-                [start, until])  # fmt: skip
-    con.execute(f"""INSERT INTO requests_itl_1h {HOUR_ITL_SQL.format(where=ingested)}
+        [start, until],
+    )
+    con.execute(
+        f"""INSERT INTO requests_itl_1h {HOUR_ITL_SQL.format(where=ingested)}
                     ON CONFLICT (ts, bin) DO UPDATE SET requests = requests + excluded.requests""",
-                [start, until])  # fmt: skip
+        [start, until],
+    )

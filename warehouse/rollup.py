@@ -51,7 +51,7 @@ class Rollups:
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
         stored = dict(con.execute("SELECT name, through FROM rollup_state").fetchall())
         first = con.execute("""SELECT least((SELECT min(ts) FROM samples), (SELECT min(ts) FROM expert_load),
-                                            (SELECT min(ingested_at) FROM requests))""").fetchall()[0][0]  # fmt: skip
+                                            (SELECT min(ingested_at) FROM requests))""").fetchall()[0][0]
         for name, unit, *_ in _LEVELS:
             # start at the oldest data (of any kind: a file may hold request records alone), so a
             # database from before rollups is covered too
@@ -80,27 +80,43 @@ class Rollups:
             self.apply_retention(con, now)
 
     @staticmethod
-    def _roll(con: duckdb.DuckDBPyConnection, unit: timedelta, inc: str, smp: str, suffix: str,
-              start: datetime, until: datetime) -> None:  # fmt: skip
+    def _roll(
+        con: duckdb.DuckDBPyConnection,
+        unit: timedelta,
+        inc: str,
+        smp: str,
+        suffix: str,
+        start: datetime,
+        until: datetime,
+    ) -> None:
         width = f"INTERVAL {int(unit.total_seconds())} SECOND"
         resets = "count(*) FILTER (WHERE reset)" if inc == "increments" else "sum(resets)"
-        con.execute(f"""INSERT INTO increments_{suffix}
+        con.execute(
+            f"""INSERT INTO increments_{suffix}
                         SELECT time_bucket({width}, ts), series_id, sum(delta), sum(seconds), {resets}
-                        FROM {inc} WHERE ts >= ? AND ts < ? GROUP BY ALL""", [start, until])  # fmt: skip
+                        FROM {inc} WHERE ts >= ? AND ts < ? GROUP BY ALL""",
+            [start, until],
+        )
         if smp == "samples":
             values = "avg(x.value), max(x.value), count(x.value)"
             kinds = f"AND s.kind IN {GAUGE_KINDS}"
         else:  # from minutes: the mean weighted by samples, the max of maxima
             values = "sum(x.value * x.n) / nullif(sum(x.n), 0), max(x.max), sum(x.n)"
             kinds = ""
-        con.execute(f"""INSERT INTO samples_{suffix}
+        con.execute(
+            f"""INSERT INTO samples_{suffix}
                         SELECT time_bucket({width}, x.ts), x.series_id, {values}
                         FROM {smp} x JOIN series s USING (series_id)
-                        WHERE x.ts >= ? AND x.ts < ? {kinds} GROUP BY ALL""", [start, until])  # fmt: skip
+                        WHERE x.ts >= ? AND x.ts < ? {kinds} GROUP BY ALL""",
+            [start, until],
+        )
         if suffix == "1h":
-            con.execute("""INSERT INTO expert_load_1h
+            con.execute(
+                """INSERT INTO expert_load_1h
                            SELECT time_bucket(INTERVAL 1 HOUR, ts), target, layer, expert, sum(tokens), count(*)
-                           FROM expert_load WHERE ts >= ? AND ts < ? GROUP BY ALL""", [start, until])  # fmt: skip
+                           FROM expert_load WHERE ts >= ? AND ts < ? GROUP BY ALL""",
+                [start, until],
+            )
             roll_requests_1h(con, start, until)
 
     def apply_retention(self, con: duckdb.DuckDBPyConnection, now: datetime) -> dict[str, int]:

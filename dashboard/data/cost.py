@@ -29,13 +29,17 @@ __all__ = [
 
 def pools(q: Query, start: datetime, end: datetime) -> dict[str, list[tuple[str, int]]]:
     """{"prefill": [(target, gpus)], "decode": [...]} of the targets seen in the window."""
-    df = q("""SELECT name, role, gpus FROM targets WHERE role IN ('prefill', 'decode')
-              AND first_seen < ? AND last_seen >= ? ORDER BY name""", [end, start])  # fmt: skip
+    df = q(
+        """SELECT name, role, gpus FROM targets WHERE role IN ('prefill', 'decode')
+              AND first_seen < ? AND last_seen >= ? ORDER BY name""",
+        [end, start],
+    )
     return {role: [(r.name, int(r.gpus)) for r in df[df.role == role].itertuples()] for role in ("prefill", "decode")}
 
 
-def over_time(q: Query, p: dict[str, list[tuple[str, int]]], sheet: PriceSheet, start: datetime, end: datetime,
-              step: timedelta) -> pd.DataFrame:  # fmt: skip
+def over_time(
+    q: Query, p: dict[str, list[tuple[str, int]]], sheet: PriceSheet, start: datetime, end: datetime, step: timedelta
+) -> pd.DataFrame:
     tokens = pool_tokens(q, [n for n, _ in p["prefill"]], [n for n, _ in p["decode"]], start, end)
     gpus = {role: sum(g for _, g in p[role]) for role in ("prefill", "decode")}
     return cost_over_time(tokens, gpus, sheet, start, end, step)

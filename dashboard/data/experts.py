@@ -31,8 +31,11 @@ GROUP BY ALL ORDER BY bucket, layer, rank
 
 def eplb_targets(q: Query) -> list[str]:
     """Targets that export per-rank expert load or expert snapshots."""
-    df = q("""SELECT DISTINCT target FROM series WHERE metric = 'moemeter_expert_rank_tokens_total'
-              UNION SELECT DISTINCT target FROM expert_snapshots ORDER BY 1""", None)  # fmt: skip
+    df = q(
+        """SELECT DISTINCT target FROM series WHERE metric = 'moemeter_expert_rank_tokens_total'
+              UNION SELECT DISTINCT target FROM expert_snapshots ORDER BY 1""",
+        None,
+    )
     return df["target"].tolist()
 
 
@@ -106,8 +109,10 @@ def share_trend(q: Query, w: Window, target: str, experts: pd.DataFrame | None =
     if experts is not None:  # (layer, expert) as one key: layer * 2^20 + expert; totals only for their layers
         layers = "AND list_contains(?::BIGINT[], layer::BIGINT)"
         pick = "AND list_contains(?::BIGINT[], e.layer::BIGINT * 1048576 + e.expert)"
-        keys = [sorted({int(r.layer) for r in experts.itertuples()}),
-                [int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()]]  # fmt: skip
+        keys = [
+            sorted({int(r.layer) for r in experts.itertuples()}),
+            [int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()],
+        ]
     tb = w.tables
     sql = f"""WITH total AS (SELECT ts, layer, sum(tokens) AS tokens FROM {tb["exp"]}
                              WHERE ts {tb["after"]} AND ts <= ?::TIMESTAMP AND target = ? {layers} GROUP BY ALL)
@@ -120,11 +125,14 @@ def share_trend(q: Query, w: Window, target: str, experts: pd.DataFrame | None =
 
 def rebalances(q: Query, w: Window, target: str) -> pd.DataFrame:
     """One row per rebalance: ts, duration, moved replicas, mean planned-on balancedness before and planned."""
-    return q("""SELECT ts, any_value(duration_seconds) AS duration_seconds, any_value(moved_replicas) AS moved_replicas,
+    return q(
+        """SELECT ts, any_value(duration_seconds) AS duration_seconds, any_value(moved_replicas) AS moved_replicas,
                        avg(balancedness_before) AS planned_before, avg(balancedness_planned) AS planned_after,
                        min(balancedness_before) AS worst_layer_before
                 FROM eplb_rebalances WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ?
-                GROUP BY ts ORDER BY ts""", [w.start, w.end, target])  # fmt: skip
+                GROUP BY ts ORDER BY ts""",
+        [w.start, w.end, target],
+    )
 
 
 def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.5) -> pd.DataFrame:
@@ -157,18 +165,23 @@ def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.
 
 def placement(q: Query, w: Window, target: str, layer: int) -> pd.DataFrame:
     """The placement in force at the window's end for one layer: slot, rank, expert, replicas."""
-    df = q("""SELECT slot, rank, expert FROM expert_placement
+    df = q(
+        """SELECT slot, rank, expert FROM expert_placement
               WHERE target = ? AND layer = ? AND ts = (SELECT max(ts) FROM expert_placement
                                                        WHERE target = ? AND ts <= ?::TIMESTAMP)
-              ORDER BY slot""", [target, layer, target, w.end])  # fmt: skip
+              ORDER BY slot""",
+        [target, layer, target, w.end],
+    )
     return df.assign(replicas=df.groupby("expert")["slot"].transform("count")) if len(df) else df
 
 
 def current_placement(q: Query, w: Window, target: str) -> tuple[np.ndarray, int] | None:
     """[layers, slots] placement at the window's end, and the number of ranks."""
-    df = q("""SELECT layer, slot, rank, expert FROM expert_placement
+    df = q(
+        """SELECT layer, slot, rank, expert FROM expert_placement
               WHERE target = ? AND ts = (SELECT max(ts) FROM expert_placement WHERE target = ? AND ts <= ?::TIMESTAMP)""",
-           [target, target, w.end])  # fmt: skip
+        [target, target, w.end],
+    )
     if df.empty:
         return None
     m = np.zeros((int(df["layer"].max()) + 1, int(df["slot"].max()) + 1), dtype=np.int64)

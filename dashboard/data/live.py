@@ -20,8 +20,11 @@ Query = Callable[[str, list[Any] | None], pd.DataFrame]
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
 POINTS = 120  # points per chart
-LATENCY_FAMILIES = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-                    "vllm:request_time_per_output_token_seconds")  # fmt: skip
+LATENCY_FAMILIES = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_time_per_output_token_seconds",
+)
 ROLLUP_SECONDS = 60  # steps of whole minutes read the per-minute rollups
 
 
@@ -57,9 +60,13 @@ class Window:
         period counts whole."""
         for unit, suffix, width in ((3600, "1h", "1 HOUR"), (ROLLUP_SECONDS, "1m", "1 MINUTE")):
             if self.step_seconds >= unit and self.step_seconds % unit == 0:
-                return {"inc": f"increments_{suffix}", "smp": f"samples_{suffix}", "max": "x.max",
-                        "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)",
-                        "exp": "expert_load_1h" if suffix == "1h" else "expert_load"}  # fmt: skip
+                return {
+                    "inc": f"increments_{suffix}",
+                    "smp": f"samples_{suffix}",
+                    "max": "x.max",
+                    "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)",
+                    "exp": "expert_load_1h" if suffix == "1h" else "expert_load",
+                }
         return {
             "inc": "increments",
             "smp": "samples",
@@ -79,9 +86,12 @@ def targets(q: Query, w: Window | None = None) -> pd.DataFrame:
     stack observed before, into the same database, is not counted in this one's pools)."""
     if w is None:
         return q("SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets ORDER BY role, name", None)
-    return q("""SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets
+    return q(
+        """SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets
                 WHERE name IN (SELECT DISTINCT target FROM scrapes WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP)
-                ORDER BY role, name""", [w.start, w.end])  # fmt: skip
+                ORDER BY role, name""",
+        [w.start, w.end],
+    )
 
 
 # The collector's interval as stored: the median gap between a target's scrapes in the last 15 min.
@@ -168,8 +178,9 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
     cols = ["bucket", "series", "value"]
     if rates.empty:
         return pd.DataFrame(columns=cols)
-    wide = rates.pivot_table(index="bucket", columns="role",
-                             values=["prompt_per_s", "cached_per_s", "generated_per_s"], aggfunc="sum").fillna(0.0)  # fmt: skip
+    wide = rates.pivot_table(
+        index="bucket", columns="role", values=["prompt_per_s", "cached_per_s", "generated_per_s"], aggfunc="sum"
+    ).fillna(0.0)
 
     def col(metric: str, role: str) -> pd.Series:
         key = (metric, role)
@@ -355,8 +366,14 @@ class Headline:
     targets_total: int
 
 
-def headline(tpg: pd.DataFrame, ttft: pd.DataFrame, itl: pd.DataFrame, tpot: pd.DataFrame,
-             health: pd.DataFrame, last_buckets: int = 3) -> Headline:  # fmt: skip
+def headline(
+    tpg: pd.DataFrame,
+    ttft: pd.DataFrame,
+    itl: pd.DataFrame,
+    tpot: pd.DataFrame,
+    health: pd.DataFrame,
+    last_buckets: int = 3,
+) -> Headline:
     """The numbers on top of the page, over the last few complete steps."""
 
     def recent(series: str) -> float:

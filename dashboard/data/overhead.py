@@ -107,10 +107,14 @@ def api_server_delay(q: Query, w: Window) -> pd.DataFrame:
             return pd.Series(np.nan, index=wide.index)
         return 1000.0 * wide[s] / wide[c].where(wide[c] > 0)
 
-    out = pd.DataFrame({"ttft_ms": mean_ms("vllm:time_to_first_token_seconds"),
-                        "queue_ms": mean_ms("vllm:request_queue_time_seconds"),
-                        "prefill_ms": mean_ms("vllm:request_prefill_time_seconds"),
-                        "api_output_ms": mean_ms("moemeter_api_output_seconds")})  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "ttft_ms": mean_ms("vllm:time_to_first_token_seconds"),
+            "queue_ms": mean_ms("vllm:request_queue_time_seconds"),
+            "prefill_ms": mean_ms("vllm:request_prefill_time_seconds"),
+            "api_output_ms": mean_ms("moemeter_api_output_seconds"),
+        }
+    )
     out["api_delay_ms"] = (out["ttft_ms"] - out["queue_ms"] - out["prefill_ms"]).clip(lower=0.0)
     return out.reset_index()[cols]
 

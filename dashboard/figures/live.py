@@ -12,8 +12,13 @@ P90_PER_USER_REFERENCE = 196.0  # tokens/s, the write-up's P90 per-user decode t
 
 
 def _layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
-    fig.update_layout(title=title, height=height, margin=dict(l=40, r=10, t=40, b=30),
-                      legend=dict(orientation="h", y=-0.15), hovermode="x unified")  # fmt: skip
+    fig.update_layout(
+        title=title,
+        height=height,
+        margin=dict(l=40, r=10, t=40, b=30),
+        legend=dict(orientation="h", y=-0.15),
+        hovermode="x unified",
+    )
     return fig
 
 
@@ -34,17 +39,30 @@ def gapped(series: pd.DataFrame, x: str = "bucket") -> pd.DataFrame:
 
 def tokens_per_gpu_figure(tpg: pd.DataFrame) -> go.Figure:
     """One panel per pool: the scales differ by three orders of magnitude."""
-    panels = [("Prefill pool", ["prefill logical", "prefill computed"]), ("Decode pool", ["decode"]),
-              ("Rack (prefill prompt + decode generated) / all GPUs", ["rack logical"])]  # fmt: skip
-    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=[p[0] for p in panels])  # fmt: skip
+    panels = [
+        ("Prefill pool", ["prefill logical", "prefill computed"]),
+        ("Decode pool", ["decode"]),
+        ("Rack (prefill prompt + decode generated) / all GPUs", ["rack logical"]),
+    ]
+    fig = make_subplots(
+        rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.08, subplot_titles=[p[0] for p in panels]
+    )
     for row, (_, names) in enumerate(panels, start=1):
         for name in names:
             s = gapped(tpg[tpg["series"] == name])
             pool = name.split()[0]
-            fig.add_trace(go.Scatter(x=s["bucket"], y=s["value"], name=name, mode="lines+markers", marker=dict(size=4),
-                                     line=dict(color=POOL_COLORS[pool], dash="dot" if "computed" in name else "solid")),
-                          row=row, col=1)  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=s["bucket"],
+                    y=s["value"],
+                    name=name,
+                    mode="lines+markers",
+                    marker=dict(size=4),
+                    line=dict(color=POOL_COLORS[pool], dash="dot" if "computed" in name else "solid"),
+                ),
+                row=row,
+                col=1,
+            )
         fig.update_yaxes(title_text="tok/s/GPU", row=row, col=1, rangemode="tozero")
     return _layout(fig, "Tokens/s per GPU", height=560)
 
@@ -54,18 +72,39 @@ def latency_figure(quantiles: pd.DataFrame, title: str) -> go.Figure:
     fig = go.Figure()
     for (role, qt), g in quantiles.groupby(["role", "quantile"], sort=True):
         g = gapped(g)
-        fig.add_trace(go.Scatter(x=g["bucket"], y=g["value"] * 1000.0, mode="lines+markers", marker=dict(size=4), name=f"{role} p{int(round(qt * 100))}",
-                                 line=dict(color=POOL_COLORS.get(role, "#7f7f7f"), dash=QUANTILE_DASH.get(qt, "solid"))))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(
+                x=g["bucket"],
+                y=g["value"] * 1000.0,
+                mode="lines+markers",
+                marker=dict(size=4),
+                name=f"{role} p{int(round(qt * 100))}",
+                line=dict(color=POOL_COLORS.get(role, "#7f7f7f"), dash=QUANTILE_DASH.get(qt, "solid")),
+            )
+        )
     fig.update_yaxes(title_text="ms", rangemode="tozero")
     return _layout(fig, title)
 
 
 def per_user_figure(per_user: pd.DataFrame) -> go.Figure:
     per_user = gapped(per_user)
-    fig = go.Figure(go.Scatter(x=per_user["bucket"], y=per_user["value"], mode="lines+markers", marker=dict(size=4), name="P90 per-user tok/s",
-                               line=dict(color=POOL_COLORS["decode"])))  # fmt: skip
-    fig.add_hline(y=P90_PER_USER_REFERENCE, line_dash="dot", line_color="#7f7f7f",
-                  annotation_text=f"write-up: {P90_PER_USER_REFERENCE:.0f} tok/s", annotation_position="bottom right")  # fmt: skip
+    fig = go.Figure(
+        go.Scatter(
+            x=per_user["bucket"],
+            y=per_user["value"],
+            mode="lines+markers",
+            marker=dict(size=4),
+            name="P90 per-user tok/s",
+            line=dict(color=POOL_COLORS["decode"]),
+        )
+    )
+    fig.add_hline(
+        y=P90_PER_USER_REFERENCE,
+        line_dash="dot",
+        line_color="#7f7f7f",
+        annotation_text=f"write-up: {P90_PER_USER_REFERENCE:.0f} tok/s",
+        annotation_position="bottom right",
+    )
     fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
     return _layout(fig, "P90 per-user decode throughput (1 / P90 of per-request mean ITL)")
 
@@ -78,8 +117,11 @@ def queue_figure(gauges: pd.DataFrame) -> go.Figure:
         fig.add_trace(
             go.Scatter(x=g["bucket"], y=g["running"], name=f"{role} running", line=dict(color=color)), row=1, col=1
         )
-        fig.add_trace(go.Scatter(x=g["bucket"], y=g["waiting"], name=f"{role} waiting", line=dict(color=color, dash="dash")),
-                      row=1, col=2)  # fmt: skip
+        fig.add_trace(
+            go.Scatter(x=g["bucket"], y=g["waiting"], name=f"{role} waiting", line=dict(color=color, dash="dash")),
+            row=1,
+            col=2,
+        )
     return _layout(fig, "Requests (sum over engines)")
 
 
@@ -101,9 +143,16 @@ def gpu_heatmap(latest: pd.DataFrame, column: str, title: str, unit: str) -> go.
     if latest.empty:
         return _layout(go.Figure(), title)
     grid = latest.pivot_table(index="target", columns="gpu", values=column, aggfunc="first")
-    fig = go.Figure(go.Heatmap(z=grid.to_numpy(), x=[f"GPU {c}" for c in grid.columns], y=list(grid.index),
-                               colorscale="Viridis", colorbar=dict(title=unit),
-                               hovertemplate="%{y} %{x}: %{z:.0f} " + unit + "<extra></extra>"))  # fmt: skip
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(),
+            x=[f"GPU {c}" for c in grid.columns],
+            y=list(grid.index),
+            colorscale="Viridis",
+            colorbar=dict(title=unit),
+            hovertemplate="%{y} %{x}: %{z:.0f} " + unit + "<extra></extra>",
+        )
+    )
     fig.update_yaxes(autorange="reversed")
     return _layout(fig, title, height=520)
 

@@ -7,8 +7,14 @@ import plotly.graph_objects as go
 
 from .live import _layout
 
-PHASE_COLORS = {"forward": "#2ca02c", "schedule": "#1f77b4", "prepare_inputs": "#ff7f0e", "sample": "#9467bd",
-                "update": "#8c564b", "other": "#7f7f7f"}  # fmt: skip
+PHASE_COLORS = {
+    "forward": "#2ca02c",
+    "schedule": "#1f77b4",
+    "prepare_inputs": "#ff7f0e",
+    "sample": "#9467bd",
+    "update": "#8c564b",
+    "other": "#7f7f7f",
+}
 
 
 def phases_figure(long: pd.DataFrame, title: str, x: str = "bucket") -> go.Figure:
@@ -19,8 +25,16 @@ def phases_figure(long: pd.DataFrame, title: str, x: str = "bucket") -> go.Figur
         if s.empty:
             continue
         if x == "bucket":
-            fig.add_trace(go.Scatter(x=s[x], y=s["ms"], name=phase, stackgroup="one", mode="lines",
-                                     line=dict(width=0.5, color=PHASE_COLORS[phase])))  # fmt: skip
+            fig.add_trace(
+                go.Scatter(
+                    x=s[x],
+                    y=s["ms"],
+                    name=phase,
+                    stackgroup="one",
+                    mode="lines",
+                    line=dict(width=0.5, color=PHASE_COLORS[phase]),
+                )
+            )
         else:
             fig.add_trace(go.Bar(x=s[x].astype(str), y=s["ms"], name=phase, marker_color=PHASE_COLORS[phase]))
     fig.update_layout(barmode="stack")
@@ -32,16 +46,19 @@ def idle_figure(table: pd.DataFrame) -> go.Figure:
     """Device-idle fraction (1 - forward / wall) per pool over time."""
     fig = go.Figure()
     for pool, g in table.groupby("pool"):
-        fig.add_trace(go.Scatter(x=g["bucket"], y=g["idle_fraction"], name=str(pool), mode="lines+markers",
-                                 marker=dict(size=4)))  # fmt: skip
+        fig.add_trace(
+            go.Scatter(x=g["bucket"], y=g["idle_fraction"], name=str(pool), mode="lines+markers", marker=dict(size=4))
+        )
     fig.update_yaxes(title_text="fraction of step", range=[0, 1])
     return _layout(fig, "Device-idle fraction of each step (1 - forward / wall)")
 
 
 def api_delay_figure(delay: pd.DataFrame) -> go.Figure:
     fig = go.Figure()
-    for col, name in (("api_delay_ms", "API-server delay (TTFT - queue - prefill)"),
-                      ("api_output_ms", "API-server output handling per batch")):  # fmt: skip
+    for col, name in (
+        ("api_delay_ms", "API-server delay (TTFT - queue - prefill)"),
+        ("api_output_ms", "API-server output handling per batch"),
+    ):
         fig.add_trace(go.Scatter(x=delay["bucket"], y=delay[col], name=name, mode="lines+markers", marker=dict(size=4)))
     fig.update_yaxes(title_text="ms", rangemode="tozero")
     return _layout(fig, "Time outside the engine, per prefill request")

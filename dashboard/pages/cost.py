@@ -70,26 +70,46 @@ def render() -> None:
     observed_from = None
     if not explicit and first is not None and start < first < end:  # unobserved time is not observed cost
         observed_from = first
-        st.info(f"moemeter first saw the rack at {first:%Y-%m-%d %H:%M:%S} UTC, so this window counts from then: "
-                f"the {(first - start).total_seconds() / 3600:,.1f} h before it were not observed and are not "
-                "charged here.")  # fmt: skip
+        st.info(
+            f"moemeter first saw the rack at {first:%Y-%m-%d %H:%M:%S} UTC, so this window counts from then: "
+            f"the {(first - start).total_seconds() / 3600:,.1f} h before it were not observed and are not "
+            "charged here."
+        )
         start = first
     sheet = data.price_sheet(query)
     latest_price = max(sheet.gpu or default_sheet().gpu, key=lambda p: p.effective).usd_per_gpu_hour
     with st.expander("What if", expanded=False):
         c = st.columns(3)
-        what_if = c[0].toggle("Another GPU-hour price", key="whatif_on",
-                              help="Replaces the price sheet's GPU prices, every pool, the whole window, in this view only")  # fmt: skip
-        price = c[1].number_input("GPU-hour price, USD", min_value=0.0, value=float(latest_price), step=0.5,
-                                  key="whatif_price", disabled=not what_if)  # fmt: skip
-        util = c[2].slider("Utilisation: tokens served x", 0.1, 3.0, 1.0, 0.1, key="whatif_util",
-                           help="The same GPUs serving this many times the tokens: $/M tokens divide by it")  # fmt: skip
+        what_if = c[0].toggle(
+            "Another GPU-hour price",
+            key="whatif_on",
+            help="Replaces the price sheet's GPU prices, every pool, the whole window, in this view only",
+        )
+        price = c[1].number_input(
+            "GPU-hour price, USD",
+            min_value=0.0,
+            value=float(latest_price),
+            step=0.5,
+            key="whatif_price",
+            disabled=not what_if,
+        )
+        util = c[2].slider(
+            "Utilisation: tokens served x",
+            0.1,
+            3.0,
+            1.0,
+            0.1,
+            key="whatif_util",
+            help="The same GPUs serving this many times the tokens: $/M tokens divide by it",
+        )
     if what_if:
         sheet = with_gpu_price(sheet, price)
     pools = data.pools(query, start, end)
     if not pools["prefill"] and not pools["decode"]:
-        st.info(f"No prefill or decode instance was scraped between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} "
-                "UTC: there is nothing to cost in this window. Pick another window.")  # fmt: skip
+        st.info(
+            f"No prefill or decode instance was scraped between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} "
+            "UTC: there is nothing to cost in this window. Pick another window."
+        )
         return
     try:
         r = data.cost_report(query, pools, start, end, sheet)
@@ -102,30 +122,43 @@ def render() -> None:
     d = r.as_json()
     pf, dc, tot = d["pools"]["prefill"], d["pools"]["decode"], d["total"]
     sources = "; ".join(d["price_sheet"]["gpu_price_sources"])
-    st.caption(f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC · price sheet **{d['price_sheet']['name']}** "
-               f"({sources}) · per-user method: {d['method']} (share of computed prompt tokens, of generated tokens)")  # fmt: skip
+    st.caption(
+        f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC · price sheet **{d['price_sheet']['name']}** "
+        f"({sources}) · per-user method: {d['method']} (share of computed prompt tokens, of generated tokens)"
+    )
 
     if r.first_count and r.last_count:
         counted = (r.last_count - r.first_count).total_seconds() + 0.0
         if counted < 0.9 * (end - start).total_seconds():
-            st.warning(f"Tokens were counted only from {r.first_count:%Y-%m-%d %H:%M} to {r.last_count:%H:%M} UTC of this "
-                       "window; GPU-hours are reserved for all of it, so $/M tokens include time nothing was observed.")  # fmt: skip
+            st.warning(
+                f"Tokens were counted only from {r.first_count:%Y-%m-%d %H:%M} to {r.last_count:%H:%M} UTC of this "
+                "window; GPU-hours are reserved for all of it, so $/M tokens include time nothing was observed."
+            )
 
     def scaled(v: float | None) -> float | None:
         return None if v is None else v / util
 
     m = metric_columns(7)
     m[0].metric("Cost", _usd(tot["cost_usd"]), help=f"{pf['gpu_hours'] + dc['gpu_hours']:,.1f} GPU-hours")
-    m[1].metric("$/M input", _usd(scaled(pf["usd_per_mtok_input"]), 4),
-                help=f"prefill cost / {pf['computed_prompt_tokens']:,} computed prompt tokens; "
-                     f"{pf['cached_prompt_tokens']:,} cache hits apart")  # fmt: skip
-    m[2].metric("$/M output", _usd(scaled(dc["usd_per_mtok_output"]), 4),
-                help=f"decode cost / {dc['generated_tokens']:,} generated tokens")  # fmt: skip
+    m[1].metric(
+        "$/M input",
+        _usd(scaled(pf["usd_per_mtok_input"]), 4),
+        help=f"prefill cost / {pf['computed_prompt_tokens']:,} computed prompt tokens; "
+        f"{pf['cached_prompt_tokens']:,} cache hits apart",
+    )
+    m[2].metric(
+        "$/M output",
+        _usd(scaled(dc["usd_per_mtok_output"]), 4),
+        help=f"decode cost / {dc['generated_tokens']:,} generated tokens",
+    )
     m[3].metric("$/M blended", _usd(scaled(tot["usd_per_mtok_blended"]), 4), help=f"{tot['tokens']:,} tokens")
     m[4].metric("Revenue", _usd(tot["revenue_usd"]), help="tokens at the token price sheet")
     m[5].metric("Margin", _usd(tot["margin_usd"]))
-    m[6].metric("Idle cost", _usd(pf["idle_cost_usd"] + dc["idle_cost_usd"]),
-                help="GPU-hours in scrape intervals when a pool's token counters did not move")  # fmt: skip
+    m[6].metric(
+        "Idle cost",
+        _usd(pf["idle_cost_usd"] + dc["idle_cost_usd"]),
+        help="GPU-hours in scrape intervals when a pool's token counters did not move",
+    )
 
     step = timedelta(days=1) if end - start > timedelta(days=2) else timedelta(hours=1)
     over = data.over_time(query, pools, sheet, start, end, step)
@@ -138,10 +171,18 @@ def render() -> None:
     if users.empty:
         st.info("No per-user records in this window: they come from the metering gateway's request feed.")
     else:
-        st.dataframe(users, hide_index=True, key="cost_users",
-                     column_config={"cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f")})  # fmt: skip
-        st.download_button("Download per-user costs (CSV)", users.to_csv(index=False).encode(),
-                           file_name=f"moemeter-users-{start:%Y%m%d%H%M}-{end:%Y%m%d%H%M}.csv", mime="text/csv")  # fmt: skip
+        st.dataframe(
+            users,
+            hide_index=True,
+            key="cost_users",
+            column_config={"cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f")},
+        )
+        st.download_button(
+            "Download per-user costs (CSV)",
+            users.to_csv(index=False).encode(),
+            file_name=f"moemeter-users-{start:%Y%m%d%H%M}-{end:%Y%m%d%H%M}.csv",
+            mime="text/csv",
+        )
 
     st.subheader("Daily statement")
     day_from = start.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -151,8 +192,13 @@ def render() -> None:
     if observed_from is not None and len(daily) and "note" in daily:
         daily.loc[0, "note"] = f"from {observed_from:%H:%M:%S} UTC, when moemeter first saw the rack"
     st.dataframe(daily, hide_index=True, key="daily")
-    st.download_button("Download the daily statement (CSV)", daily.to_csv(index=False).encode(),
-                       file_name=f"moemeter-daily-{start:%Y%m%d}-{end:%Y%m%d}.csv", mime="text/csv", key="dl_daily")  # fmt: skip
+    st.download_button(
+        "Download the daily statement (CSV)",
+        daily.to_csv(index=False).encode(),
+        file_name=f"moemeter-daily-{start:%Y%m%d}-{end:%Y%m%d}.csv",
+        mime="text/csv",
+        key="dl_daily",
+    )
 
 
 st.title("Cost")

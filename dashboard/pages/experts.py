@@ -28,8 +28,10 @@ def render() -> None:
     latest = live.latest_scrape_time(query)
     targets = data.eplb_targets(query)
     if latest is None or not targets:
-        st.info(f"No expert data in the warehouse behind {api_url()} yet: it comes from instances running the moemeter "
-                "plugin (or the twin's decode instance) once the collectors have scraped them.")  # fmt: skip
+        st.info(
+            f"No expert data in the warehouse behind {api_url()} yet: it comes from instances running the moemeter "
+            "plugin (or the twin's decode instance) once the collectors have scraped them."
+        )
         return
     c = st.columns([2, 3])
     target = c[0].selectbox("Instance", targets, key="target")
@@ -48,24 +50,38 @@ def render() -> None:
         "Balancedness now (mean over layers)", _pct(now_bal["balancedness"].mean() if len(now_bal) else math.nan)
     )
     if len(worst):
-        m[1].metric("Worst layer now", f"layer {int(worst['layer'].iloc[0])}", f"{worst['balancedness'].iloc[0]:.3f}",
-                    delta_color="off")  # fmt: skip
+        m[1].metric(
+            "Worst layer now",
+            f"layer {int(worst['layer'].iloc[0])}",
+            f"{worst['balancedness'].iloc[0]:.3f}",
+            delta_color="off",
+        )
     rm = data.rank_matrix(steps[steps["bucket"] == steps["bucket"].max()]) if len(steps) else pd.DataFrame()
     loaded = rm.stack().dropna() if not rm.empty else pd.Series(dtype=float)
     if len(loaded):  # the last step may have routed no token (idle instance): no hottest rank then
         layer, rank = loaded.idxmax()
         since = data.hottest_since(steps, layer, rank)
-        m[2].metric("Hottest rank now", f"layer {layer} · rank {rank}",
-                    f"{rm.loc[layer, rank]:.2f}x mean" + (f" · top since {since:%H:%M:%S}" if since is not None else ""),
-                    delta_color="off")  # fmt: skip
+        m[2].metric(
+            "Hottest rank now",
+            f"layer {layer} · rank {rank}",
+            f"{rm.loc[layer, rank]:.2f}x mean" + (f" · top since {since:%H:%M:%S}" if since is not None else ""),
+            delta_color="off",
+        )
     if len(events):
         last = events.iloc[-1]
-        m[3].metric("Last rebalance", f"{last['ts']:%H:%M:%S}",
-                    f"{_pct(last['measured_before'])} → {_pct(last['measured_after'])} measured", delta_color="off")  # fmt: skip
+        m[3].metric(
+            "Last rebalance",
+            f"{last['ts']:%H:%M:%S}",
+            f"{_pct(last['measured_before'])} → {_pct(last['measured_after'])} measured",
+            delta_color="off",
+        )
     m[4].metric("Alerts firing", str(len(firing)))
 
-    log = st.toggle("Log colour scale (layer x expert)", key="expert_log", help="colour by log10 of the share: "
-                    "hot experts stand out among many cold ones")  # fmt: skip
+    log = st.toggle(
+        "Log colour scale (layer x expert)",
+        key="expert_log",
+        help="colour by log10 of the share: hot experts stand out among many cold ones",
+    )
     h1, h2 = st.columns(2)
     if shares.empty:
         h1.info("Per-expert load needs two expert snapshots in the window (the collectors take one a minute).")
@@ -84,10 +100,20 @@ def render() -> None:
         st.subheader("Hot experts")
         top = shares.nlargest(10, "share")
         hot = data.hot_experts(shares, data.share_trend(query, w, target, top))
-        st.dataframe(hot, hide_index=True, key="hot", column_config={
-            "share": st.column_config.ProgressColumn("share of layer", format="%.3f", min_value=0.0, max_value=float(
-                max(hot["share"].max(), 1e-9)) if len(hot) else 1.0),
-            "trend": st.column_config.LineChartColumn("share per snapshot")})  # fmt: skip
+        st.dataframe(
+            hot,
+            hide_index=True,
+            key="hot",
+            column_config={
+                "share": st.column_config.ProgressColumn(
+                    "share of layer",
+                    format="%.3f",
+                    min_value=0.0,
+                    max_value=float(max(hot["share"].max(), 1e-9)) if len(hot) else 1.0,
+                ),
+                "trend": st.column_config.LineChartColumn("share per snapshot"),
+            },
+        )
     with t2:
         st.subheader("Rebalances")
         st.dataframe(events, hide_index=True, key="events")
@@ -122,12 +148,16 @@ def render() -> None:
         "Redundant experts", 0, 2 * experts, int(phy2log.shape[1] - experts), step=ranks, key="redundant"
     )
     policy = f[1].radio("Policy", ["vllm", "refined"], horizontal=True, key="policy")
-    st.caption("`vllm` is vLLM 0.32's default EPLB policy exactly: the same rank loads and replica counts as vLLM "
-               "computes; which of two equally loaded experts takes which slot follows numpy's sort on this "
-               "machine, as vLLM's own does on its host. `refined` never has a higher maximum rank load.")  # fmt: skip
+    st.caption(
+        "`vllm` is vLLM 0.32's default EPLB policy exactly: the same rank loads and replica counts as vLLM "
+        "computes; which of two equally loaded experts takes which slot follows numpy's sort on this "
+        "machine, as vLLM's own does on its host. `refined` never has a higher maximum rank load."
+    )
     result = what_if(load, phy2log, ranks, redundant, policy)
-    f[2].metric("Mean balancedness: current → planned",
-                f"{result['current_balancedness'].mean():.3f} → {result['planned_balancedness'].mean():.3f}")  # fmt: skip
+    f[2].metric(
+        "Mean balancedness: current → planned",
+        f"{result['current_balancedness'].mean():.3f} → {result['planned_balancedness'].mean():.3f}",
+    )
     st.plotly_chart(figures.what_if_figure(result), key="what_if")
 
 

@@ -45,8 +45,10 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     tgts = data.targets(query, w)
     gpus = data.pool_gpus(tgts)
     stacks = ", ".join(sorted(s for s in tgts["stack"].dropna().unique() if s)) or "unnamed stack"
-    st.caption(f"Observing **{stacks}** · {gpus['prefill']} prefill + {gpus['decode']} decode GPUs "
-               f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · scrapes every {round(interval, 1):g}s · step {w.step_seconds}s")  # fmt: skip
+    st.caption(
+        f"Observing **{stacks}** · {gpus['prefill']} prefill + {gpus['decode']} decode GPUs "
+        f"({gpus['rack']} in the rack) · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · scrapes every {round(interval, 1):g}s · step {w.step_seconds}s"
+    )
 
     tpg = data.tokens_per_gpu(data.token_rates(query, w), gpus)
     ttft, itl, tpot = data.histograms_counts(query, w, list(data.LATENCY_FAMILIES)).values()
@@ -64,10 +66,16 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
 
     st.plotly_chart(figures.tokens_per_gpu_figure(tpg), key="tokens_per_gpu")
     c1, c2 = st.columns(2)
-    c1.plotly_chart(figures.latency_figure(data.quantiles_over_time(ttft, (0.5, 0.9, 0.99)),
-                                           "Time to first token (per pool)"), key="ttft")  # fmt: skip
-    c2.plotly_chart(figures.latency_figure(data.quantiles_over_time(itl[itl["role"] == "decode"], (0.5, 0.9, 0.99)),
-                                           "Inter-token latency (decode)"), key="itl")  # fmt: skip
+    c1.plotly_chart(
+        figures.latency_figure(data.quantiles_over_time(ttft, (0.5, 0.9, 0.99)), "Time to first token (per pool)"),
+        key="ttft",
+    )
+    c2.plotly_chart(
+        figures.latency_figure(
+            data.quantiles_over_time(itl[itl["role"] == "decode"], (0.5, 0.9, 0.99)), "Inter-token latency (decode)"
+        ),
+        key="itl",
+    )
     c3, c4 = st.columns(2)
     c3.plotly_chart(figures.per_user_figure(data.per_user_tokens_per_second(tpot)), key="per_user")
     gauges = data.queue_and_kv(query, w)
@@ -76,23 +84,35 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
 
     latest_gpus = data.gpus_latest(query, w.start)
     if latest_gpus.empty:  # the local CPU stack, or a rack whose dcgm-exporters are not targets
-        st.info("No GPU exporter (dcgm-exporter) among the targets scraped in this range: no per-GPU utilisation, "
-                "power or memory to show.")  # fmt: skip
+        st.info(
+            "No GPU exporter (dcgm-exporter) among the targets scraped in this range: no per-GPU utilisation, "
+            "power or memory to show."
+        )
     else:
         g1, g2 = st.columns(2)
-        g1.plotly_chart(figures.gpu_heatmap(latest_gpus, "util_pct", f"GPU utilisation ({len(latest_gpus)} GPUs)",
-                                            "%"), key="gpu_util")  # fmt: skip
+        g1.plotly_chart(
+            figures.gpu_heatmap(latest_gpus, "util_pct", f"GPU utilisation ({len(latest_gpus)} GPUs)", "%"),
+            key="gpu_util",
+        )
         g2.plotly_chart(figures.gpu_heatmap(latest_gpus, "power_watts", "GPU power", "W"), key="gpu_power")
         st.plotly_chart(figures.gpu_time_figure(data.gpus_over_time(query, w)), key="gpu_time")
 
     st.subheader("Scrape health")
-    st.dataframe(health, hide_index=True, key="health",
-                 column_config={"up": st.column_config.CheckboxColumn("up"),
-                                "duration_seconds": st.column_config.NumberColumn("duration s", format="%.3f"),
-                                "refused": st.column_config.NumberColumn(
-                                    "refused", help="Samples, request records and snapshots refused or repaired "
-                                                    "in this range; the rest of each round was stored"),
-                                "last_refusal": st.column_config.TextColumn("last refusal")})  # fmt: skip
+    st.dataframe(
+        health,
+        hide_index=True,
+        key="health",
+        column_config={
+            "up": st.column_config.CheckboxColumn("up"),
+            "duration_seconds": st.column_config.NumberColumn("duration s", format="%.3f"),
+            "refused": st.column_config.NumberColumn(
+                "refused",
+                help="Samples, request records and snapshots refused or repaired "
+                "in this range; the rest of each round was stored",
+            ),
+            "last_refusal": st.column_config.TextColumn("last refusal"),
+        },
+    )
 
 
 st.title("Live")

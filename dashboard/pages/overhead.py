@@ -29,23 +29,30 @@ def render() -> None:
     w = live.Window.ending(latest, live.RANGES[choice], live.scrape_interval(query))
     steps = data.step_time(query, w)
     if steps.empty:
-        st.info("No step-phase data in this window: it comes from vLLM instances running the moemeter plugin "
-                "(or the twin) once the collectors have scraped them twice.")  # fmt: skip
+        st.info(
+            "No step-phase data in this window: it comes from vLLM instances running the moemeter plugin "
+            "(or the twin) once the collectors have scraped them twice."
+        )
         return
     stacks = ", ".join(sorted(s for s in live.targets(query)["stack"].dropna().unique() if s)) or "unnamed stack"
     st.caption(f"Observing **{stacks}** · step {w.step_seconds}s · CPU overhead = step wall time − forward")
     whole = data.per_step(steps.assign(bucket=0), by=("pool",))
     cols = metric_columns(max(1, 2 * len(whole)))
     for i, r in enumerate(whole.itertuples()):
-        cols[2 * i].metric(f"{r.pool}: CPU overhead", _ms(r.overhead),
-                           help=f"CPU overhead per engine step, of {_ms(r.wall)} wall")  # fmt: skip
+        cols[2 * i].metric(
+            f"{r.pool}: CPU overhead", _ms(r.overhead), help=f"CPU overhead per engine step, of {_ms(r.wall)} wall"
+        )
         cols[2 * i + 1].metric(f"{r.pool}: device idle", f"{r.idle_fraction:.1%}")
     over_time = data.per_step(steps)
     pools = sorted(over_time["pool"].unique())
     charts = st.columns(max(1, len(pools)))
     for col, pool in zip(charts, pools):
-        col.plotly_chart(figures.phases_figure(data.long_phases(over_time[over_time["pool"] == pool]),
-                                               f"{pool}: time per engine step by phase"), key=f"phases_{pool}")  # fmt: skip
+        col.plotly_chart(
+            figures.phases_figure(
+                data.long_phases(over_time[over_time["pool"] == pool]), f"{pool}: time per engine step by phase"
+            ),
+            key=f"phases_{pool}",
+        )
     st.plotly_chart(figures.idle_figure(over_time), key="idle")
 
     st.subheader("Per engine")
@@ -61,15 +68,33 @@ def render() -> None:
     st.subheader("Before / after")
     c = st.columns(2)
     mid = latest - timedelta(seconds=live.RANGES[choice] / 2)
-    a = c[0].slider("Window A (UTC)", min_value=latest - timedelta(days=7), max_value=latest,
-                    value=(latest - timedelta(seconds=live.RANGES[choice]), mid), format="MM-DD HH:mm", key="win_a")  # fmt: skip
-    b = c[1].slider("Window B (UTC)", min_value=latest - timedelta(days=7), max_value=latest, value=(mid, latest),
-                    format="MM-DD HH:mm", key="win_b")  # fmt: skip
+    a = c[0].slider(
+        "Window A (UTC)",
+        min_value=latest - timedelta(days=7),
+        max_value=latest,
+        value=(latest - timedelta(seconds=live.RANGES[choice]), mid),
+        format="MM-DD HH:mm",
+        key="win_a",
+    )
+    b = c[1].slider(
+        "Window B (UTC)",
+        min_value=latest - timedelta(days=7),
+        max_value=latest,
+        value=(mid, latest),
+        format="MM-DD HH:mm",
+        key="win_b",
+    )
     table = data.compare(query, _pair(a), _pair(b))
-    st.dataframe(table, hide_index=True, key="compare", column_config={
-        "A_ms": st.column_config.NumberColumn("A ms/step", format="%.3f"),
-        "B_ms": st.column_config.NumberColumn("B ms/step", format="%.3f"),
-        "change_pct": st.column_config.NumberColumn("change", format="%+.1f%%")})  # fmt: skip
+    st.dataframe(
+        table,
+        hide_index=True,
+        key="compare",
+        column_config={
+            "A_ms": st.column_config.NumberColumn("A ms/step", format="%.3f"),
+            "B_ms": st.column_config.NumberColumn("B ms/step", format="%.3f"),
+            "change_pct": st.column_config.NumberColumn("change", format="%+.1f%%"),
+        },
+    )
 
 
 def _pair(v: tuple[datetime, datetime]) -> tuple[datetime, datetime]:

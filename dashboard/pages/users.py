@@ -35,8 +35,10 @@ def _user_costs(start, end):  # type: ignore[no-untyped-def]
 def render() -> None:
     latest = data.latest_request_time(query)
     if latest is None:
-        st.info("No request records yet. They come from the metering gateway (`moemeter gateway`, role `gateway` "
-                f"in the targets file) once the collectors behind {api_url()} have read its feed.")  # fmt: skip
+        st.info(
+            "No request records yet. They come from the metering gateway (`moemeter gateway`, role `gateway` "
+            f"in the targets file) once the collectors behind {api_url()} have read its feed."
+        )
         return
     choice = st.segmented_control("Time range", list(RANGES), default="1 h", key="users_range") or "1 h"
     w = data.window(latest, RANGES[choice])
@@ -44,10 +46,13 @@ def render() -> None:
     if s is None:
         st.info(f"No requests finished in the last {choice} before {latest:%Y-%m-%d %H:%M:%S} UTC.")
         return
-    how = ("exact, from each request" if s.exact
-           else "from hourly sums through the last whole hour; quantiles within 0.5%")  # fmt: skip
-    st.caption(f"Last request {latest:%Y-%m-%d %H:%M:%S} UTC · {how} · per-user tokens/s = 1 / a request's mean "
-               "inter-token latency; P90 is the slow tail (docs/definitions.md)")  # fmt: skip
+    how = (
+        "exact, from each request" if s.exact else "from hourly sums through the last whole hour; quantiles within 0.5%"
+    )
+    st.caption(
+        f"Last request {latest:%Y-%m-%d %H:%M:%S} UTC · {how} · per-user tokens/s = 1 / a request's mean "
+        "inter-token latency; P90 is the slow tail (docs/definitions.md)"
+    )
     m = metric_columns(6)
     m[0].metric("P90 per-user tokens/s", _fmt(s.tps_p90, 1), help="1 / the 90th percentile of mean inter-token latency")
     m[1].metric("P50 per-user tokens/s", _fmt(s.tps_p50, 1))
@@ -55,9 +60,12 @@ def render() -> None:
     m[3].metric("Requests", _fmt(s.requests), help=f"{s.errors:,} failed ({s.errors / s.requests:.2%})")
     m[4].metric("Users", _fmt(s.users))
     cache = s.cached_prompt_tokens / s.prompt_tokens if s.prompt_tokens else math.nan
-    m[5].metric("Tokens in / out", f"{compact(s.prompt_tokens)} / {compact(s.generated_tokens)}",
-                help=f"{s.prompt_tokens:,} prompt / {s.generated_tokens:,} generated tokens; prefix-cache hits: "
-                     f"{_fmt(cache * 100, 1, '%')} of prompt tokens")  # fmt: skip
+    m[5].metric(
+        "Tokens in / out",
+        f"{compact(s.prompt_tokens)} / {compact(s.generated_tokens)}",
+        help=f"{s.prompt_tokens:,} prompt / {s.generated_tokens:,} generated tokens; prefix-cache hits: "
+        f"{_fmt(cache * 100, 1, '%')} of prompt tokens",
+    )
 
     c = st.columns(2)
     c[0].plotly_chart(figures.tps_distribution_figure(data.tps_histogram(query, w), s.tps_p50, s.tps_p90), key="dist")
@@ -73,18 +81,29 @@ def render() -> None:
         table = data.users_table(query, w, limit=25, order=ORDERS.get(order, "tokens"))
         if costs is not None:
             table = table.merge(costs, on="user_id", how="left")
-    st.caption(("Cost: each user's share of the pools' cost at the price sheet (computed prompt tokens of prefill, "
-                "generated tokens of decode; the Cost page has the method). " if costs is not None else
-                "No cost for this window (no pool counters). ")
-               + "Latency columns are per-request quantiles (means in hourly views).")  # fmt: skip
+    st.caption(
+        (
+            "Cost: each user's share of the pools' cost at the price sheet (computed prompt tokens of prefill, "
+            "generated tokens of decode; the Cost page has the method). "
+            if costs is not None
+            else "No cost for this window (no pool counters). "
+        )
+        + "Latency columns are per-request quantiles (means in hourly views)."
+    )
     left, right = st.columns([2, 3])
     left.plotly_chart(figures.top_users_figure(table.head(15)), key="top_users")
-    right.dataframe(table, hide_index=True, key="users_table", column_config={
-        "tps_mean": st.column_config.NumberColumn("tok/s mean", format="%.1f"),
-        "tps_p90": st.column_config.NumberColumn("tok/s P90", format="%.1f"),
-        "ttft_p50": st.column_config.NumberColumn("TTFT p50 s", format="%.3f"),
-        "ttft_p90": st.column_config.NumberColumn("TTFT p90 s", format="%.3f"),
-        "cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f")})  # fmt: skip
+    right.dataframe(
+        table,
+        hide_index=True,
+        key="users_table",
+        column_config={
+            "tps_mean": st.column_config.NumberColumn("tok/s mean", format="%.1f"),
+            "tps_p90": st.column_config.NumberColumn("tok/s P90", format="%.1f"),
+            "ttft_p50": st.column_config.NumberColumn("TTFT p50 s", format="%.3f"),
+            "ttft_p90": st.column_config.NumberColumn("TTFT p90 s", format="%.3f"),
+            "cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f"),
+        },
+    )
 
     st.subheader("One user")
     text = st.text_input("Search users", key="user_search", placeholder="user id or part of it")

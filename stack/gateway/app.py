@@ -44,8 +44,9 @@ _RESPONSE_ID = re.compile(rb'"id": ?"((?:chatcmpl|cmpl)-[^"\\]*)"')  # the first
 class Refused(Exception):
     """A request the gateway answers itself, with an OpenAI-style error body."""
 
-    def __init__(self, status: int, outcome: str, message: str, kind: str = "invalid_request_error",
-                 param: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, status: int, outcome: str, message: str, kind: str = "invalid_request_error", param: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.outcome, self.message, self.kind, self.param = status, outcome, message, kind, param
 
@@ -63,8 +64,9 @@ def stream_flag(value: object) -> bool:
         return bool(value)
     if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
         return value.lower() in _TRUE
-    raise Refused(400, "bad_stream", f"stream: Input should be a valid boolean, not {json.dumps(value)[:40]}.",
-                  param="stream")  # fmt: skip
+    raise Refused(
+        400, "bad_stream", f"stream: Input should be a valid boolean, not {json.dumps(value)[:40]}.", param="stream"
+    )
 
 
 @dataclass
@@ -150,8 +152,9 @@ def _carries_output(choice: dict[str, Any]) -> bool:
         return True
     delta = choice.get("delta")
     if isinstance(delta, dict):
-        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                    or delta.get("tool_calls"))  # fmt: skip
+        return bool(
+            delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls")
+        )
     return False
 
 
@@ -210,11 +213,20 @@ class _Call:
 
 
 class Gateway:
-    def __init__(self, upstream: str, records: RecordLog, keys: Keys | None = None,
-                 metrics: GatewayMetrics | None = None, timeout: float = 600.0, read_timeout: float = 120.0,
-                 connect_timeout: float = 5.0, max_body_bytes: int = MAX_BODY_BYTES,
-                 upstream_key: str | None = None, models_ttl: float = 30.0,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:  # fmt: skip
+    def __init__(
+        self,
+        upstream: str,
+        records: RecordLog,
+        keys: Keys | None = None,
+        metrics: GatewayMetrics | None = None,
+        timeout: float = 600.0,
+        read_timeout: float = 120.0,
+        connect_timeout: float = 5.0,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        upstream_key: str | None = None,
+        models_ttl: float = 30.0,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         self.records = records
         self.keys = keys or Keys()
@@ -257,12 +269,23 @@ class Gateway:
         await asyncio.to_thread(self.records.close)
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), content_type="text/plain",
-                            charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})  # fmt: skip
+        return web.Response(
+            body=generate_latest(self.registry),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"ok": True, "upstream": self.upstream, "records_written": self.records.written,
-                                  "records_failed": self.records.failed, "records_pending": self.records.pending})  # fmt: skip
+        return web.json_response(
+            {
+                "ok": True,
+                "upstream": self.upstream,
+                "records_written": self.records.written,
+                "records_failed": self.records.failed,
+                "records_pending": self.records.pending,
+            }
+        )
 
     async def _feed(self, request: web.Request) -> web.Response:
         try:
@@ -277,13 +300,17 @@ class Gateway:
     async def _list_models(self, request: web.Request) -> web.StreamResponse:
         assert self.session is not None
         try:
-            async with self.session.get(self.upstream + "/v1/models", headers=self._upstream_headers(None),
-                                        timeout=aiohttp.ClientTimeout(total=10)) as up:  # fmt: skip
+            async with self.session.get(
+                self.upstream + "/v1/models",
+                headers=self._upstream_headers(None),
+                timeout=aiohttp.ClientTimeout(total=10),
+            ) as up:
                 return web.Response(body=await up.read(), status=up.status, content_type="application/json")
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("GET %s/v1/models failed: %r", self.upstream, exc)
-            return web.json_response(error_body("The upstream is unavailable.", "upstream_error", "upstream_unavailable"),
-                                     status=502)  # fmt: skip
+            return web.json_response(
+                error_body("The upstream is unavailable.", "upstream_error", "upstream_unavailable"), status=502
+            )
 
     async def known_models(self) -> set[str] | None:
         """The upstream's model ids, cached; None when it cannot say (the upstream then decides)."""
@@ -292,8 +319,11 @@ class Gateway:
             return models
         assert self.session is not None
         try:
-            async with self.session.get(self.upstream + "/v1/models", headers=self._upstream_headers(None),
-                                        timeout=aiohttp.ClientTimeout(total=5)) as up:  # fmt: skip
+            async with self.session.get(
+                self.upstream + "/v1/models",
+                headers=self._upstream_headers(None),
+                timeout=aiohttp.ClientTimeout(total=5),
+            ) as up:
                 if up.status != 200:
                     return None
                 data = await up.json(content_type=None)
@@ -324,19 +354,28 @@ class Gateway:
         tenant = self.keys.tenant_for(key)
         if tenant is None and self.keys.require_key:
             what = "an unknown API key" if key else "no API key"
-            raise Refused(401, "unauthorized", f"This gateway requires an API key; the request had {what}.",
-                          "authentication_error")  # fmt: skip
+            raise Refused(
+                401,
+                "unauthorized",
+                f"This gateway requires an API key; the request had {what}.",
+                "authentication_error",
+            )
         return tenant or ANONYMOUS
 
     async def _read_body(self, request: web.Request) -> dict[str, Any]:
         if request.content_length is not None and request.content_length > self.max_body_bytes:
-            raise Refused(413, "body_too_large", f"Request body of {request.content_length} bytes is over the "
-                                                 f"gateway's limit of {self.max_body_bytes} bytes.")  # fmt: skip
+            raise Refused(
+                413,
+                "body_too_large",
+                f"Request body of {request.content_length} bytes is over the "
+                f"gateway's limit of {self.max_body_bytes} bytes.",
+            )
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge as exc:
-            raise Refused(413, "body_too_large", f"Request body is over the gateway's limit of "
-                                                 f"{self.max_body_bytes} bytes.") from exc  # fmt: skip
+            raise Refused(
+                413, "body_too_large", f"Request body is over the gateway's limit of {self.max_body_bytes} bytes."
+            ) from exc
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -349,16 +388,29 @@ class Gateway:
 
     async def _proxy(self, request: web.Request, endpoint: str) -> web.StreamResponse:
         t0 = time.monotonic()
-        rec = RequestRecord(request_id=uuid.uuid4().hex, started_at=time.time(), user=ANONYMOUS, tenant=ANONYMOUS,
-                            model="", endpoint=endpoint, stream=False, status=200, outcome="ok")  # fmt: skip
+        rec = RequestRecord(
+            request_id=uuid.uuid4().hex,
+            started_at=time.time(),
+            user=ANONYMOUS,
+            tenant=ANONYMOUS,
+            model="",
+            endpoint=endpoint,
+            stream=False,
+            status=200,
+            outcome="ok",
+        )
         call = _Call(rec, t0)
         self.metrics.in_flight += 1
         try:
             try:
                 rec.tenant = rec.user = self._attribute(request)
                 if self.metrics.in_flight > self.max_in_flight:
-                    raise Refused(429, "overloaded", f"The gateway is serving {self.max_in_flight} requests; "
-                                  "retry shortly.", "server_error")  # fmt: skip
+                    raise Refused(
+                        429,
+                        "overloaded",
+                        f"The gateway is serving {self.max_in_flight} requests; retry shortly.",
+                        "server_error",
+                    )
                 body = await self._read_body(request)
                 user = body.get("user")
                 if isinstance(user, str) and user.strip():
@@ -377,8 +429,9 @@ class Gateway:
             except Refused as r:
                 rec.status, rec.outcome = r.status, r.outcome
                 headers = {"X-Request-Id": rec.request_id, **({"Retry-After": "1"} if r.status == 429 else {})}
-                return web.json_response(error_body(r.message, r.kind, r.outcome, r.param), status=r.status,
-                                         headers=headers)  # fmt: skip
+                return web.json_response(
+                    error_body(r.message, r.kind, r.outcome, r.param), status=r.status, headers=headers
+                )
         except (asyncio.CancelledError, ConnectionResetError):
             if not call.delivered():  # a client that closes after [DONE] got the whole answer
                 rec.status, rec.outcome = CLIENT_GONE, "client_disconnect"
@@ -386,8 +439,11 @@ class Gateway:
         except Exception:
             log.exception("request %s failed inside the gateway", rec.request_id)
             rec.status, rec.outcome = 500, "gateway_error"
-            return web.json_response(error_body("The gateway failed on this request.", "server_error", "gateway_error"),
-                                     status=500, headers={"X-Request-Id": rec.request_id})  # fmt: skip
+            return web.json_response(
+                error_body("The gateway failed on this request.", "server_error", "gateway_error"),
+                status=500,
+                headers={"X-Request-Id": rec.request_id},
+            )
         finally:
             rec.e2e_seconds = time.monotonic() - t0
             self.metrics.observe(rec)
@@ -404,8 +460,12 @@ class Gateway:
             body = {**body, "stream_options": {**opts, "include_usage": True}}
         url = f"{self.upstream}/v1/{rec.endpoint}"
         try:
-            async with self.session.post(url, data=json.dumps(body).encode(), headers=self._upstream_headers(rec.request_id),
-                                         timeout=self.timeout) as up:  # fmt: skip
+            async with self.session.post(
+                url,
+                data=json.dumps(body).encode(),
+                headers=self._upstream_headers(rec.request_id),
+                timeout=self.timeout,
+            ) as up:
                 # Streaming is what the upstream does, whatever the request said: meter what it sends.
                 if up.status != 200 or up.content_type != "text/event-stream":
                     return await self._whole(up, rec)
@@ -430,8 +490,11 @@ class Gateway:
             if not _openai_error(data):  # vLLM's own errors go on; a router's plain-text 500 names internal URLs
                 log.warning("request %s: upstream answered HTTP %d: %r", rec.request_id, up.status, data[:300])
                 kind = "upstream_error" if up.status >= 500 else "invalid_request_error"
-                return web.json_response(error_body(f"The upstream answered HTTP {up.status}.", kind, rec.outcome),
-                                         status=up.status, headers={"X-Request-Id": rec.request_id})  # fmt: skip
+                return web.json_response(
+                    error_body(f"The upstream answered HTTP {up.status}.", kind, rec.outcome),
+                    status=up.status,
+                    headers={"X-Request-Id": rec.request_id},
+                )
         else:
             try:
                 counted = usage_tokens(json.loads(data).get("usage"))
@@ -442,13 +505,17 @@ class Gateway:
                 rec.usage_reported = True
             data, _ = public_ids(data, rec.request_id)
         headers = {"X-Request-Id": rec.request_id}
-        return web.Response(body=data, status=up.status, headers=headers,
-                            content_type=up.content_type or "application/json")  # fmt: skip
+        return web.Response(
+            body=data, status=up.status, headers=headers, content_type=up.content_type or "application/json"
+        )
 
-    async def _stream(self, request: web.Request, up: aiohttp.ClientResponse, rec: RequestRecord,
-                      tr: StreamTracker) -> web.StreamResponse:  # fmt: skip
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                                       "X-Request-Id": rec.request_id})  # fmt: skip
+    async def _stream(
+        self, request: web.Request, up: aiohttp.ClientResponse, rec: RequestRecord, tr: StreamTracker
+    ) -> web.StreamResponse:
+        resp = web.StreamResponse(
+            status=200,
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Request-Id": rec.request_id},
+        )
         await resp.prepare(request)
         try:
             try:
@@ -475,15 +542,25 @@ class Gateway:
                 if not tr.delivered:  # after [DONE] the answer is whole; only the connection's end was untidy
                     rec.outcome = "upstream_timeout" if isinstance(exc, TimeoutError) else "upstream_dropped"
                     log.warning("request %s: the upstream stream ended early: %r", rec.request_id, exc)
-                    await resp.write(b"data: " + json.dumps(error_body("The upstream stream ended early.",
-                                                                       "upstream_error", rec.outcome)).encode() + b"\n\n")  # fmt: skip
+                    await resp.write(
+                        b"data: "
+                        + json.dumps(
+                            error_body("The upstream stream ended early.", "upstream_error", rec.outcome)
+                        ).encode()
+                        + b"\n\n"
+                    )
             else:
                 if tr.upstream_error is not None:
                     rec.outcome = "upstream_stream_error"
                 elif not tr.done:
                     rec.outcome = "upstream_dropped"
-                    await resp.write(b"data: " + json.dumps(error_body("The upstream closed the stream before [DONE].",
-                                                                       "upstream_error", rec.outcome)).encode() + b"\n\n")  # fmt: skip
+                    await resp.write(
+                        b"data: "
+                        + json.dumps(
+                            error_body("The upstream closed the stream before [DONE].", "upstream_error", rec.outcome)
+                        ).encode()
+                        + b"\n\n"
+                    )
             try:
                 await resp.write_eof()
             except ConnectionResetError:
@@ -509,8 +586,9 @@ def _finish_stream(rec: RequestRecord, tr: StreamTracker) -> None:
             rec.decode_tokens_per_second = 1.0 / rec.itl_mean_seconds
 
 
-async def serve(gateway: Gateway, host: str, port: int, stop: asyncio.Event,
-                admin: tuple[str, int] | None = None) -> None:  # fmt: skip
+async def serve(
+    gateway: Gateway, host: str, port: int, stop: asyncio.Event, admin: tuple[str, int] | None = None
+) -> None:
     """Run until `stop` is set. Client disconnects cancel the handler, which closes the upstream request.
     With `admin` (host, port), /metrics, the request feed and /health are served there and not on `port`."""
     apps = [(gateway.app(admin=admin is None), host, port)]
@@ -523,8 +601,13 @@ async def serve(gateway: Gateway, host: str, port: int, stop: asyncio.Event,
             await runner.setup()
             runners.append(runner)
             await web.TCPSite(runner, h, p, backlog=1024).start()
-        log.info("gateway on http://%s:%d -> %s%s", host, port, gateway.upstream,
-                 f"; metrics and request feed on http://{admin[0]}:{admin[1]}" if admin else "")  # fmt: skip
+        log.info(
+            "gateway on http://%s:%d -> %s%s",
+            host,
+            port,
+            gateway.upstream,
+            f"; metrics and request feed on http://{admin[0]}:{admin[1]}" if admin else "",
+        )
         await stop.wait()
     finally:
         for runner in reversed(runners):

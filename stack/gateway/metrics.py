@@ -77,14 +77,17 @@ class GatewayMetrics(Collector):
         self.e2e.observe(r.e2e_seconds)
 
     def collect(self) -> Iterator[Metric]:
-        req = CounterMetricFamily("moemeter_gateway_requests", "Requests finished, by user and outcome.",
-                                  labels=["user", "outcome"])  # fmt: skip
+        req = CounterMetricFamily(
+            "moemeter_gateway_requests", "Requests finished, by user and outcome.", labels=["user", "outcome"]
+        )
         for (u, outcome), n in sorted(self.requests.items()):
             req.add_metric([u, outcome], n)
         yield req
-        for kind, doc in (("prompt", "Prompt tokens (upstream usage)"),
-                          ("cached_prompt", "Prompt tokens the upstream served from its prefix cache"),
-                          ("generation", "Generated tokens (upstream usage, or chunks counted when it gave none)")):  # fmt: skip
+        for kind, doc in (
+            ("prompt", "Prompt tokens (upstream usage)"),
+            ("cached_prompt", "Prompt tokens the upstream served from its prefix cache"),
+            ("generation", "Generated tokens (upstream usage, or chunks counted when it gave none)"),
+        ):
             fam = CounterMetricFamily(f"moemeter_gateway_{kind}_tokens", f"{doc}, by user.", labels=["user"])
             for (u, k), n in sorted(self.tokens.items()):
                 if k == kind:
@@ -98,5 +101,6 @@ class GatewayMetrics(Collector):
         yield self.itl.family("moemeter_gateway_itl_mean_seconds", "Per-request mean inter-token latency, streams.")
         yield self.e2e.family("moemeter_gateway_request_duration_seconds", "Request received to response end.")
         yield GaugeMetricFamily("moemeter_gateway_in_flight_requests", "Requests being served now.", self.in_flight)
-        yield GaugeMetricFamily("moemeter_gateway_records_pending", "Request records not yet durable.",
-                                self.records_pending())  # fmt: skip
+        yield GaugeMetricFamily(
+            "moemeter_gateway_records_pending", "Request records not yet durable.", self.records_pending()
+        )

@@ -62,8 +62,10 @@ class RecordLog:
         self._queue: queue.Queue[RequestRecord | None] = queue.Queue()
         self._local = threading.local()
         con = self._connect()
-        con.execute("CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-                    "started_at REAL NOT NULL, body TEXT NOT NULL)")  # fmt: skip
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS records (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "started_at REAL NOT NULL, body TEXT NOT NULL)"
+        )
         con.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         con.execute("INSERT OR IGNORE INTO meta VALUES ('log_id', ?)", (uuid.uuid4().hex,))
         con.commit()
@@ -137,14 +139,21 @@ class RecordLog:
         con = getattr(self._local, "con", None)
         if con is None:
             con = self._local.con = self._connect()
-        rows = con.execute("SELECT seq, body FROM records WHERE seq > ? ORDER BY seq LIMIT ?",
-                           (after, limit + 1)).fetchall()  # fmt: skip
+        rows = con.execute(
+            "SELECT seq, body FROM records WHERE seq > ? ORDER BY seq LIMIT ?", (after, limit + 1)
+        ).fetchall()
         oldest = con.execute("SELECT min(seq) FROM records").fetchone()[0]
         more = len(rows) > limit
         rows = rows[:limit]
         records = [{"seq": seq, **json.loads(body)} for seq, body in rows]
-        return {"schema": SCHEMA, "log_id": self.log_id, "oldest": oldest, "records": records,
-                "next": rows[-1][0] if rows else after, "more": more}  # fmt: skip
+        return {
+            "schema": SCHEMA,
+            "log_id": self.log_id,
+            "oldest": oldest,
+            "records": records,
+            "next": rows[-1][0] if rows else after,
+            "more": more,
+        }
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued, then stop the writer."""

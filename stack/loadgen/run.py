@@ -53,20 +53,39 @@ def summarise(results: list[Result], wall_seconds: float) -> dict[str, Any]:
     def q(a: np.ndarray, p: float) -> float | None:
         return round(float(np.quantile(a, p)), 6) if a.size else None
 
-    return {"requests": len(results), "ok": len(ok), "errors": errors, "users": len({r.user for r in results}),
-            "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok),
-            "cached_prompt_tokens": sum(r.cached_prompt_tokens or 0 for r in ok), "generated_tokens": gen,
-            "wall_seconds": round(wall_seconds, 3), "output_tokens_per_second": round(gen / wall_seconds, 3) if wall_seconds else None,
-            "per_user_tokens_per_second_p50": round(1 / q(itl, 0.5), 3) if itl.size else None,  # type: ignore[operator]
-            "per_user_tokens_per_second_p90": round(1 / q(itl, 0.9), 3) if itl.size else None,  # type: ignore[operator]
-            "ttft_seconds_p50": q(ttft, 0.5), "ttft_seconds_p90": q(ttft, 0.9)}  # fmt: skip
+    return {
+        "requests": len(results),
+        "ok": len(ok),
+        "errors": errors,
+        "users": len({r.user for r in results}),
+        "prompt_tokens": sum(r.prompt_tokens or 0 for r in ok),
+        "cached_prompt_tokens": sum(r.cached_prompt_tokens or 0 for r in ok),
+        "generated_tokens": gen,
+        "wall_seconds": round(wall_seconds, 3),
+        "output_tokens_per_second": round(gen / wall_seconds, 3) if wall_seconds else None,
+        "per_user_tokens_per_second_p50": round(1 / q(itl, 0.5), 3) if itl.size else None,  # type: ignore[operator]
+        "per_user_tokens_per_second_p90": round(1 / q(itl, 0.9), 3) if itl.size else None,  # type: ignore[operator]
+        "ttft_seconds_p50": q(ttft, 0.5),
+        "ttft_seconds_p90": q(ttft, 0.9),
+    }
 
 
 class LoadGen:
-    def __init__(self, url: str, model: str, spec: WorkloadSpec, seed: int = 0, concurrency: int = 8,
-                 rate: float | None = None, duration: float | None = None, stream_share: float = 0.9,
-                 ignore_eos: bool = True, api_key: str | None = None, timeout: float = 600.0,
-                 progress: TextIO | None = sys.stderr) -> None:  # fmt: skip
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        spec: WorkloadSpec,
+        seed: int = 0,
+        concurrency: int = 8,
+        rate: float | None = None,
+        duration: float | None = None,
+        stream_share: float = 0.9,
+        ignore_eos: bool = True,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        progress: TextIO | None = sys.stderr,
+    ) -> None:
         self.url = url.rstrip("/") + "/v1/chat/completions"
         self.model = model
         self.spec = spec
@@ -140,11 +159,17 @@ class LoadGen:
         if s.parent_context is None:  # subagents are part of their parent's session
             self._done_sessions += 1
 
-    async def _send(self, client: httpx.AsyncClient, s: Session, messages: list[dict[str, str]],
-                    max_tokens: int) -> str:  # fmt: skip
+    async def _send(
+        self, client: httpx.AsyncClient, s: Session, messages: list[dict[str, str]], max_tokens: int
+    ) -> str:
         stream = self.rng.random() < self.stream_share
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-                                "user": s.user, "stream": stream}  # fmt: skip
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "user": s.user,
+            "stream": stream,
+        }
         if stream:
             body["stream_options"] = {"include_usage": True}
         if self.ignore_eos:
@@ -228,8 +253,10 @@ class LoadGen:
         width = 30
         bar = "#" * (width * done // max(total, 1))
         errors = sum(1 for r in self.results if r.error)
-        line = (f"[{bar:<{width}}] {done}/{total} sessions, {len(self.results)} requests, {errors} errors, "
-                f"{time.monotonic() - start:.0f}s")  # fmt: skip
+        line = (
+            f"[{bar:<{width}}] {done}/{total} sessions, {len(self.results)} requests, {errors} errors, "
+            f"{time.monotonic() - start:.0f}s"
+        )
         tty = self.progress.isatty()
         self.progress.write(("\r" + line if tty else line + "\n") + ("\n" if final and tty else ""))
         self.progress.flush()

@@ -68,17 +68,28 @@ def _words(rng: random.Random, n: int) -> list[str]:
 def plan_sessions(spec: WorkloadSpec, seed: int) -> list[Session]:
     """Every session and its turns, decided up front from the seed (answers do not change the plan)."""
     rng = random.Random(seed)
-    systems = [" ".join(_words(random.Random(f"system-{k}"), spec.system_prompt_words))
-               for k in range(spec.system_prompts)]  # fmt: skip
+    systems = [
+        " ".join(_words(random.Random(f"system-{k}"), spec.system_prompt_words)) for k in range(spec.system_prompts)
+    ]
     out = []
     for s in range(spec.sessions):
-        out.append(_session(spec, rng, f"s{s}", f"user-{rng.randrange(spec.users):04d}", rng.choice(systems),
-                            spec.system_prompt_words, top=True))  # fmt: skip
+        out.append(
+            _session(
+                spec,
+                rng,
+                f"s{s}",
+                f"user-{rng.randrange(spec.users):04d}",
+                rng.choice(systems),
+                spec.system_prompt_words,
+                top=True,
+            )
+        )
     return out
 
 
-def _session(spec: WorkloadSpec, rng: random.Random, sid: str, user: str, system: str, context: int,
-             top: bool) -> Session:  # fmt: skip
+def _session(
+    spec: WorkloadSpec, rng: random.Random, sid: str, user: str, system: str, context: int, top: bool
+) -> Session:
     session = Session(sid, user, system)
     n_turns = spec.subagent_turns if not top else 1 + int(rng.expovariate(1 / max(spec.turns_mean - 1, 1e-9)))
     for k in range(n_turns):

@@ -178,8 +178,9 @@ class OverheadSpec:
     """API-server output handling per batch of engine outputs, seconds."""
 
     def forward_fraction(self) -> float:
-        return 1.0 - (self.schedule_fraction + self.prepare_inputs_fraction + self.sample_fraction
-                      + self.update_fraction)  # fmt: skip
+        return 1.0 - (
+            self.schedule_fraction + self.prepare_inputs_fraction + self.sample_fraction + self.update_fraction
+        )
 
 
 @dataclass(frozen=True)
@@ -227,8 +228,14 @@ def load_profile(name_or_path: str) -> TwinProfile:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
-    sections = {"model": ModelSpec, "topology": TopologySpec, "workload": WorkloadSpec,
-                "performance": PerformanceSpec, "eplb": EplbSpec, "overhead": OverheadSpec}  # fmt: skip
+    sections = {
+        "model": ModelSpec,
+        "topology": TopologySpec,
+        "workload": WorkloadSpec,
+        "performance": PerformanceSpec,
+        "eplb": EplbSpec,
+        "overhead": OverheadSpec,
+    }
     kwargs: dict[str, Any] = {"name": data.pop("name", path.stem), "description": data.pop("description", "")}
     for key, cls in sections.items():
         kwargs[key] = _build(cls, data.pop(key, {}), f"{path}: [{key}]")

@@ -48,35 +48,66 @@ _NIXL_HISTS = [
     ("vllm:nixl_num_descriptors", "Histogram of number of descriptors per NIXL  KV Cache transfers."),
 ]
 _NIXL_COUNTERS = [
-    ("vllm:nixl_num_failed_transfers", "nixl_failed_transfers",
-     "Number of failed NIXL KV Cache transfers, including handshake and notification failures. NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs."),
-    ("vllm:nixl_num_failed_notifications", None,
-     "Number of failed NIXL KV Cache notifications. Retained for compatibility; these failures are also included in vllm:nixl_num_failed_transfers."),
-    ("vllm:nixl_num_kv_expired_reqs", None,
-     "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance."),
-    ("vllm:nixl_num_notifications_after_expiry", None,
-     "Number of completion notifications for requests that were no longer tracked, usually because their KV lease expired. The KV blocks may have been reused before the transfer finished. Counted per notification (one per remote rank), not per request."),
-]  # fmt: skip
+    (
+        "vllm:nixl_num_failed_transfers",
+        "nixl_failed_transfers",
+        "Number of failed NIXL KV Cache transfers, including handshake and notification failures. NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs.",
+    ),
+    (
+        "vllm:nixl_num_failed_notifications",
+        None,
+        "Number of failed NIXL KV Cache notifications. Retained for compatibility; these failures are also included in vllm:nixl_num_failed_transfers.",
+    ),
+    (
+        "vllm:nixl_num_kv_expired_reqs",
+        None,
+        "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.",
+    ),
+    (
+        "vllm:nixl_num_notifications_after_expiry",
+        None,
+        "Number of completion notifications for requests that were no longer tracked, usually because their KV lease expired. The KV blocks may have been reused before the transfer finished. Counted per notification (one per remote rank), not per request.",
+    ),
+]
 _MFU_COUNTERS = [
-    ("vllm:estimated_flops_per_gpu", "estimated_flops",
-     "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations)."),
-    ("vllm:estimated_read_bytes_per_gpu", "estimated_read_bytes",
-     "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations)."),
-    ("vllm:estimated_write_bytes_per_gpu", "estimated_write_bytes",
-     "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations)."),
-]  # fmt: skip
+    (
+        "vllm:estimated_flops_per_gpu",
+        "estimated_flops",
+        "Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
+    ),
+    (
+        "vllm:estimated_read_bytes_per_gpu",
+        "estimated_read_bytes",
+        "Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).",
+    ),
+    (
+        "vllm:estimated_write_bytes_per_gpu",
+        "estimated_write_bytes",
+        "Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
+    ),
+]
 _CACHE_COUNTERS = [
-    ("vllm:prefix_cache_queries", "prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
+    (
+        "vllm:prefix_cache_queries",
+        "prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+    ),
     ("vllm:prefix_cache_hits", "prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
-    ("vllm:external_prefix_cache_queries", "external_prefix_cache_queries",
-     "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
-    ("vllm:external_prefix_cache_hits", "external_prefix_cache_hits",
-     "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
+    (
+        "vllm:external_prefix_cache_queries",
+        "external_prefix_cache_queries",
+        "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
+    ),
+    (
+        "vllm:external_prefix_cache_hits",
+        "external_prefix_cache_hits",
+        "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.",
+    ),
     ("vllm:mm_cache_queries", None, "Multi-modal cache queries, in terms of number of queried items."),
     ("vllm:mm_cache_hits", None, "Multi-modal cache hits, in terms of number of cached items."),
     ("vllm:num_preemptions", "num_preemptions", "Cumulative number of preemption from the engine."),
     ("vllm:prompt_tokens", "prompt_tokens", "Number of prefill tokens processed."),
-]  # fmt: skip
+]
 _REQUEST_HISTS = [
     ("vllm:request_prompt_tokens", "Number of prefill tokens processed."),
     ("vllm:request_generation_tokens", "Number of generation tokens processed."),
@@ -93,8 +124,11 @@ _REQUEST_HISTS = [
     ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request."),
     ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request."),
     ("vllm:request_num_preemptions", "Histogram of the number of times a request was preempted."),
-    ("vllm:request_prefill_kv_computed_tokens", "Histogram of new KV tokens computed during prefill (excluding cached tokens)."),
-]  # fmt: skip
+    (
+        "vllm:request_prefill_kv_computed_tokens",
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+    ),
+]
 
 
 class _VllmPage(_Page):
@@ -128,8 +162,10 @@ class _VllmPage(_Page):
         bounds = [floatToGoString(b) for b in h.bounds] + ["+Inf"]
         for e, label in enumerate(self.engines):
             for j, le in enumerate(bounds):
-                self.lines.append(f'{name}_bucket{{engine="{label}",le="{le}",model_name="{self.model}"}} '
-                                  f"{floatToGoString(cum[e, j])}")  # fmt: skip
+                self.lines.append(
+                    f'{name}_bucket{{engine="{label}",le="{le}",model_name="{self.model}"}} '
+                    f"{floatToGoString(cum[e, j])}"
+                )
             tail = f'{{engine="{label}",model_name="{self.model}"}}'
             self.lines.append(f"{name}_count{tail} {floatToGoString(cum[e, -1])}")
             self.lines.append(f"{name}_sum{tail} {floatToGoString(h.sums[e])}")
@@ -142,8 +178,11 @@ def _process_families(page: _Page, created: float, rss: float) -> None:
     for g in "012":
         page.sample("python_gc_objects_collected_total", {"generation": g}, 1000.0 * (3 - int(g)))
     page.head("python_info", "gauge", "Python platform information")
-    page.sample("python_info", {"implementation": "CPython", "major": "3", "minor": "12", "patchlevel": "3",
-                                "version": "3.12.3"}, 1.0)  # fmt: skip
+    page.sample(
+        "python_info",
+        {"implementation": "CPython", "major": "3", "minor": "12", "patchlevel": "3", "version": "3.12.3"},
+        1.0,
+    )
     page.head("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.")
     page.sample("process_resident_memory_bytes", {}, rss)
     page.head("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.")
@@ -161,34 +200,67 @@ def render_vllm(inst: InstanceStats, profile: TwinProfile) -> str:
         p.counter(base, help_text, [({}, c[key] if key else None)])
     p.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", [({}, g["running"])])
     p.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", [({}, g["waiting"])])
-    p.gauge("vllm:num_requests_waiting_by_reason",
-            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
-            [({"reason": "capacity"}, g["waiting_capacity"]), ({"reason": "deferred"}, g["waiting_deferred"])])  # fmt: skip
-    p.gauge("vllm:num_requests_kv_fetch_by_stage",
-            "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async KV load that has not started; 'in_progress' = load started and not yet reported finished; 'completed_waiting' = load finished, request not running yet.",
-            [({"stage": "waiting_to_start"}, g["kv_fetch_waiting"]), ({"stage": "in_progress"}, g["kv_fetch_in_progress"]),
-             ({"stage": "completed_waiting"}, g["kv_fetch_completed_waiting"])])  # fmt: skip
+    p.gauge(
+        "vllm:num_requests_waiting_by_reason",
+        "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
+        [({"reason": "capacity"}, g["waiting_capacity"]), ({"reason": "deferred"}, g["waiting_deferred"])],
+    )
+    p.gauge(
+        "vllm:num_requests_kv_fetch_by_stage",
+        "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async KV load that has not started; 'in_progress' = load started and not yet reported finished; 'completed_waiting' = load finished, request not running yet.",
+        [
+            ({"stage": "waiting_to_start"}, g["kv_fetch_waiting"]),
+            ({"stage": "in_progress"}, g["kv_fetch_in_progress"]),
+            ({"stage": "completed_waiting"}, g["kv_fetch_completed_waiting"]),
+        ],
+    )
     ones = np.ones(inst.dp)
-    p.gauge("vllm:engine_sleep_state",
-            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
-            [({"sleep_state": "awake"}, ones), ({"sleep_state": "weights_offloaded"}, None), ({"sleep_state": "discard_all"}, None)])  # fmt: skip
+    p.gauge(
+        "vllm:engine_sleep_state",
+        "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+        [
+            ({"sleep_state": "awake"}, ones),
+            ({"sleep_state": "weights_offloaded"}, None),
+            ({"sleep_state": "discard_all"}, None),
+        ],
+    )
     p.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", [({}, g["kv_cache_usage"])])
     for base, key, help_text in _CACHE_COUNTERS:
         p.counter(base, help_text, [({}, c[key] if key else None)])
-    p.counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", [
-        ({"source": "local_compute"}, c["prompt_local_compute"]),
-        ({"source": "local_cache_hit"}, c["prompt_local_cache_hit"]),
-        ({"source": "external_kv_transfer"}, c["prompt_external_kv_transfer"])])  # fmt: skip
-    p.counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
-              [({}, c["cached_device"] + c["cached_p2p"])])  # fmt: skip
-    p.counter("vllm:prompt_tokens_cached_by_source",
-              "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
-              [({"source": "device"}, c["cached_device"]), ({"source": "host"}, None), ({"source": "p2p"}, c["cached_p2p"]),
-               ({"source": "disk"}, None), ({"source": "external_unspecified"}, None)])  # fmt: skip
+    p.counter(
+        "vllm:prompt_tokens_by_source",
+        "Number of prompt tokens by source.",
+        [
+            ({"source": "local_compute"}, c["prompt_local_compute"]),
+            ({"source": "local_cache_hit"}, c["prompt_local_cache_hit"]),
+            ({"source": "external_kv_transfer"}, c["prompt_external_kv_transfer"]),
+        ],
+    )
+    p.counter(
+        "vllm:prompt_tokens_cached",
+        "Number of cached prompt tokens (local + external).",
+        [({}, c["cached_device"] + c["cached_p2p"])],
+    )
+    p.counter(
+        "vllm:prompt_tokens_cached_by_source",
+        "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
+        [
+            ({"source": "device"}, c["cached_device"]),
+            ({"source": "host"}, None),
+            ({"source": "p2p"}, c["cached_p2p"]),
+            ({"source": "disk"}, None),
+            ({"source": "external_unspecified"}, None),
+        ],
+    )
     p.counter("vllm:generation_tokens", "Number of generation tokens processed.", [({}, c["generation_tokens"])])
-    p.counter("vllm:request_success", "Count of successfully processed requests.", [
-        ({"finished_reason": r}, c[f"success_{r}"] if f"success_{r}" in c else None)
-        for r in ("stop", "length", "abort", "error", "repetition")])  # fmt: skip
+    p.counter(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        [
+            ({"finished_reason": r}, c[f"success_{r}"] if f"success_{r}" in c else None)
+            for r in ("stop", "length", "abort", "error", "repetition")
+        ],
+    )
     help_rej = "Number of admission attempts rejected by a queue limit, by reason."
     p.head("vllm:admission_rejections_total", "counter", help_rej)
     for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
@@ -198,11 +270,24 @@ def render_vllm(inst: InstanceStats, profile: TwinProfile) -> str:
         p.sample("vllm:admission_rejections_created", {"model_name": p.model, "reason": reason}, inst.created)
     for name, help_text in _REQUEST_HISTS:
         p.histogram(name, help_text, h[name])
-    p.gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", [({
-        "block_size": "64", "cache_dtype": "fp8", "enable_prefix_caching": str(inst.role == "prefill"),
-        "gpu_memory_utilization": "0.9", "kv_cache_memory_bytes": str(int(profile.performance.decode_kv_capacity_tokens
-                                                                            * profile.model.kv_bytes_per_token)),
-    }, ones)])  # fmt: skip
+    p.gauge(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        [
+            (
+                {
+                    "block_size": "64",
+                    "cache_dtype": "fp8",
+                    "enable_prefix_caching": str(inst.role == "prefill"),
+                    "gpu_memory_utilization": "0.9",
+                    "kv_cache_memory_bytes": str(
+                        int(profile.performance.decode_kv_capacity_tokens * profile.model.kv_bytes_per_token)
+                    ),
+                },
+                ones,
+            )
+        ],
+    )
     help_http = "Total number of requests by method, status and handler."
     p.head("http_requests_total", "counter", help_http)
     p.sample(
@@ -221,12 +306,18 @@ def render_plugin(st: ExpertState, model_name: str) -> str:
     snapshot endpoint instead."""
     p = _Page()
     layers, ranks = st.rank_tokens.shape
-    p.head("moemeter_expert_rank_tokens_total", "counter",
-           "Tokens routed to the physical experts on this rank (engine), per MoE layer; top-k counted.")  # fmt: skip
+    p.head(
+        "moemeter_expert_rank_tokens_total",
+        "counter",
+        "Tokens routed to the physical experts on this rank (engine), per MoE layer; top-k counted.",
+    )
     for layer in range(layers):
         for rank in range(ranks):
-            p.sample("moemeter_expert_rank_tokens_total", {"engine": str(rank), "layer": str(layer), "model_name": model_name},
-                     float(st.rank_tokens[layer, rank]))  # fmt: skip
+            p.sample(
+                "moemeter_expert_rank_tokens_total",
+                {"engine": str(rank), "layer": str(layer), "model_name": model_name},
+                float(st.rank_tokens[layer, rank]),
+            )
     p.head(
         "moemeter_eplb_balancedness",
         "gauge",
@@ -260,8 +351,11 @@ def render_plugin(st: ExpertState, model_name: str) -> str:
     )
     for pos, flat in enumerate(top, start=1):
         layer, expert = divmod(int(flat), share.shape[1])
-        p.sample("moemeter_expert_hot_share", {"expert": str(expert), "layer": str(layer), "model_name": model_name,
-                                                "position": str(pos)}, float(share[layer, expert]))  # fmt: skip
+        p.sample(
+            "moemeter_expert_hot_share",
+            {"expert": str(expert), "layer": str(layer), "model_name": model_name, "position": str(pos)},
+            float(share[layer, expert]),
+        )
     return p.text()
 
 
@@ -279,16 +373,29 @@ def render_step_phases(inst: InstanceStats, model_name: str) -> str:
             p.sample(name + "_sum", labels, float(total))
 
     ph = inst.phases
-    hist("moemeter_step_phase_seconds", "Engine-step time by phase: schedule, prepare_inputs, forward (device time), "
-         "sample, update (scheduler output processing).",
-         [({"engine": str(e), "model_name": model_name, "phase": phase}, ph[phase].counts[e], ph[phase].sums[e])
-          for e in range(inst.dp) for phase in STEP_PHASES])  # fmt: skip
-    hist("moemeter_step_seconds", "Engine-step wall time (EngineCore.step); CPU overhead = this - forward.",
-         [({"engine": str(e), "model_name": model_name}, ph["step"].counts[e], ph["step"].sums[e])
-          for e in range(inst.dp)])  # fmt: skip
-    hist("moemeter_api_output_seconds", "API-server output handling per batch of engine outputs "
-         "(OutputProcessor.process_outputs).", [({"model_name": model_name}, inst.api_output.counts[0],
-                                                 inst.api_output.sums[0])])  # fmt: skip
+    hist(
+        "moemeter_step_phase_seconds",
+        "Engine-step time by phase: schedule, prepare_inputs, forward (device time), "
+        "sample, update (scheduler output processing).",
+        [
+            ({"engine": str(e), "model_name": model_name, "phase": phase}, ph[phase].counts[e], ph[phase].sums[e])
+            for e in range(inst.dp)
+            for phase in STEP_PHASES
+        ],
+    )
+    hist(
+        "moemeter_step_seconds",
+        "Engine-step wall time (EngineCore.step); CPU overhead = this - forward.",
+        [
+            ({"engine": str(e), "model_name": model_name}, ph["step"].counts[e], ph["step"].sums[e])
+            for e in range(inst.dp)
+        ],
+    )
+    hist(
+        "moemeter_api_output_seconds",
+        "API-server output handling per batch of engine outputs (OutputProcessor.process_outputs).",
+        [({"model_name": model_name}, inst.api_output.counts[0], inst.api_output.sums[0])],
+    )
     return p.text()
 
 
@@ -305,10 +412,17 @@ def expert_snapshot(st: ExpertState, model_name: str, now: float) -> dict[str, o
         "ranks": ranks,
         "logical_tokens_total": st.logical_tokens.round().tolist(),
         "phy2log": st.phy2log.tolist(),
-        "rebalances": [{"time": r.at, "duration_seconds": r.duration_seconds, "moved_replicas": r.moved_replicas,
-                        "balancedness_before": r.balancedness_before, "balancedness_planned": r.balancedness_planned}
-                       for r in st.rebalances],
-    }  # fmt: skip
+        "rebalances": [
+            {
+                "time": r.at,
+                "duration_seconds": r.duration_seconds,
+                "moved_replicas": r.moved_replicas,
+                "balancedness_before": r.balancedness_before,
+                "balancedness_planned": r.balancedness_planned,
+            }
+            for r in st.rebalances
+        ],
+    }
 
 
 # ----------------------------------------------------------------- vllm-router
@@ -341,11 +455,15 @@ def render_router(r: RouterStats) -> str:
         "counter",
         [({"worker": u}, r.prefill_requests[u]) for u in r.prefill_urls],
     )
-    block("vllm_router_kv_routing_inputs_total", "counter",
-          [({"transport": "pd_decode", "result": "accepted"}, total)])  # fmt: skip
-    block("vllm_router_policy_decisions_total", "counter", [
-        ({"policy": "cache_aware", "worker": u}, r.prefill_requests.get(u, 0) + r.decode_requests.get(u, 0))
-        for u in workers])  # fmt: skip
+    block("vllm_router_kv_routing_inputs_total", "counter", [({"transport": "pd_decode", "result": "accepted"}, total)])
+    block(
+        "vllm_router_policy_decisions_total",
+        "counter",
+        [
+            ({"policy": "cache_aware", "worker": u}, r.prefill_requests.get(u, 0) + r.decode_requests.get(u, 0))
+            for u in workers
+        ],
+    )
     block(
         "vllm_router_pd_decode_requests_total",
         "counter",
@@ -429,8 +547,12 @@ DCGM_FIELDS = [
     ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
     ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
     ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
-    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active sending or receiving data."),
-]  # fmt: skip
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
+]
 
 
 def render_dcgm(gpus: list[GpuStats], hostname: str, profile: TwinProfile) -> str:
@@ -458,8 +580,10 @@ def render_dcgm(gpus: list[GpuStats], hostname: str, profile: TwinProfile) -> st
         lines.append(f"# HELP {field} {help_text}")
         lines.append(f"# TYPE {field} {kind}")
         for local, g in enumerate(gpus):
-            labels = (f'gpu="{local}",UUID="{g.uuid}",pci_bus_id="{g.pci_bus_id}",device="nvidia{local}",'
-                      f'modelName="{profile.topology.gpu_model}",Hostname="{hostname}"')  # fmt: skip
+            labels = (
+                f'gpu="{local}",UUID="{g.uuid}",pci_bus_id="{g.pci_bus_id}",device="nvidia{local}",'
+                f'modelName="{profile.topology.gpu_model}",Hostname="{hostname}"'
+            )
             v = values[field](g)
             lines.append(f"{field}{{{labels}}} {v}")
     return "\n".join(lines) + "\n"

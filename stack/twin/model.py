@@ -60,9 +60,15 @@ def gpu_placements(profile: TwinProfile) -> list[Placement]:
 class RackModel:
     """State of the whole rack; `advance(t)` moves it forward to time t (epoch seconds)."""
 
-    def __init__(self, profile: TwinProfile, seed: int = 0, start: float = 0.0,
-                 prefill_urls: list[str] | None = None, decode_urls: list[str] | None = None,
-                 tick: float = TICK_SECONDS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        profile: TwinProfile,
+        seed: int = 0,
+        start: float = 0.0,
+        prefill_urls: list[str] | None = None,
+        decode_urls: list[str] | None = None,
+        tick: float = TICK_SECONDS,
+    ) -> None:
         self.profile = profile
         self.tick = tick
         self.overhead_rng = np.random.default_rng(seed + 1_000_003)  # apart, so the workload stream is unchanged
@@ -71,18 +77,28 @@ class RackModel:
         self.now = start
         topo, wl = profile.topology, profile.workload
         m = profile.model
-        self.prefill = [InstanceStats.new(f"prefill-{i}", "prefill", topo.prefill_dp, m.max_model_len,
-                                          profile.custom_histogram_buckets, start)
-                        for i in range(topo.prefill_instances)]  # fmt: skip
-        self.decode = [InstanceStats.new(f"decode-{i}", "decode", topo.decode_dp, m.max_model_len,
-                                         profile.custom_histogram_buckets, start)
-                       for i in range(topo.decode_instances)]  # fmt: skip
-        self.router = RouterStats(prefill_urls or [f"prefill-{i}" for i in range(topo.prefill_instances)],
-                                  decode_urls or [f"decode-{i}" for i in range(topo.decode_instances)])  # fmt: skip
+        self.prefill = [
+            InstanceStats.new(
+                f"prefill-{i}", "prefill", topo.prefill_dp, m.max_model_len, profile.custom_histogram_buckets, start
+            )
+            for i in range(topo.prefill_instances)
+        ]
+        self.decode = [
+            InstanceStats.new(
+                f"decode-{i}", "decode", topo.decode_dp, m.max_model_len, profile.custom_histogram_buckets, start
+            )
+            for i in range(topo.decode_instances)
+        ]
+        self.router = RouterStats(
+            prefill_urls or [f"prefill-{i}" for i in range(topo.prefill_instances)],
+            decode_urls or [f"decode-{i}" for i in range(topo.decode_instances)],
+        )
         self.placements = gpu_placements(profile)
         self.experts = ExpertModel(profile, np.random.default_rng([seed, 1]), start)
-        self.gpus = [GpuStats(i, f"GPU-{seed:04x}{i:04x}-7e1d-4c2a-9b3f-{i:012x}", f"00000000:{0x10 + i % 4:02X}:00.0")
-                     for i in range(topo.total_gpus)]  # fmt: skip
+        self.gpus = [
+            GpuStats(i, f"GPU-{seed:04x}{i:04x}-7e1d-4c2a-9b3f-{i:012x}", f"00000000:{0x10 + i % 4:02X}:00.0")
+            for i in range(topo.total_gpus)
+        ]
         n_pf = topo.prefill_gpus
         n_dc = topo.decode_gpus
         self.prefill_busy_until = np.full(n_pf, start)
@@ -166,8 +182,11 @@ class RackModel:
             engines = self.prefill_busy_until[base : base + topo.prefill_dp]
             e = base + int(np.argmin(engines))
             computed = prompt - cached
-            service = (perf.prefill_step_base_seconds + computed / perf.prefill_tokens_per_second
-                       + cached * perf.prefill_per_cached_token_seconds)  # fmt: skip
+            service = (
+                perf.prefill_step_base_seconds
+                + computed / perf.prefill_tokens_per_second
+                + cached * perf.prefill_per_cached_token_seconds
+            )
             start = max(arrival, self.prefill_busy_until[e])
             self.prefill_busy_until[e] = start + service
             self.pf_engine[a] = e
@@ -207,9 +226,14 @@ class RackModel:
                 continue
             e = eng[sel]
             c = inst.counters
-            for name, vals in (("prompt_tokens", prompt), ("prompt_local_compute", computed),
-                               ("prompt_local_cache_hit", cached), ("cached_device", cached),
-                               ("prefix_cache_queries", prompt), ("prefix_cache_hits", cached)):  # fmt: skip
+            for name, vals in (
+                ("prompt_tokens", prompt),
+                ("prompt_local_compute", computed),
+                ("prompt_local_cache_hit", cached),
+                ("cached_device", cached),
+                ("prefix_cache_queries", prompt),
+                ("prefix_cache_hits", cached),
+            ):
                 np.add.at(c[name], e, vals[sel])
             np.add.at(c["generation_tokens"], e, 1)
             np.add.at(c["success_length"], e, 1)
@@ -223,8 +247,12 @@ class RackModel:
             h["vllm:request_prefill_kv_computed_tokens"].observe(e, computed[sel])
             h["vllm:iteration_tokens_total"].observe(e, computed[sel])
             ones, zeros = np.ones(sel.sum()), np.zeros(sel.sum())
-            for fam in ("vllm:request_generation_tokens", "vllm:request_max_num_generation_tokens",
-                        "vllm:request_params_n", "vllm:request_params_max_tokens"):  # fmt: skip
+            for fam in (
+                "vllm:request_generation_tokens",
+                "vllm:request_max_num_generation_tokens",
+                "vllm:request_params_n",
+                "vllm:request_params_max_tokens",
+            ):
                 h[fam].observe(e, ones)  # a prefill request asks for max_tokens 1 and gets one token
             h["vllm:request_num_preemptions"].observe(e, zeros)
             h["vllm:time_to_first_token_seconds"].observe(e, ttft[sel])
@@ -304,9 +332,11 @@ class RackModel:
         busy_context = np.bincount(self.dc_engine[active], weights=ctx * share, minlength=n_dc)
         # All ranks step together: the busiest rank's batch and context, and the MoE part
         # stretched by expert imbalance (the hottest rank's experts gate every layer).
-        step = (perf.decode_step_base_seconds
-                + perf.decode_step_per_request_seconds * busy_batch.max(initial=0) / self.experts.mean_balancedness
-                + perf.decode_step_per_context_token_seconds * busy_context.max(initial=0))  # fmt: skip
+        step = (
+            perf.decode_step_base_seconds
+            + perf.decode_step_per_request_seconds * busy_batch.max(initial=0) / self.experts.mean_balancedness
+            + perf.decode_step_per_context_token_seconds * busy_context.max(initial=0)
+        )
         self.decode_step_seconds = step
         if active.size == 0:
             self.experts.step(0.0, t0, t1)
@@ -353,8 +383,13 @@ class RackModel:
         """The plugin's view of `weight` engine steps of `step` seconds on each of `engines`; the
         API server handles each step's outputs once."""
         o = self.profile.overhead
-        shares = {"schedule": o.schedule_fraction, "prepare_inputs": o.prepare_inputs_fraction,
-                  "sample": o.sample_fraction, "update": o.update_fraction, "forward": o.forward_fraction()}  # fmt: skip
+        shares = {
+            "schedule": o.schedule_fraction,
+            "prepare_inputs": o.prepare_inputs_fraction,
+            "sample": o.sample_fraction,
+            "update": o.update_fraction,
+            "forward": o.forward_fraction(),
+        }
         inst.phases["step"].observe(engines, step, weight)
         for phase, share in shares.items():
             inst.phases[phase].observe(engines, step * share, weight)
@@ -377,8 +412,13 @@ class RackModel:
                 continue
             e = deng[sel]
             c, h = inst.counters, inst.histograms
-            for name in ("prompt_tokens", "prompt_external_kv_transfer", "cached_p2p",
-                         "external_prefix_cache_queries", "external_prefix_cache_hits"):  # fmt: skip
+            for name in (
+                "prompt_tokens",
+                "prompt_external_kv_transfer",
+                "cached_p2p",
+                "external_prefix_cache_queries",
+                "external_prefix_cache_hits",
+            ):
                 np.add.at(c[name], e, prompt[sel])
             np.add.at(c["success_stop"], e, stopped[sel])
             np.add.at(c["success_length"], e, ~stopped[sel])
@@ -401,8 +441,9 @@ class RackModel:
         r = self.router
         assert r.duration is not None
         r.duration.observe(np.where(chat, 0, 1), finish - self.arrival[agents])
-        self.gateway.add(self.user[agents], self.arrival[agents], first, finish, prompt, self.cached[agents], n_out,
-                         tpot)  # fmt: skip
+        self.gateway.add(
+            self.user[agents], self.arrival[agents], first, finish, prompt, self.cached[agents], n_out, tpot
+        )
         self.finished_tpot.extend(tpot[n_out > 1].tolist())
         if len(self.finished_tpot) > 200_000:
             del self.finished_tpot[:100_000]

@@ -43,16 +43,26 @@ class Endpoint:
 class Twin:
     """The model plus one renderer per endpoint; thread-safe."""
 
-    def __init__(self, profile: TwinProfile, seed: int = 0, start: float | None = None,
-                 host: str = "127.0.0.1", ports: list[int] | None = None, tick: float = TICK_SECONDS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        profile: TwinProfile,
+        seed: int = 0,
+        start: float | None = None,
+        host: str = "127.0.0.1",
+        ports: list[int] | None = None,
+        tick: float = TICK_SECONDS,
+    ) -> None:
         self.profile = profile
         self.tick = tick  # simulation step; fast-forward may take longer ones
         self.seed = seed
         self.host = host
         topo = profile.topology
-        names = ([f"prefill-{i}" for i in range(topo.prefill_instances)]
-                 + [f"decode-{i}" for i in range(topo.decode_instances)] + ["router", "gateway"]
-                 + [f"gpu-tray-{t:02d}" for t in range(topo.trays)])  # fmt: skip
+        names = (
+            [f"prefill-{i}" for i in range(topo.prefill_instances)]
+            + [f"decode-{i}" for i in range(topo.decode_instances)]
+            + ["router", "gateway"]
+            + [f"gpu-tray-{t:02d}" for t in range(topo.trays)]
+        )
         self.ports = dict(zip(names, ports or [0] * len(names)))
         self._servers: list[ThreadingHTTPServer] = []
         self._lock = threading.Lock()
@@ -94,8 +104,10 @@ class Twin:
         """Advance to `at` and render every endpoint (used for fast-forward and tests)."""
         if self.model is None:
             topo = self.profile.topology
-            self._build_model([f"http://{self.host}:0/prefill-{i}" for i in range(topo.prefill_instances)],
-                              [f"http://{self.host}:0/decode-{i}" for i in range(topo.decode_instances)])  # fmt: skip
+            self._build_model(
+                [f"http://{self.host}:0/prefill-{i}" for i in range(topo.prefill_instances)],
+                [f"http://{self.host}:0/decode-{i}" for i in range(topo.decode_instances)],
+            )
         assert self.model is not None
         with self._lock:
             self.model.advance(at)
@@ -111,8 +123,10 @@ class Twin:
         reach = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host  # what a local scraper dials
         base = {name: f"http://{reach}:{srv.server_address[1]}" for name, srv in servers.items()}
         topo = self.profile.topology
-        self._build_model([base[f"prefill-{i}"] for i in range(topo.prefill_instances)],
-                          [base[f"decode-{i}"] for i in range(topo.decode_instances)])  # fmt: skip
+        self._build_model(
+            [base[f"prefill-{i}"] for i in range(topo.prefill_instances)],
+            [base[f"decode-{i}"] for i in range(topo.decode_instances)],
+        )
         self._catch_up()
         cache: dict[str, tuple[float, str]] = {}
         targets: list[dict[str, object]] = []
@@ -121,8 +135,13 @@ class Twin:
             srv.page = self._page_fn(ep, cache)  # type: ignore[attr-defined]
             srv.snapshot = self._snapshot_fn(ep)  # type: ignore[attr-defined]
             srv.feed = self._feed_fn(ep)  # type: ignore[attr-defined]
-            entry: dict[str, object] = {"name": ep.name, "url": base[ep.name] + "/metrics", "role": ep.role,
-                                        "gpus": ep.gpus, "stack": f"twin:{self.profile.name}"}  # fmt: skip
+            entry: dict[str, object] = {
+                "name": ep.name,
+                "url": base[ep.name] + "/metrics",
+                "role": ep.role,
+                "gpus": ep.gpus,
+                "stack": f"twin:{self.profile.name}",
+            }
             if ep.hostname:
                 entry["hostname"] = ep.hostname
             targets.append(entry)
@@ -207,8 +226,9 @@ class _Server(ThreadingHTTPServer):
         """A scraper that gave up and closed is one line in the log, never a traceback."""
         exc = sys.exc_info()[1]
         if isinstance(exc, (BrokenPipeError, ConnectionResetError, TimeoutError)):
-            log.info("twin http: %s:%s went away before its answer was sent (%s)", *client_address[:2],
-                     type(exc).__name__)  # fmt: skip
+            log.info(
+                "twin http: %s:%s went away before its answer was sent (%s)", *client_address[:2], type(exc).__name__
+            )
         else:
             log.exception("twin http: error answering %s:%s", *client_address[:2])
 

@@ -15,20 +15,94 @@ from stack.vllm_plugin.moemeter_vllm_plugin.state import BUCKETS as STEP_BUCKETS
 from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES as STEP_PHASES
 
 # vLLM 0.32 default bucket families (vllm/v1/metrics/buckets.py).
-REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-                           60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
-TIME_TO_FIRST_TOKEN_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-                               2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
-INTER_TOKEN_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
-                               5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
+TIME_TO_FIRST_TOKEN_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+INTER_TOKEN_LATENCY_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 REQUEST_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
 # NIXL connector histograms keep their own bounds (vllm/distributed/kv_transfer/.../nixl).
 NIXL_XFER_TIME_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
 NIXL_POST_TIME_BUCKETS = (0.001, *NIXL_XFER_TIME_BUCKETS)
-NIXL_BYTES_BUCKETS = (2048, 8192, 32768, 131072, 524288, 2097152, 8388608, 33554432, 134217728,
-                      536870912, 2147483648, 8589934592)  # fmt: skip
+NIXL_BYTES_BUCKETS = (
+    2048,
+    8192,
+    32768,
+    131072,
+    524288,
+    2097152,
+    8388608,
+    33554432,
+    134217728,
+    536870912,
+    2147483648,
+    8589934592,
+)
 NIXL_DESCRIPTORS_BUCKETS = (10, 20, 30, 50, 75, 100, 200, 400, 1000, 2000, 4000, 10000, 20000, 50000)
 
 
@@ -117,14 +191,37 @@ def family_buckets(family_key: str, max_model_len: int, custom: dict[str, list[f
 
 
 COUNTERS = (
-    "prompt_tokens", "prompt_local_compute", "prompt_local_cache_hit", "prompt_external_kv_transfer",
-    "cached_device", "cached_p2p", "prefix_cache_queries", "prefix_cache_hits",
-    "external_prefix_cache_queries", "external_prefix_cache_hits", "generation_tokens",
-    "success_stop", "success_length", "success_abort", "success_error", "num_preemptions",
-    "estimated_flops", "estimated_read_bytes", "estimated_write_bytes", "nixl_failed_transfers",
-)  # fmt: skip
-GAUGES = ("running", "waiting", "waiting_capacity", "waiting_deferred", "kv_fetch_waiting",
-          "kv_fetch_in_progress", "kv_fetch_completed_waiting", "kv_cache_usage")  # fmt: skip
+    "prompt_tokens",
+    "prompt_local_compute",
+    "prompt_local_cache_hit",
+    "prompt_external_kv_transfer",
+    "cached_device",
+    "cached_p2p",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "external_prefix_cache_queries",
+    "external_prefix_cache_hits",
+    "generation_tokens",
+    "success_stop",
+    "success_length",
+    "success_abort",
+    "success_error",
+    "num_preemptions",
+    "estimated_flops",
+    "estimated_read_bytes",
+    "estimated_write_bytes",
+    "nixl_failed_transfers",
+)
+GAUGES = (
+    "running",
+    "waiting",
+    "waiting_capacity",
+    "waiting_deferred",
+    "kv_fetch_waiting",
+    "kv_fetch_in_progress",
+    "kv_fetch_completed_waiting",
+    "kv_cache_usage",
+)
 
 
 @dataclass
@@ -143,16 +240,24 @@ class InstanceStats:
     api_output: Histogram = field(default_factory=lambda: Histogram.zeros(STEP_BUCKETS, 1))
 
     @classmethod
-    def new(cls, name: str, role: str, dp: int, max_model_len: int, custom: dict[str, list[float]],
-            created: float) -> InstanceStats:  # fmt: skip
-        hists = {fam: Histogram.zeros(family_buckets(key, max_model_len, custom), dp)
-                 for fam, key in HIST_BUCKET_FAMILY.items()}  # fmt: skip
+    def new(
+        cls, name: str, role: str, dp: int, max_model_len: int, custom: dict[str, list[float]], created: float
+    ) -> InstanceStats:
+        hists = {
+            fam: Histogram.zeros(family_buckets(key, max_model_len, custom), dp)
+            for fam, key in HIST_BUCKET_FAMILY.items()
+        }
         hists.update({fam: Histogram.zeros(b, dp) for fam, b in NIXL_HISTOGRAMS.items()})
         return cls(
-            name=name, role=role, dp=dp, histograms=hists,
-            counters={c: np.zeros(dp) for c in COUNTERS}, gauges={g: np.zeros(dp) for g in GAUGES},
-            created=created, phases={p: Histogram.zeros(STEP_BUCKETS, dp) for p in (*STEP_PHASES, "step")},
-        )  # fmt: skip
+            name=name,
+            role=role,
+            dp=dp,
+            histograms=hists,
+            counters={c: np.zeros(dp) for c in COUNTERS},
+            gauges={g: np.zeros(dp) for g in GAUGES},
+            created=created,
+            phases={p: Histogram.zeros(STEP_BUCKETS, dp) for p in (*STEP_PHASES, "step")},
+        )
 
 
 @dataclass
@@ -174,8 +279,28 @@ class RouterStats:
     decode_pending_count: float = 0.0
     duration: Histogram | None = None
 
-    ROUTER_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 45,
-                               60, 90, 120, 180, 240)  # fmt: skip
+    ROUTER_DURATION_BUCKETS = (
+        0.001,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+        15,
+        30,
+        45,
+        60,
+        90,
+        120,
+        180,
+        240,
+    )
 
     def __post_init__(self) -> None:
         for url in self.prefill_urls + self.decode_urls:

@@ -57,8 +57,9 @@ class PrefixCache:
 
 
 class SimulatedUpstream:
-    def __init__(self, model: str = "twin-moe", ttft_seconds: float = 0.0, itl_seconds: float = 0.0,
-                 default_max_tokens: int = 16) -> None:  # fmt: skip
+    def __init__(
+        self, model: str = "twin-moe", ttft_seconds: float = 0.0, itl_seconds: float = 0.0, default_max_tokens: int = 16
+    ) -> None:
         self.model = model
         self.ttft_seconds = ttft_seconds
         self.itl_seconds = itl_seconds
@@ -100,11 +101,22 @@ class SimulatedUpstream:
             )
         if fault.startswith("status-"):
             status = int(fault[7:])
-            return web.json_response({"error": {"message": f"injected HTTP {status}", "type": "twin_fault",
-                                                "param": None, "code": status}}, status=status)  # fmt: skip
+            return web.json_response(
+                {"error": {"message": f"injected HTTP {status}", "type": "twin_fault", "param": None, "code": status}},
+                status=status,
+            )
         if body.get("model") != self.model:
-            return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                                "type": "NotFoundError", "param": "model", "code": 404}}, status=404)  # fmt: skip
+            return web.json_response(
+                {
+                    "error": {
+                        "message": f"The model `{body.get('model')}` does not exist.",
+                        "type": "NotFoundError",
+                        "param": "model",
+                        "code": 404,
+                    }
+                },
+                status=404,
+            )
         if chat:
             text = " ".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
         else:
@@ -116,8 +128,12 @@ class SimulatedUpstream:
         except Refused as r:
             return web.json_response(error_body(r.message, "BadRequestError", "400", r.param), status=400)
         n_out = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.default_max_tokens)
-        usage = {"prompt_tokens": body.get("twin_prompt_tokens", len(tokens)), "completion_tokens": n_out, "total_tokens": len(tokens) + n_out,
-                 "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+        usage = {
+            "prompt_tokens": body.get("twin_prompt_tokens", len(tokens)),
+            "completion_tokens": n_out,
+            "total_tokens": len(tokens) + n_out,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
         if fault == "router-ids":  # vllm-router in PD mode names both instances in the id it passes on
             rid = f"___prefill_addr_10.0.0.7:8100___decode_addr_10.0.0.8:8200_{rid}"
         cid, created = f"{'chatcmpl' if chat else 'cmpl'}-{rid}", int(time.time())
@@ -127,10 +143,21 @@ class SimulatedUpstream:
         if not stream and fault != "always-stream":
             await asyncio.sleep(self.itl_seconds * max(n_out - 1, 0))
             out = " ".join(f"t{i}" for i in range(n_out))
-            choice = ({"index": 0, "message": {"role": "assistant", "content": out}, "finish_reason": "length"}
-                      if chat else {"index": 0, "text": out, "finish_reason": "length"})  # fmt: skip
-            return web.json_response({"id": cid, "object": kind, "created": created, "model": self.model,
-                                      "choices": [choice], "usage": usage})  # fmt: skip
+            choice = (
+                {"index": 0, "message": {"role": "assistant", "content": out}, "finish_reason": "length"}
+                if chat
+                else {"index": 0, "text": out, "finish_reason": "length"}
+            )
+            return web.json_response(
+                {
+                    "id": cid,
+                    "object": kind,
+                    "created": created,
+                    "model": self.model,
+                    "choices": [choice],
+                    "usage": usage,
+                }
+            )
         itl = float(body.get("twin_itl_seconds", self.itl_seconds))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
@@ -138,8 +165,16 @@ class SimulatedUpstream:
         kind += ".chunk" if chat else ""
         try:
             if chat:
-                await self._event(resp, {"id": cid, "object": kind, "created": created, "model": self.model,
-                                         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})  # fmt: skip
+                await self._event(
+                    resp,
+                    {
+                        "id": cid,
+                        "object": kind,
+                        "created": created,
+                        "model": self.model,
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+                    },
+                )
             for i in range(n_out):
                 if drop_after is not None and i == drop_after:
                     request.transport.close()  # type: ignore[union-attr]
@@ -150,11 +185,14 @@ class SimulatedUpstream:
                 piece = f" t{i}"
                 choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
                 choice["finish_reason"] = "length" if last else None
-                await self._event(resp, {"id": cid, "object": kind, "created": created, "model": self.model,
-                                         "choices": [choice]})  # fmt: skip
+                await self._event(
+                    resp, {"id": cid, "object": kind, "created": created, "model": self.model, "choices": [choice]}
+                )
             if (body.get("stream_options") or {}).get("include_usage"):
-                await self._event(resp, {"id": cid, "object": kind, "created": created, "model": self.model,
-                                         "choices": [], "usage": usage})  # fmt: skip
+                await self._event(
+                    resp,
+                    {"id": cid, "object": kind, "created": created, "model": self.model, "choices": [], "usage": usage},
+                )
             await resp.write(b"data: [DONE]\n\n")
             if fault == "linger-after-done":
                 await asyncio.sleep(0.5)

@@ -17,8 +17,11 @@ from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("t", "http://x/metrics", "decode", 1)
 NAMES = st.text(string.ascii_letters + "_:", min_size=1, max_size=12).filter(lambda s: not s[0].isdigit())
-LABELS = st.dictionaries(st.text(string.ascii_letters + "_", min_size=1, max_size=8).filter(lambda s: not s.startswith("__")),
-                         st.text(string.printable, max_size=30), max_size=3)  # fmt: skip
+LABELS = st.dictionaries(
+    st.text(string.ascii_letters + "_", min_size=1, max_size=8).filter(lambda s: not s.startswith("__")),
+    st.text(string.printable, max_size=30),
+    max_size=3,
+)
 VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**20), 10**20))
 KINDS = st.sampled_from(["counter", "gauge", "untyped", None])
 

@@ -9,15 +9,22 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.parse import MAX_SAMPLES, ExpositionError, _parse_plain_text, parse_page, parse_reference
 
-CAPTURES = ["vllm-0.32.0-cpu-tiny-deepseek.metrics.txt", "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt",
-            "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", "vllm-router-0.1.17-pd.metrics.txt"]  # fmt: skip
+CAPTURES = [
+    "vllm-0.32.0-cpu-tiny-deepseek.metrics.txt",
+    "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt",
+    "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt",
+    "vllm-router-0.1.17-pd.metrics.txt",
+]
 
 
 @pytest.mark.parametrize("name", CAPTURES)
 def test_real_captures_give_exactly_the_reference_samples(capture, name):
     text = capture(name)
-    ref = [(s.name, tuple(sorted(s.labels.items())), s.value, f.name, f.type)
-           for f in text_string_to_metric_families(text) for s in f.samples]  # fmt: skip
+    ref = [
+        (s.name, tuple(sorted(s.labels.items())), s.value, f.name, f.type)
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    ]
     got = [(s.name, s.labels, s.value, s.family, s.kind) for s in parse_page(text.encode())]
     assert got == ref
     assert len(got) > 70
@@ -29,12 +36,15 @@ def test_openmetrics_is_parsed_by_the_openmetrics_parser():
     assert [(s.name, s.value, s.kind) for s in got] == [("a_total", 3.0, "counter"), ("b", 2.5, "gauge")]
 
 
-@pytest.mark.parametrize("body,match", [
-    (b"this is not a metric page\n", "parse error"),
-    (b"# TYPE a counter\na_total{x=\"1\" 3\n", "parse error"),
-    (b"# TYPE a counter\na_total 3\nb_total 4", "truncated"),
-    (b"\xff\xfe\x00garbage\n", "not UTF-8"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        (b"this is not a metric page\n", "parse error"),
+        (b'# TYPE a counter\na_total{x="1" 3\n', "parse error"),
+        (b"# TYPE a counter\na_total 3\nb_total 4", "truncated"),
+        (b"\xff\xfe\x00garbage\n", "not UTF-8"),
+    ],
+)
 def test_malformed_pages_are_refused_with_the_reason(body, match):
     with pytest.raises(ExpositionError, match=match):
         parse_page(body)
@@ -61,18 +71,71 @@ def test_arbitrary_bytes_either_parse_or_raise_exposition_error(body):
 
 
 # ---------------------------------------------------------------- the fast path agrees with the reference
-PIECES = st.sampled_from([
-    "# TYPE a counter", "# TYPE a_total counter", "# TYPE h histogram", "# TYPE s summary", "# TYPE g gauge",
-    "# TYPE a", "# HELP a some \"quoted\" help", "# HELP g", "# HELP", "# comment", "#", '# TYPE "a" counter',
-    "# TYPE g\xa0gauge", "# TYPE a counter extra", "# HELP a_total x",
-    "a_total 1", "a 2", "a_total{x=\"1\"} 3", "a_total{x=\"1\",y=\"2\"} 4 1700000000000", "g 1.5", "g{} 2",
-    "g{x=\"a,b}c\"} 3", "g{x=\"\\\"q\\\"\"} 4", "g{x=\"1\",} 5", "g{ x=\"1\"} 6", "g {x=\"1\"} 7", "g{x=\"1\"}8",
-    "g{x=\"1\",x=\"2\"} 9", "g{__x=\"1\"} 1", "g{__name__=\"g\"} 1", "g{a:b=\"1\"} 1", "g 1_000", "g 1 1_0", "g 1 zz",
-    "g NaN", "g +Inf", "g -inf", "g nan", "g 0x10", "g 1e3", "g 12345678901234567890123", "g\t1", "g 1\t2",
-    "g 1 2 3", "g 1 # {t=\"1\"} 2", "h_bucket{le=\"1\"} 1", "h_bucket{le=\"+Inf\"} 2", "h_count 2", "h_sum 3",
-    "h 4", "s 1", "s_count 1", "s_sum 2", "s{quantile=\"0.5\"} 1", "other 1", "  g   1  ", "\u00e9 1", "g \u2003 1",
-    "g{x=\"\u00e9\"} 1", "g\x1c1", "",
-])  # fmt: skip
+PIECES = st.sampled_from(
+    [
+        "# TYPE a counter",
+        "# TYPE a_total counter",
+        "# TYPE h histogram",
+        "# TYPE s summary",
+        "# TYPE g gauge",
+        "# TYPE a",
+        '# HELP a some "quoted" help',
+        "# HELP g",
+        "# HELP",
+        "# comment",
+        "#",
+        '# TYPE "a" counter',
+        "# TYPE g\xa0gauge",
+        "# TYPE a counter extra",
+        "# HELP a_total x",
+        "a_total 1",
+        "a 2",
+        'a_total{x="1"} 3',
+        'a_total{x="1",y="2"} 4 1700000000000',
+        "g 1.5",
+        "g{} 2",
+        'g{x="a,b}c"} 3',
+        'g{x="\\"q\\""} 4',
+        'g{x="1",} 5',
+        'g{ x="1"} 6',
+        'g {x="1"} 7',
+        'g{x="1"}8',
+        'g{x="1",x="2"} 9',
+        'g{__x="1"} 1',
+        'g{__name__="g"} 1',
+        'g{a:b="1"} 1',
+        "g 1_000",
+        "g 1 1_0",
+        "g 1 zz",
+        "g NaN",
+        "g +Inf",
+        "g -inf",
+        "g nan",
+        "g 0x10",
+        "g 1e3",
+        "g 12345678901234567890123",
+        "g\t1",
+        "g 1\t2",
+        "g 1 2 3",
+        'g 1 # {t="1"} 2',
+        'h_bucket{le="1"} 1',
+        'h_bucket{le="+Inf"} 2',
+        "h_count 2",
+        "h_sum 3",
+        "h 4",
+        "s 1",
+        "s_count 1",
+        "s_sum 2",
+        's{quantile="0.5"} 1',
+        "other 1",
+        "  g   1  ",
+        "\u00e9 1",
+        "g \u2003 1",
+        'g{x="\u00e9"} 1',
+        "g\x1c1",
+        "",
+    ]
+)
 
 
 @settings(max_examples=500, deadline=None)

@@ -31,8 +31,10 @@ def test_every_request_lands_once_across_collector_restarts(tmp_path: Path) -> N
         sent = []
         for _round_no in range(3):
             for i in range(4):
-                r = httpx.post(rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a b c",
-                                                                   "max_tokens": 2 + i, "user": f"u{i}"})  # fmt: skip
+                r = httpx.post(
+                    rig.url + "/v1/completions",
+                    json={"model": "twin-moe", "prompt": "a b c", "max_tokens": 2 + i, "user": f"u{i}"},
+                )
                 sent.append(r.headers["X-Request-Id"])
             rig.flush()
             collector = Collector(wh, targets, interval=1.0)  # a fresh collector each time: cursor from the file
@@ -75,13 +77,29 @@ def test_poison_records_in_a_feed_are_repaired_or_refused_alone(tmp_path: Path) 
         (tmp_path / d).mkdir()
     old, other = start_rig(tmp_path / "old"), start_rig(tmp_path / "other")
     targets = tmp_path / "targets.json"
-    targets.write_text(json.dumps([{"name": n, "url": r.url + "/metrics", "role": "gateway", "gpus": 0}
-                                   for n, r in (("old", old), ("other", other))]))  # fmt: skip
+    targets.write_text(
+        json.dumps(
+            [
+                {"name": n, "url": r.url + "/metrics", "role": "gateway", "gpus": 0}
+                for n, r in (("old", old), ("other", other))
+            ]
+        )
+    )
     wh = Warehouse(tmp_path / "w.duckdb")
 
     def record(**kw: object) -> RequestRecord:
-        base = dict(request_id="r", started_at=1_796_000_000.0, user="u", tenant="t", model="twin-moe",
-                    endpoint="completions", stream=False, status=200, outcome="ok", prompt_tokens=3)  # fmt: skip
+        base = dict(
+            request_id="r",
+            started_at=1_796_000_000.0,
+            user="u",
+            tenant="t",
+            model="twin-moe",
+            endpoint="completions",
+            stream=False,
+            status=200,
+            outcome="ok",
+            prompt_tokens=3,
+        )
         return RequestRecord(**{**base, **kw})  # type: ignore[arg-type]
 
     try:
@@ -100,10 +118,15 @@ def test_poison_records_in_a_feed_are_repaired_or_refused_alone(tmp_path: Path) 
         wh.close()
         old.loop.close()
         other.loop.close()
-    assert stored.values.tolist() == [["old", "\ufffdevil", 3], ["old", "fine", 3], ["old", "anonymous", 1],
-                                      ["other", "anonymous", 1]]  # fmt: skip
+    assert stored.values.tolist() == [
+        ["old", "\ufffdevil", 3],
+        ["old", "fine", 3],
+        ["old", "anonymous", 1],
+        ["other", "anonymous", 1],
+    ]
     assert rejected.values.tolist() == [
         ["old", "request", "prompt_tokens must be a non-negative integer that fits its column: record refused", 1],
-        ["old", "request", "user is not valid UTF-8: stored with U+FFFD in place", 1]]  # fmt: skip
+        ["old", "request", "user is not valid UTF-8: stored with U+FFFD in place", 1],
+    ]
     assert scrapes.values.tolist() == [["old", 3], ["other", 3]]
     assert (collector.health.rounds, collector.health.rounds_failed, collector.health.refused) == (3, 0, 2)

@@ -59,8 +59,12 @@ def test_a_slow_target_does_not_delay_the_round_beyond_its_timeout(http_server, 
     import time
 
     t0 = time.perf_counter()
-    batches = asyncio.run(_scrape([TargetInfo("slow", f"{base}/slow", "router", 0),
-                                   TargetInfo("fast", f"{base}/fast", "router", 0)], timeout=0.5))  # fmt: skip
+    batches = asyncio.run(
+        _scrape(
+            [TargetInfo("slow", f"{base}/slow", "router", 0), TargetInfo("fast", f"{base}/fast", "router", 0)],
+            timeout=0.5,
+        )
+    )
     assert time.perf_counter() - t0 < 2.0
     assert [b.up for b in batches] == [False, True]
 

@@ -119,8 +119,10 @@ def test_an_input_that_breaks_the_round_is_refused_alone(tmp_path, monkeypatch):
     assert stored.values.tolist() == [["decode-1", 3]]  # every round of the other target
     assert [(t, up) for t, up, _ in scrapes.values.tolist()] == [("decode-0", False), ("decode-1", True)] * 3
     assert all("scraped but not stored: ValueError: named fake" in e for t, _, e in scrapes.values if t == "decode-0")
-    assert rejected.values.tolist() == [
-        ["decode-0", "round", "ValueError: named fake: an input nobody foresaw: refused", 1]] * 3  # fmt: skip
+    assert (
+        rejected.values.tolist()
+        == [["decode-0", "round", "ValueError: named fake: an input nobody foresaw: refused", 1]] * 3
+    )
     h = c.health.as_json()
     assert (h["ok"], h["rounds"], h["rounds_failed"], h["targets_not_stored"], h["refused"]) == (True, 3, 0, 3, 3)
 
@@ -131,7 +133,8 @@ def test_a_target_inventing_series_is_bounded_and_its_other_series_kept(tmp_path
     c.ingestor = Ingestor(max_series=250, max_new_series=100)
     for k in range(5):  # each page: one steady counter and 120 series with new label values
         page = f"# TYPE steady_total counter\nsteady_total {k}\n# TYPE req gauge\n" + "".join(
-            f'req{{id="{k}-{i}"}} 1\n' for i in range(120))  # fmt: skip
+            f'req{{id="{k}-{i}"}} 1\n' for i in range(120)
+        )
         c.store([ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.0, parse_page(page.encode()))])
     series = wh.query_df("SELECT count(*) AS n FROM series").n[0]
     steady = wh.query_df(
@@ -144,7 +147,8 @@ def test_a_target_inventing_series_is_bounded_and_its_other_series_kept(tmp_path
     assert series == 250 and steady.n[0] == 5  # capped; the steady series stored every round
     assert rejected.values.tolist() == [
         ["new series over the limit of 100 per round: samples refused until a later round", 21 + 20],
-        ["new series over the limit of 250 per target: samples refused", 70 + 120 + 120]]  # fmt: skip
+        ["new series over the limit of 250 per target: samples refused", 70 + 120 + 120],
+    ]
 
 
 def test_a_target_name_stored_for_another_stack_is_warned_about(tmp_path, caplog):
@@ -155,10 +159,14 @@ def test_a_target_name_stored_for_another_stack_is_warned_about(tmp_path, caplog
     wh = Warehouse(tmp_path / "w.duckdb")
     twin = TargetInfo("decode-0", "http://x/metrics", "decode", 64, stack="deepseek-v4.1-flash")
     Collector(wh, tmp_path / "none.json").store([ScrapeBatch(twin, T0, True, 0.0, [])])
-    (tmp_path / "t.json").write_text(json.dumps([{"name": "decode-0", "url": "http://y/metrics", "role": "decode",
-                                                  "gpus": 1, "stack": "local-cpu"},
-                                                 {"name": "prefill-0", "url": "http://z/metrics", "role": "prefill",
-                                                  "gpus": 1, "stack": "local-cpu"}]))  # fmt: skip
+    (tmp_path / "t.json").write_text(
+        json.dumps(
+            [
+                {"name": "decode-0", "url": "http://y/metrics", "role": "decode", "gpus": 1, "stack": "local-cpu"},
+                {"name": "prefill-0", "url": "http://z/metrics", "role": "prefill", "gpus": 1, "stack": "local-cpu"},
+            ]
+        )
+    )
     c = Collector(wh, tmp_path / "t.json")
     with caplog.at_level(logging.WARNING, logger="collectors.service"):
         c.refresh_targets()

@@ -21,15 +21,18 @@ def test_good_file_loads(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("data,match", [
-    ({"name": "x"}, "expected a JSON list"),
-    ([{"name": "x"}], r"missing \['url', 'role', 'gpus'\]"),
-    ([{**GOOD, "role": "cache"}], "role must be one of"),
-    ([{**GOOD, "gpus": -1}], "gpus must be a non-negative integer"),
-    ([{**GOOD, "gpus": True}], "gpus must be a non-negative integer"),
-    ([{**GOOD, "url": "ftp://x"}], "url must start with http"),
-    ([GOOD, GOOD], "duplicate target name"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        ({"name": "x"}, "expected a JSON list"),
+        ([{"name": "x"}], r"missing \['url', 'role', 'gpus'\]"),
+        ([{**GOOD, "role": "cache"}], "role must be one of"),
+        ([{**GOOD, "gpus": -1}], "gpus must be a non-negative integer"),
+        ([{**GOOD, "gpus": True}], "gpus must be a non-negative integer"),
+        ([{**GOOD, "url": "ftp://x"}], "url must start with http"),
+        ([GOOD, GOOD], "duplicate target name"),
+    ],
+)
 def test_bad_entries_are_refused(tmp_path, data, match):
     p = tmp_path / "t.json"
     p.write_text(json.dumps(data))

@@ -120,8 +120,16 @@ def test_what_if_predicts_with_the_planner_on_observed_load(seeded):
 
 def test_hottest_since_is_the_start_of_the_trailing_run():
     b = pd.to_datetime(["2026-11-30 12:00", "2026-11-30 12:01", "2026-11-30 12:02", "2026-11-30 12:03"])
-    rows = [(b[0], 0, 0, 9.0), (b[0], 0, 1, 1.0), (b[1], 0, 0, 1.0), (b[1], 0, 1, 9.0),
-            (b[2], 0, 0, 1.0), (b[2], 0, 1, 9.0), (b[3], 0, 0, 2.0), (b[3], 0, 1, 8.0)]  # fmt: skip
+    rows = [
+        (b[0], 0, 0, 9.0),
+        (b[0], 0, 1, 1.0),
+        (b[1], 0, 0, 1.0),
+        (b[1], 0, 1, 9.0),
+        (b[2], 0, 0, 1.0),
+        (b[2], 0, 1, 9.0),
+        (b[3], 0, 0, 2.0),
+        (b[3], 0, 1, 8.0),
+    ]
     steps = pd.DataFrame(rows, columns=["bucket", "layer", "rank", "tokens"])
     assert data.hottest_since(steps, 0, 1) == b[1]
     assert data.hottest_since(steps, 0, 0) is None

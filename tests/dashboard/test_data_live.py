@@ -33,16 +33,26 @@ def seeded():
         pages = twin.pages(START + 10 * k)
         eps = {e.name: e for e in twin.endpoints()}
         m = twin.model
-        truth.append({
-            "prompt": sum(i.counters["prompt_tokens"].sum() for i in m.prefill),
-            "cached": sum(i.counters["prompt_local_cache_hit"].sum() for i in m.prefill),
-            "generated": sum(i.counters["generation_tokens"].sum() for i in m.decode),
-        })  # fmt: skip
+        truth.append(
+            {
+                "prompt": sum(i.counters["prompt_tokens"].sum() for i in m.prefill),
+                "cached": sum(i.counters["prompt_local_cache_hit"].sum() for i in m.prefill),
+                "generated": sum(i.counters["generation_tokens"].sum() for i in m.decode),
+            }
+        )
         for name, text in pages.items():
             t = TargetInfo(name, f"http://twin/{name}", eps[name].role, eps[name].gpus, "twin:test", eps[name].hostname)
             ing.write(con, ScrapeBatch(t, T0 + timedelta(seconds=10 * k), True, 0.01, parse_page(text.encode())))
-    ing.write(con, ScrapeBatch(TargetInfo("down", "http://x", "router", 0), T0 + timedelta(seconds=20), False, 4.0,
-                               error="timeout after 4s"))  # fmt: skip
+    ing.write(
+        con,
+        ScrapeBatch(
+            TargetInfo("down", "http://x", "router", 0),
+            T0 + timedelta(seconds=20),
+            False,
+            4.0,
+            error="timeout after 4s",
+        ),
+    )
     return LocalQuery(con), truth
 
 

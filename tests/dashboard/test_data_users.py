@@ -153,8 +153,9 @@ def test_records_stored_after_their_hour_was_rolled_up_count_at_once_and_once() 
         s = users.summary(q, w)
         assert s is not None and s.requests == want, now
         assert s.generated_tokens == on_time.generated_tokens.sum() + late.generated_tokens.sum()
-        assert users.tps_over_time(q, w).requests.sum() == (on_time.itl_mean_seconds.notna().sum()
-                                                             + late.itl_mean_seconds.notna().sum())  # fmt: skip
+        assert users.tps_over_time(q, w).requests.sum() == (
+            on_time.itl_mean_seconds.notna().sum() + late.itl_mean_seconds.notna().sum()
+        )
         assert users.users_table(q, w, limit=1000).requests.sum() == want
         hours = users.user_history(q, w, str(late.user.iloc[0]))
         both = pd.concat([on_time, late])
@@ -162,10 +163,13 @@ def test_records_stored_after_their_hour_was_rolled_up_count_at_once_and_once() 
         assert hours.set_index("bucket").requests.get(T0 - timedelta(hours=1), 0) >= 1
         # The Cost page's per-user tokens read the same hourly view: every record once, edges cut exactly.
         for a, b in ((w.start, w.end), (T0 - timedelta(minutes=4, seconds=21), T0 + timedelta(hours=1, seconds=7))):
-            truth = con.execute("""SELECT user_id AS user, count(*) AS requests, sum(prompt_tokens) AS prompt_tokens,
+            truth = con.execute(
+                """SELECT user_id AS user, count(*) AS requests, sum(prompt_tokens) AS prompt_tokens,
                                           coalesce(sum(cached_prompt_tokens), 0) AS cached_prompt_tokens,
                                           sum(generated_tokens) AS generated_tokens
                                    FROM requests WHERE finished_at >= ? AND finished_at < ?
-                                   GROUP BY user_id ORDER BY user_id""", [a, b]).df()  # fmt: skip
+                                   GROUP BY user_id ORDER BY user_id""",
+                [a, b],
+            ).df()
             got = cost.user_tokens(q, a, b)
             assert len(truth) > 10 and got.to_dict("records") == truth.to_dict("records"), (now, a, b)

@@ -36,8 +36,9 @@ def test_no_rebalances_no_lines():
 
 
 def test_expert_heatmap_is_perceptually_uniform_with_a_log_option_and_whole_ticks() -> None:
-    shares = pd.DataFrame({"layer": [0, 0, 0, 1, 1, 1], "expert": [0, 1, 2, 0, 1, 2],
-                           "share": [0.9, 0.099, 0.001, 0.5, 0.5, 0.0]})  # fmt: skip
+    shares = pd.DataFrame(
+        {"layer": [0, 0, 0, 1, 1, 1], "expert": [0, 1, 2, 0, 1, 2], "share": [0.9, 0.099, 0.001, 0.5, 0.5, 0.0]}
+    )
     lin = figures.expert_heatmap(shares)
     viridis = go.Figure(go.Heatmap(colorscale="Viridis")).data[0].colorscale
     assert [c[1] for c in lin.data[0].colorscale] == [c[1] for c in viridis]
@@ -60,10 +61,18 @@ def test_rank_heatmap_ticks_whole_ranks_and_layers() -> None:
 
 def test_layer_axes_tick_whole_layers() -> None:
     """Three MoE layers (the local stack's tiny model) were ticked -0.5, 0, 0.5, ... 2.5."""
-    bal = pd.DataFrame({"layer": [0, 1, 2] * 2, "bucket": pd.to_datetime(["2026-12-01 17:00"] * 3 + ["2026-12-01 17:01"] * 3),
-                        "balancedness": [1.0, 0.9, 0.8, 0.95, 0.85, 0.75]})  # fmt: skip
+    bal = pd.DataFrame(
+        {
+            "layer": [0, 1, 2] * 2,
+            "bucket": pd.to_datetime(["2026-12-01 17:00"] * 3 + ["2026-12-01 17:01"] * 3),
+            "balancedness": [1.0, 0.9, 0.8, 0.95, 0.85, 0.75],
+        }
+    )
     fig = figures.balancedness_figure(bal, pd.DataFrame())
     assert fig.layout.yaxis.dtick == 1 and fig.layout.yaxis.tick0 == 0
-    wi = figures.what_if_figure(pd.DataFrame({"layer": [0, 1, 2], "current_balancedness": [0.5, 0.6, 0.7],
-                                              "planned_balancedness": [0.9, 0.9, 0.9]}))  # fmt: skip
+    wi = figures.what_if_figure(
+        pd.DataFrame(
+            {"layer": [0, 1, 2], "current_balancedness": [0.5, 0.6, 0.7], "planned_balancedness": [0.9, 0.9, 0.9]}
+        )
+    )
     assert wi.layout.xaxis.dtick == 1 and wi.layout.xaxis.tick0 == 0

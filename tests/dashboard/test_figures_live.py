@@ -10,8 +10,13 @@ B = pd.to_datetime(["2026-11-30 12:00:00", "2026-11-30 12:00:10"])
 
 
 def test_tokens_per_gpu_draws_one_trace_per_series_in_its_pool_panel():
-    tpg = pd.DataFrame({"bucket": list(B) * 4, "series": ["prefill logical"] * 2 + ["prefill computed"] * 2
-                        + ["decode"] * 2 + ["rack logical"] * 2, "value": [8e6, 8.1e6, 4e5, 4.1e5, 9e3, 9.1e3, 9.5e5, 9.6e5]})  # fmt: skip
+    tpg = pd.DataFrame(
+        {
+            "bucket": list(B) * 4,
+            "series": ["prefill logical"] * 2 + ["prefill computed"] * 2 + ["decode"] * 2 + ["rack logical"] * 2,
+            "value": [8e6, 8.1e6, 4e5, 4.1e5, 9e3, 9.1e3, 9.5e5, 9.6e5],
+        }
+    )
     fig = figures.tokens_per_gpu_figure(tpg)
     by_name = {t.name: t for t in fig.data}
     assert set(by_name) == {"prefill logical", "prefill computed", "decode", "rack logical"}
@@ -20,8 +25,14 @@ def test_tokens_per_gpu_draws_one_trace_per_series_in_its_pool_panel():
 
 
 def test_latency_figure_is_in_milliseconds_per_pool_and_quantile():
-    q = pd.DataFrame({"bucket": list(B) * 2, "role": ["decode"] * 4, "quantile": [0.5, 0.5, 0.9, 0.9],
-                      "value": [0.004, 0.0045, 0.005, 0.0052]})  # fmt: skip
+    q = pd.DataFrame(
+        {
+            "bucket": list(B) * 2,
+            "role": ["decode"] * 4,
+            "quantile": [0.5, 0.5, 0.9, 0.9],
+            "value": [0.004, 0.0045, 0.005, 0.0052],
+        }
+    )
     fig = figures.latency_figure(q, "ITL")
     assert [t.name for t in fig.data] == ["decode p50", "decode p90"]
     assert list(fig.data[1].y) == [5.0, 5.2]
@@ -42,8 +53,16 @@ def test_gpu_heatmap_has_one_cell_per_gpu():
 
 
 def test_queue_and_kv_figures():
-    g = pd.DataFrame({"bucket": list(B) * 2, "role": ["decode"] * 2 + ["prefill"] * 2, "running": [3000, 3100, 2, 3],
-                      "waiting": [0, 1, 5, 0], "kv_mean": [0.5, 0.6, 0.7, 0.7], "kv_max": [0.8, 0.9, 0.9, 1.0]})  # fmt: skip
+    g = pd.DataFrame(
+        {
+            "bucket": list(B) * 2,
+            "role": ["decode"] * 2 + ["prefill"] * 2,
+            "running": [3000, 3100, 2, 3],
+            "waiting": [0, 1, 5, 0],
+            "kv_mean": [0.5, 0.6, 0.7, 0.7],
+            "kv_max": [0.8, 0.9, 0.9, 1.0],
+        }
+    )
     names = [t.name for t in figures.queue_figure(g).data]
     assert names == ["decode running", "decode waiting", "prefill running", "prefill waiting"]
     kv = figures.kv_figure(g)
@@ -51,8 +70,15 @@ def test_queue_and_kv_figures():
 
 
 def test_a_line_breaks_across_an_outage_instead_of_joining_its_edges():
-    t = pd.to_datetime(["2026-11-30 12:00:00", "2026-11-30 12:00:10", "2026-11-30 12:00:20",
-                        "2026-11-30 12:05:00", "2026-11-30 12:05:10"])  # a 4 min 40 s hole  # fmt: skip
+    t = pd.to_datetime(
+        [
+            "2026-11-30 12:00:00",
+            "2026-11-30 12:00:10",
+            "2026-11-30 12:00:20",
+            "2026-11-30 12:05:00",
+            "2026-11-30 12:05:10",
+        ]
+    )  # a 4 min 40 s hole
     tpg = pd.DataFrame({"bucket": t, "series": ["decode"] * 5, "value": [1.0, 2.0, 3.0, 4.0, 5.0]})
     decode = next(tr for tr in figures.tokens_per_gpu_figure(tpg).data if tr.name == "decode")
     ys = list(decode.y)

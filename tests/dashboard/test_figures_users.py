@@ -23,8 +23,14 @@ def test_distribution_marks_p50_and_p90() -> None:
 
 
 def test_top_users_stack_computed_cached_and_generated() -> None:
-    t = pd.DataFrame({"user_id": ["a", "b"], "prompt_tokens": [100, 50], "cached_prompt_tokens": [60, 0],
-                      "generated_tokens": [10, 20]})  # fmt: skip
+    t = pd.DataFrame(
+        {
+            "user_id": ["a", "b"],
+            "prompt_tokens": [100, 50],
+            "cached_prompt_tokens": [60, 0],
+            "generated_tokens": [10, 20],
+        }
+    )
     fig = figures.top_users_figure(t)
     assert [d.name for d in fig.data] == ["prompt, computed", "prompt, cached", "generated"]
     assert list(fig.data[0].y) == ["b", "a"] and list(fig.data[0].x) == [50, 40]  # biggest on top

@@ -19,15 +19,28 @@ def test_while_the_stack_starts_pages_say_so():
 
 
 def test_collector_banner_says_since_when_and_why():
-    text = collector_warning({"ok": False, "failing_since": "2026-11-30T13:00:00+00:00", "rounds_failed": 4,
-                              "last_error": "OverflowError: int too big to convert"})  # fmt: skip
+    text = collector_warning(
+        {
+            "ok": False,
+            "failing_since": "2026-11-30T13:00:00+00:00",
+            "rounds_failed": 4,
+            "last_error": "OverflowError: int too big to convert",
+        }
+    )
     assert text is not None and "13:00:00" in text and "4 failed" in text and "OverflowError" in text
 
 
 def test_banner_says_why_since_when_and_what_is_lost():
-    text = writer_warning({"ok": False, "problem": "disk full", "since": "2026-11-30T13:00:00+00:00",
-                           "failed_writes": 7, "last_write": "2026-11-30T12:59:55+00:00",
-                           "error": "No space left on device"})  # fmt: skip
+    text = writer_warning(
+        {
+            "ok": False,
+            "problem": "disk full",
+            "since": "2026-11-30T13:00:00+00:00",
+            "failed_writes": 7,
+            "last_write": "2026-11-30T12:59:55+00:00",
+            "error": "No space left on device",
+        }
+    )
     assert text is not None
     assert "disk full" in text and "7 rounds lost" in text and "12:59:55" in text and "No space left" in text
 
@@ -40,8 +53,10 @@ def test_each_query_failure_reads_as_its_cause_and_what_to_do():
     from warehouse.readonly import QueryBusy, QueryError, QueryRefused, QueryTimeout, QueryTooLarge
 
     url = "http://127.0.0.1:9"
-    said = {cls.__name__: api_error_message(cls("why"), url) for cls in
-            (ApiUnreachable, QueryTimeout, QueryTooLarge, QueryBusy, QueryRefused, QueryError)}  # fmt: skip
+    said = {
+        cls.__name__: api_error_message(cls("why"), url)
+        for cls in (ApiUnreachable, QueryTimeout, QueryTooLarge, QueryBusy, QueryRefused, QueryError)
+    }
     assert said["ApiUnreachable"] == f"Cannot reach the warehouse query API at {url}: why"
     assert "took too long" in said["QueryTimeout"] and "shorter range" in said["QueryTimeout"]
     assert "more than the warehouse sends" in said["QueryTooLarge"]

@@ -22,8 +22,14 @@ from stack import ready
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 ROOT = Path(__file__).parents[2]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def free_port() -> int:
@@ -77,9 +83,24 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) ->
 @pytest.fixture
 def stack(tmp_path):
     port, api_port = free_port(), free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "up", "--workdir", str(tmp_path), "--port", str(port),
-                             "--api-port", str(api_port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "up",
+            "--workdir",
+            str(tmp_path),
+            "--port",
+            str(port),
+            "--api-port",
+            str(api_port),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         first = proc.stdout.readline()
         assert f"http://127.0.0.1:{port}" in first, first
@@ -120,7 +141,8 @@ def test_moemeter_up_shows_live_numbers_in_chromium(stack):
         first = headline(page)
         # Moving: after two more scrape rounds the rack throughput has new values.
         page.wait_for_function(
-            f"!document.body.innerText.includes({first['Rack tok/s per GPU (logical)']!r})", timeout=ms(60))  # fmt: skip
+            f"!document.body.innerText.includes({first['Rack tok/s per GPU (logical)']!r})", timeout=ms(60)
+        )
         second = headline(page)
         page.screenshot(path=str(shots / "live.png"), full_page=True)
         # The Experts page of the same stack: the decode instance's EPLB hot spots.

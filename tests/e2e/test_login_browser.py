@@ -14,8 +14,11 @@ import pytest
 
 from .test_browser import CHROMIUM, CHROMIUM_ARGS, ROOT, free_port, ms, wait_http
 
-pytestmark = [pytest.mark.integration, pytest.mark.browser,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium")]  # fmt: skip
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium"),
+]
 SECRET = "t8PzQ2mWv5KcR1nYbX7dL4sHfJ0gA3eU"
 FORGED = "forged@attacker.example"
 
@@ -37,11 +40,27 @@ def test_a_cookie_forged_with_the_empty_key_never_gets_in(tmp_path):
     (tmp_path / ".streamlit").mkdir()
     (tmp_path / ".streamlit" / "secrets.toml").write_text(
         f'[auth]\nredirect_uri = "{origin}/oauth2callback"\ncookie_secret = "{SECRET}"\nclient_id = "moemeter"\n'
-        'client_secret = "idp-secret"\nserver_metadata_url = "http://127.0.0.1:9/.well-known/openid-configuration"\n')  # fmt: skip
+        'client_secret = "idp-secret"\nserver_metadata_url = "http://127.0.0.1:9/.well-known/openid-configuration"\n'
+    )
     env = {**os.environ, "HOME": str(tmp_path)}
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "dashboard", "--require-login", "--port", str(port),
-                             "--api", "http://127.0.0.1:9"], cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "dashboard",
+            "--require-login",
+            "--port",
+            str(port),
+            "--api",
+            "http://127.0.0.1:9",
+        ],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seen: dict[str, str] = {}
     try:
         wait_http(f"{origin}/_stcore/health", 120, proc)
@@ -52,8 +71,11 @@ def test_a_cookie_forged_with_the_empty_key_never_gets_in(tmp_path):
                 ctx.add_cookies([{"name": "_streamlit_user", "value": signed(key, origin), "url": origin}])
                 page = ctx.new_page()
                 page.goto(origin, wait_until="networkidle")
-                page.wait_for_function("document.body.innerText.includes('Sign in to see the dashboard') || "
-                                       "document.body.innerText.includes('Signed in as')", timeout=ms(90))  # fmt: skip
+                page.wait_for_function(
+                    "document.body.innerText.includes('Sign in to see the dashboard') || "
+                    "document.body.innerText.includes('Signed in as')",
+                    timeout=ms(90),
+                )
                 seen[who] = page.inner_text("body")
                 ctx.close()
             browser.close()

@@ -102,8 +102,9 @@ def test_a_query_the_api_refuses_is_a_message_on_the_page_not_a_traceback(rack, 
         at.run()
         assert not at.exception, at.exception
         errors = [e.value for e in at.error]
-        assert any("asked for more than the warehouse sends at once" in e and "Pick a shorter range" in e
-                   for e in errors), errors  # fmt: skip
+        assert any(
+            "asked for more than the warehouse sends at once" in e and "Pick a shorter range" in e for e in errors
+        ), errors
     finally:
         srv.shutdown()
         wh.close()

@@ -38,9 +38,26 @@ def twin_targets(tmp_path_factory):
 def serve(targets: Path, db: Path) -> tuple[subprocess.Popen, str]:  # type: ignore[type-arg]
     """`moemeter serve` (its log beside the database) and its query API's address, from the line it prints."""
     with (db.parent / "serve.log").open("a") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db", str(db),
-                                 "--interval", str(INTERVAL), "--api-port", "0"], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=log, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "moemeter",
+                "serve",
+                "--targets",
+                str(targets),
+                "--db",
+                str(db),
+                "--interval",
+                str(INTERVAL),
+                "--api-port",
+                "0",
+            ],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     first = proc.stdout.readline() if proc.stdout else ""
     if "query API http://" not in first:
         proc.kill()  # never left running for later tests
@@ -107,15 +124,18 @@ def test_sigkill_loses_at_most_one_interval_and_the_file_reopens(twin_targets, t
     with duckdb.connect(str(db), read_only=True) as con:
         assert con.execute("SELECT max(ts) FROM scrapes WHERE ts < ?", [restarted_at]).fetchall()[0][0] == ts
         first_after = con.execute("SELECT min(ts) FROM scrapes WHERE ts > ?", [ts]).fetchall()[0][0]
-        gaps = con.execute("""SELECT DISTINCT i.seconds FROM increments i JOIN series s USING (series_id)
-                              WHERE s.metric = 'vllm:prompt_tokens_total' AND i.ts = ?""", [first_after]).fetchall()  # fmt: skip
+        gaps = con.execute(
+            """SELECT DISTINCT i.seconds FROM increments i JOIN series s USING (series_id)
+                              WHERE s.metric = 'vllm:prompt_tokens_total' AND i.ts = ?""",
+            [first_after],
+        ).fetchall()
         # Per counter, the stored increases add up to exactly its rise from the first sample to the
         # last, across the kill and the outage: nothing lost, nothing counted twice.
         drift = con.execute("""
             SELECT s.series_id, (SELECT sum(delta) FROM increments i WHERE i.series_id = s.series_id),
                    arg_max(value, ts) - arg_min(value, ts)
             FROM samples JOIN series s USING (series_id)
-            WHERE s.metric = 'vllm:prompt_tokens_total' GROUP BY s.series_id""").fetchall()  # fmt: skip
+            WHERE s.metric = 'vllm:prompt_tokens_total' GROUP BY s.series_id""").fetchall()
     assert first_after > restarted_at  # the restarted writer's first round
     # One increase spans exactly the outage, from the last stored round to the first new one.
     assert gaps == [((first_after - ts).total_seconds(),)]

@@ -32,10 +32,25 @@ def localstack(tmp_path_factory):
         subprocess.run(["make", "vllm-env"], cwd=ROOT, check=True, timeout=1800)
     tmp = tmp_path_factory.mktemp("localstack")
     base = free_port_block(10)  # router +0, vLLM +1 and +2, gateway +3, router metrics +9
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "localstack", "--workdir", str(tmp / "work"),
-                             "--targets-out", str(tmp / "targets.json"), "--base-port", str(base),
-                             "--traffic-sessions", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "localstack",
+            "--workdir",
+            str(tmp / "work"),
+            "--targets-out",
+            str(tmp / "targets.json"),
+            "--base-port",
+            str(base),
+            "--traffic-sessions",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + scaled(400)
         while not (tmp / "targets.json").exists():
@@ -97,8 +112,14 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     work, base, _ = localstack
     wh = Warehouse(tmp_path / "w.duckdb")
     collector = Collector(wh, work / "targets.json", interval=5.0, snapshot_every=2)
-    gen = LoadGen(f"http://127.0.0.1:{base + 3}", MODEL_NAME, dataclasses.replace(LOCAL_WORKLOAD, sessions=6),
-                  seed=1, concurrency=2, progress=None)  # fmt: skip
+    gen = LoadGen(
+        f"http://127.0.0.1:{base + 3}",
+        MODEL_NAME,
+        dataclasses.replace(LOCAL_WORKLOAD, sessions=6),
+        seed=1,
+        concurrency=2,
+        progress=None,
+    )
 
     async def rounds() -> None:
         async with httpx.AsyncClient() as client:
@@ -124,7 +145,7 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     assert len(ok) >= 8, [r.error for r in results]
     # Every request exactly once, with its user and the token counts vLLM returned in `usage`.
     rows = wh.query_df("""SELECT request_id, user_id, prompt_tokens, generated_tokens, cached_prompt_tokens, stream,
-                                 itl_mean_seconds, outcome FROM requests ORDER BY seq""")  # fmt: skip
+                                 itl_mean_seconds, outcome FROM requests ORDER BY seq""")
     assert sorted(rows.request_id) == sorted(r.request_id for r in results) and rows.request_id.is_unique
     got = {
         r.request_id: (r.user_id, r.prompt_tokens, r.generated_tokens, r.cached_prompt_tokens)
@@ -138,13 +159,13 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     assert rows[rows.stream & (rows.outcome == "ok")].itl_mean_seconds.notna().mean() >= 0.75
     # Both cores run vLLM: a scrape may time out now and then, and is then recorded as down.
     up = wh.query_df("""SELECT target, count(*) FILTER (WHERE up) AS up, any_value(error) FILTER (WHERE NOT up) AS why
-                        FROM scrapes GROUP BY target ORDER BY target""")  # fmt: skip
+                        FROM scrapes GROUP BY target ORDER BY target""")
     assert up["target"].tolist() == ["decode-0", "gateway", "prefill-0", "router"] and (up["up"] >= 4).all(), up
 
     def inc(metric: str, target: str, **labels: str) -> float:
         where = "".join(f" AND json_extract_string(s.labels, '$.{k}') = '{v}'" for k, v in labels.items())
         df = wh.query_df(f"""SELECT coalesce(sum(i.delta), 0) AS d FROM increments i JOIN series s USING (series_id)
-                             WHERE s.metric = '{metric}' AND s.target = '{target}' {where}""")  # fmt: skip
+                             WHERE s.metric = '{metric}' AND s.target = '{target}' {where}""")
         return float(df["d"][0])
 
     # PD: the prefill instance computes prompts, the decode instance gets them by NIXL and generates.
@@ -159,7 +180,7 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     # --custom-histogram-buckets as the profiles set them: 1 ms steps below 20 ms on real vLLM too.
     for target in ("prefill-0", "decode-0"):
         les = wh.query_df(f"""SELECT le FROM series WHERE target = '{target}'
-                              AND metric = 'vllm:inter_token_latency_seconds_bucket'""")["le"].tolist()  # fmt: skip
+                              AND metric = 'vllm:inter_token_latency_seconds_bucket'""")["le"].tolist()
         assert {0.001, 0.005, 0.011, 0.02, 80.0} <= set(les), sorted(les)
     snaps = wh.query_df("SELECT target, count(*) AS n FROM expert_snapshots GROUP BY target ORDER BY target")
     assert snaps["target"].tolist() == ["decode-0", "prefill-0"]
@@ -222,9 +243,14 @@ def test_repeated_prompts_are_served_from_the_prefix_cache_and_priced_as_cache_h
     start = datetime.utcnow().replace(microsecond=0)
     try:
         asyncio.run(one_round())
-        usage = [httpx.post(url + "/v1/completions", json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2,
-                                                           "user": "cache"}, timeout=120).json()["usage"]
-                 for _ in range(2)]  # fmt: skip
+        usage = [
+            httpx.post(
+                url + "/v1/completions",
+                json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2, "user": "cache"},
+                timeout=120,
+            ).json()["usage"]
+            for _ in range(2)
+        ]
         deadline = time.monotonic() + scaled(120)
         while len(stored_users()) < 2:  # rounds until both records are stored
             assert time.monotonic() < deadline, "the gateway's two records were not stored"
@@ -252,8 +278,21 @@ usd_per_mtok_input_cache_miss = {miss}
 usd_per_mtok_output = {out}
 source = "test"
 """)
-    args = ["report", "cost", "--db", str(db), "--targets", str(work / "targets.json"), "--json",
-            "--from", start.isoformat(), "--to", end.isoformat(), "--price-sheet", str(sheet)]  # fmt: skip
+    args = [
+        "report",
+        "cost",
+        "--db",
+        str(db),
+        "--targets",
+        str(work / "targets.json"),
+        "--json",
+        "--from",
+        start.isoformat(),
+        "--to",
+        end.isoformat(),
+        "--price-sheet",
+        str(sheet),
+    ]
     capsys.readouterr()
     assert main(args) == 0
     r = json.loads(capsys.readouterr().out)
@@ -262,8 +301,11 @@ source = "test"
     assert pf["cached_prompt_tokens"] >= again and pf["prompt_tokens"] >= sum(u["prompt_tokens"] for u in usage)
     assert pf["computed_prompt_tokens"] == pf["prompt_tokens"] - pf["cached_prompt_tokens"]
     # Revenue: cached tokens at the cache-hit price, the rest at the miss price.
-    expected = (pf["cached_prompt_tokens"] * hit + pf["computed_prompt_tokens"] * miss
-                + r["pools"]["decode"]["generated_tokens"] * out) / 1e6  # fmt: skip
+    expected = (
+        pf["cached_prompt_tokens"] * hit
+        + pf["computed_prompt_tokens"] * miss
+        + r["pools"]["decode"]["generated_tokens"] * out
+    ) / 1e6
     assert r["total"]["revenue_usd"] == pytest.approx(expected, abs=0.01)
     # The user is charged for computed prompt tokens only: what vLLM told them was cached is not.
     [user] = [u for u in r["users"] if u["user"] == "cache"]
@@ -285,17 +327,28 @@ def test_real_clients_streams_are_metered_whole(localstack):
     told: dict[str, list[int]] = {"sdk": [], "closer": [], "string": []}  # completion tokens the client was told
     ids: set[str] = set()  # response ids the clients saw
     for i in range(7):
-        stream = client.chat.completions.create(model=MODEL_NAME, messages=[{"role": "user", "content": f"count {i}"}],
-                                                max_tokens=6, stream=True, stream_options={"include_usage": True},
-                                                user="sdk")  # fmt: skip
+        stream = client.chat.completions.create(
+            model=MODEL_NAME,
+            messages=[{"role": "user", "content": f"count {i}"}],
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+            user="sdk",
+        )
         chunks = list(stream)
         told["sdk"].append(chunks[-1].usage.completion_tokens)
         ids.update(c.id for c in chunks)
         stream.close()
     with httpx.Client(timeout=120) as http:
         for i in range(20):
-            body = {"model": MODEL_NAME, "prompt": f"say {i}", "max_tokens": 6, "stream": True, "user": "closer",
-                    "stream_options": {"include_usage": True}}  # fmt: skip
+            body = {
+                "model": MODEL_NAME,
+                "prompt": f"say {i}",
+                "max_tokens": 6,
+                "stream": True,
+                "user": "closer",
+                "stream_options": {"include_usage": True},
+            }
             with http.stream("POST", url + "/v1/completions", json=body) as r:
                 text = b""
                 for chunk in r.iter_raw():
@@ -305,13 +358,20 @@ def test_real_clients_streams_are_metered_whole(localstack):
             usage = [json.loads(e[6:]) for e in text.split(b"\n\n") if e.startswith(b'data: {"') and b'"usage":{' in e]
             told["closer"].append(usage[-1]["usage"]["completion_tokens"])
             ids.add(usage[-1]["id"])
-        r = http.post(url + "/v1/completions", content=json.dumps({"model": MODEL_NAME, "prompt": "hi", "max_tokens": 5,
-                                                                   "stream": "true", "user": "string"}))  # fmt: skip
+        r = http.post(
+            url + "/v1/completions",
+            content=json.dumps(
+                {"model": MODEL_NAME, "prompt": "hi", "max_tokens": 5, "stream": "true", "user": "string"}
+            ),
+        )
         assert r.headers["content-type"].startswith("text/event-stream") and r.text.endswith("data: [DONE]\n\n")
     deadline = time.monotonic() + 60
     while True:  # until the gateway's log has all 28 (a record is in the feed once it is durable)
-        records = [r for r in httpx.get(url + "/moemeter/requests", params={"limit": 5000}).json()["records"]
-                   if r["user"] in told]  # fmt: skip
+        records = [
+            r
+            for r in httpx.get(url + "/moemeter/requests", params={"limit": 5000}).json()["records"]
+            if r["user"] in told
+        ]
         if len(records) >= 7 + 20 + 1 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -388,8 +448,11 @@ def test_an_engine_killed_under_traffic_leaves_monitoring_up_and_comes_back(loca
     ups = dict(zip(health.target, health.ups))
     assert not ups["decode-0"][0] and ups["decode-0"][-1]  # the outage, stored; then back
     assert any(ups["prefill-0"]) and any(ups["gateway"])
-    outage = [r for r in httpx.get(gateway + "/moemeter/requests", params={"limit": 5000}).json()["records"]
-              if r["user"] in ("during-outage", "after-outage")]  # fmt: skip
+    outage = [
+        r
+        for r in httpx.get(gateway + "/moemeter/requests", params={"limit": 5000}).json()["records"]
+        if r["user"] in ("during-outage", "after-outage")
+    ]
     assert [(r["user"], r["outcome"] == "ok") for r in outage][:1] == [("during-outage", False)]
     assert ("after-outage", True) in [(r["user"], r["outcome"] == "ok") for r in outage]
 

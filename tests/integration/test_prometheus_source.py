@@ -32,8 +32,10 @@ def prometheus(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prom")
     # The twin in its own process, as in production: parsing 4 MB pages in this process must
     # not starve the pages Prometheus scrapes.
-    twin = subprocess.Popen([sys.executable, "-m", "moemeter.cli", "twin", "--seed", "6",
-                             "--targets-out", str(tmp / "all.json")], stdout=subprocess.DEVNULL)  # fmt: skip
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter.cli", "twin", "--seed", "6", "--targets-out", str(tmp / "all.json")],
+        stdout=subprocess.DEVNULL,
+    )
     procs = [twin]
     try:
         yield from _with_prometheus(twin, tmp, procs)
@@ -64,9 +66,19 @@ def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen])
                 ],
             }
         )
-    )  # fmt: skip  (JSON is YAML)
-    procs.append(subprocess.Popen([PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
+    )  # JSON is YAML
+    procs.append(
+        subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/-/ready", 30)
     wait_for_scrapes(url, len(chosen), 5)
@@ -74,8 +86,10 @@ def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen])
 
 
 def target_health(url: str) -> dict[str, tuple[str, str, float]]:
-    return {t["labels"]["instance"]: (t["health"], t["lastError"], t["lastScrapeDuration"])
-            for t in httpx.get(url + "/api/v1/targets").json()["data"]["activeTargets"]}  # fmt: skip
+    return {
+        t["labels"]["instance"]: (t["health"], t["lastError"], t["lastScrapeDuration"])
+        for t in httpx.get(url + "/api/v1/targets").json()["data"]["activeTargets"]
+    }
 
 
 def wait_for_scrapes(url: str, targets: int, scrapes: int, within: float = 120.0) -> None:
@@ -111,25 +125,59 @@ def test_query_range_gives_the_same_series_and_kinds_as_a_scrape(prometheus):
     # The hottest experts' labels change from one step window to the next; all else is fixed.
     got = {(s.name, s.labels): s.kind for s in decode[-1].samples if s.name != "moemeter_expert_hot_share"}
     direct = parse_page(httpx.get(str(next(t for t in targets if t.name == "decode-0").url)).content)
-    expected = {(s.name, s.labels): s.kind for s in direct
-                if s.name.startswith(("vllm:", "moemeter_")) and s.name != "moemeter_expert_hot_share"}  # fmt: skip
+    expected = {
+        (s.name, s.labels): s.kind
+        for s in direct
+        if s.name.startswith(("vllm:", "moemeter_")) and s.name != "moemeter_expert_hot_share"
+    }
     assert set(got) == set(expected), differences(set(got), set(expected)) + f"; {target_health(url)}"
     assert {k: v for k, v in got.items() if v != expected[k]} == {}  # the same types from metadata
     gpu = [b for b in batches if b.target.name == "gpu-tray-03"][-1]
     assert {s.labels for s in gpu.samples if s.name == "DCGM_FI_DEV_GPU_UTIL"} == {
-        s.labels for s in parse_page(httpx.get(str(next(t for t in targets if t.name == "gpu-tray-03").url)).content)
-        if s.name == "DCGM_FI_DEV_GPU_UTIL"}  # fmt: skip
+        s.labels
+        for s in parse_page(httpx.get(str(next(t for t in targets if t.name == "gpu-tray-03").url)).content)
+        if s.name == "DCGM_FI_DEV_GPU_UTIL"
+    }
 
 
 def test_pull_backfills_the_warehouse_and_counts_increases(prometheus, capsys):
     url, targets_file, tmp = prometheus
     db = tmp / "pulled.duckdb"
     end = datetime.now(UTC).replace(tzinfo=None)
-    assert main(["pull", "--prometheus", url, "--targets", str(targets_file), "--db", str(db),
-                 "--from", (end - timedelta(seconds=8)).isoformat(), "--to", end.isoformat(), "--step", "2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "pull",
+                "--prometheus",
+                url,
+                "--targets",
+                str(targets_file),
+                "--db",
+                str(db),
+                "--from",
+                (end - timedelta(seconds=8)).isoformat(),
+                "--to",
+                end.isoformat(),
+                "--step",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "pulled" in capsys.readouterr().out
-    assert main(["query", "--db", str(db), "--json", """SELECT count(*) AS n, min(i.delta) AS low FROM increments i
-                 JOIN series s USING (series_id) WHERE s.metric = 'vllm:generation_tokens_total'"""]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "query",
+                "--db",
+                str(db),
+                "--json",
+                """SELECT count(*) AS n, min(i.delta) AS low FROM increments i
+                 JOIN series s USING (series_id) WHERE s.metric = 'vllm:generation_tokens_total'""",
+            ]
+        )
+        == 0
+    )
     row = json.loads(capsys.readouterr().out)[0]
     assert row["n"] >= 64 * 3 and row["low"] >= 0, (row, target_health(url))  # 64 engines, three intervals each
 
@@ -166,7 +214,7 @@ def test_serve_reads_continuously_from_the_api_instead_of_scraping(prometheus, t
     dup = wh.query_df("SELECT count(*) AS n FROM (SELECT ts, series_id FROM samples GROUP BY ALL HAVING count(*) > 1)")
     assert dup["n"][0] == 0  # consecutive rounds ask for consecutive evaluation points, never twice
     inc = wh.query_df("""SELECT count(*) AS n FROM increments i JOIN series s USING (series_id)
-                         WHERE s.metric = 'vllm:generation_tokens_total'""")  # fmt: skip
+                         WHERE s.metric = 'vllm:generation_tokens_total'""")
     assert inc["n"][0] >= 64
     wh.close()
     down = Collector(Warehouse(tmp_path / "d.duckdb"), targets_file, interval=2.0, prometheus="http://127.0.0.1:9")

@@ -154,9 +154,23 @@ def test_serve_on_a_read_only_file_system_serves_what_it_holds(small_disk, captu
     targets = tmp_path / "targets.json"
     targets.write_text("[]")
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moemeter", "serve", "--db", str(small_disk / "w.duckdb"),
-                             "--targets", str(targets), "--api-port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "serve",
+            "--db",
+            str(small_disk / "w.duckdb"),
+            "--targets",
+            str(targets),
+            "--api-port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(url + "/health", 30)
@@ -170,7 +184,21 @@ def test_serve_on_a_read_only_file_system_serves_what_it_holds(small_disk, captu
     assert proc.returncode == 0, err
     assert "NOT collecting" in out and "serving its queries read-only" in err
     # A file that cannot be created at all is refused with the reason, not served.
-    refused = subprocess.run([sys.executable, "-m", "moemeter", "serve", "--db", str(small_disk / "new.duckdb"),
-                              "--targets", str(targets), "--api-port", str(free_port())],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "serve",
+            "--db",
+            str(small_disk / "new.duckdb"),
+            "--targets",
+            str(targets),
+            "--api-port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode != 0 and "Read-only file system" in refused.stderr

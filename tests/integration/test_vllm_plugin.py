@@ -38,18 +38,47 @@ def _ensure_vllm_env() -> None:
 def vllm_server(tmp_path_factory):
     _ensure_vllm_env()
     tmp = tmp_path_factory.mktemp("vllm")
-    subprocess.run([str(VLLM_PYTHON), str(ROOT / "stack/profiles/local-cpu/make_model.py"), str(tmp / "model")],
-                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [str(VLLM_PYTHON), str(ROOT / "stack/profiles/local-cpu/make_model.py"), str(tmp / "model")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     port = free_port()
-    env = {**os.environ, "VLLM_PLUGINS": "moemeter", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0",
-           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "VLLM_PLUGINS": "moemeter",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "0",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+    }
     env.pop("MOEMETER_VLLM_STATE_DIR", None)
     log = (tmp / "vllm.log").open("w")
-    proc = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tmp / "model"),
-                             "--served-model-name", "tiny-moe", "--enforce-eager",
-                             "--dtype", "bfloat16", "--max-model-len", "2048", "--host", "127.0.0.1",
-                             "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            str(VLLM_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(tmp / "model"),
+            "--served-model-name",
+            "tiny-moe",
+            "--enforce-eager",
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "2048",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + scaled(300)
@@ -91,11 +120,21 @@ def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
     usage = []
     with httpx.Client(timeout=120) as client:
         for i in range(4):
-            body = {"model": "tiny-moe", "prompt": f"Request {i}: the experts route every token", "max_tokens": 8 + i,
-                    "ignore_eos": True}  # fmt: skip
+            body = {
+                "model": "tiny-moe",
+                "prompt": f"Request {i}: the experts route every token",
+                "max_tokens": 8 + i,
+                "ignore_eos": True,
+            }
             usage.append(client.post(url + "/v1/completions", json=body).json()["usage"])
-        chat = {"model": "tiny-moe", "messages": [{"role": "user", "content": "hello experts"}], "max_tokens": 12,
-                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+        chat = {
+            "model": "tiny-moe",
+            "messages": [{"role": "user", "content": "hello experts"}],
+            "max_tokens": 12,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         with client.stream("POST", url + "/v1/chat/completions", json=chat) as r:
             chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
         usage.append(chunks[-1]["usage"])
@@ -126,8 +165,10 @@ def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
     # Phases happen inside the step: their time never exceeds the step's wall time.
     steps = _value(m, "moemeter_step_seconds_count")
     step_wall = _value(m, "moemeter_step_seconds_sum")
-    phases = {p: _value(m, "moemeter_step_phase_seconds_sum", phase=p) for p in
-              ("schedule", "prepare_inputs", "forward", "sample", "update")}  # fmt: skip
+    phases = {
+        p: _value(m, "moemeter_step_phase_seconds_sum", phase=p)
+        for p in ("schedule", "prepare_inputs", "forward", "sample", "update")
+    }
     assert steps >= generated / 2 and all(v > 0 for v in phases.values()), phases
     assert sum(phases.values()) <= step_wall
     assert _value(m, "moemeter_step_phase_seconds_count", phase="forward") <= steps
@@ -141,8 +182,9 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
 
     url, _ = vllm_server
     targets = tmp_path / "targets.json"
-    targets.write_text(json.dumps([{"name": "vllm-cpu-0", "url": url + "/metrics", "role": "decode", "gpus": 1,
-                                    "stack": "local-cpu"}]))  # fmt: skip
+    targets.write_text(
+        json.dumps([{"name": "vllm-cpu-0", "url": url + "/metrics", "role": "decode", "gpus": 1, "stack": "local-cpu"}])
+    )
     wh = Warehouse(tmp_path / "w.duckdb")
     collector = Collector(wh, targets, interval=2.0, snapshot_every=1)
 
@@ -151,8 +193,11 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
             fetch = http_fetcher(client)
             await collector.round(fetch)
             before = _routed(url)
-            usage = httpx.post(url + "/v1/completions", json={"model": "tiny-moe", "prompt": "more tokens please",
-                               "max_tokens": 6, "ignore_eos": True}, timeout=120).json()["usage"]  # fmt: skip
+            usage = httpx.post(
+                url + "/v1/completions",
+                json={"model": "tiny-moe", "prompt": "more tokens please", "max_tokens": 6, "ignore_eos": True},
+                timeout=120,
+            ).json()["usage"]
             # The plugin hands its totals over twice a second: the round after they arrived.
             deadline = time.monotonic() + scaled(30)
             while _routed(url) < before + 3 * TOP_K * (usage["prompt_tokens"] + usage["completion_tokens"] - 1):
@@ -167,7 +212,7 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
     load = wh.query_df("SELECT sum(tokens) AS t FROM expert_load")["t"][0]
     assert load == 3 * TOP_K * (usage["prompt_tokens"] + usage["completion_tokens"] - 1)  # between the snapshots
     hist = wh.query_df("""SELECT count(*) AS n FROM increments i JOIN series s USING (series_id)
-                          WHERE s.metric = 'moemeter_step_phase_seconds_count' AND i.delta > 0""")  # fmt: skip
+                          WHERE s.metric = 'moemeter_step_phase_seconds_count' AND i.delta > 0""")
     assert hist["n"][0] >= 5  # every phase stepped in the interval
     # The CPU overhead page renders the real engine's phases.
     from streamlit.testing.v1 import AppTest

@@ -39,8 +39,9 @@ def _vllm_parse(argvs: list[list[str]]) -> list[dict | None]:
     python = ROOT / ".vllm-venv" / "bin" / "python"
     if not python.exists():
         pytest.skip("needs the vLLM environment (make vllm-env; make test builds it)")
-    r = subprocess.run([str(python), "-c", PARSE_WITH_VLLM], input=json.dumps(argvs), capture_output=True,
-                       text=True, timeout=300)  # fmt: skip
+    r = subprocess.run(
+        [str(python), "-c", PARSE_WITH_VLLM], input=json.dumps(argvs), capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -51,8 +52,15 @@ def test_every_vllm_command_parses_with_vllms_own_parser():
     parsed = _vllm_parse([vllm_argv(c) for c in launches])
     assert None not in parsed, [c.name for c, p in zip(launches, parsed) if p is None]
     by_name = dict(zip([c.name for c in launches], parsed))
-    assert by_name["prefill-0"] == {"dp": 2, "all2all": "deepep_high_throughput", "eplb": False, "redundant": None,
-                                    "headless": False, "ep": True, "kv": "NixlConnector"}  # fmt: skip
+    assert by_name["prefill-0"] == {
+        "dp": 2,
+        "all2all": "deepep_high_throughput",
+        "eplb": False,
+        "redundant": None,
+        "headless": False,
+        "ep": True,
+        "kv": "NixlConnector",
+    }
     assert by_name["decode-node-00"]["all2all"] == "deepep_low_latency" and by_name["decode-node-00"]["redundant"] == 64
     assert not by_name["decode-node-00"]["headless"] and by_name["decode-node-15"]["headless"]
     # A renamed flag would fail: the same check refuses one that does not exist.
@@ -65,10 +73,13 @@ def test_the_router_command_parses_with_vllm_routers_parser():
     if not python.exists():
         pytest.skip("needs .router-venv (make router-env; make test builds it)")
     router = next(c for c in commands(load("gb300-nvl72")) if c.name == "router")
-    code = ("import json, sys; from vllm_router.launch_router import parse_router_args; "
-            "a = parse_router_args(json.load(sys.stdin)); print(json.dumps([a.vllm_pd_disaggregation, len(a.prefill_urls)]))")  # fmt: skip
-    r = subprocess.run([str(python), "-c", code], input=json.dumps(router.argv[1:]), capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    code = (
+        "import json, sys; from vllm_router.launch_router import parse_router_args; "
+        "a = parse_router_args(json.load(sys.stdin)); print(json.dumps([a.vllm_pd_disaggregation, len(a.prefill_urls)]))"
+    )
+    r = subprocess.run(
+        [str(python), "-c", code], input=json.dumps(router.argv[1:]), capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [True, 4]
 

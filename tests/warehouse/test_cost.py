@@ -32,8 +32,13 @@ from warehouse.requests import RequestIngestor
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 T0 = datetime(2026, 11, 29, 10, 0, 5)
-TIMES = [T0, T0 + timedelta(minutes=30), T0 + timedelta(minutes=60), T0 + timedelta(minutes=90),
-         datetime(2026, 11, 29, 11, 59, 55)]  # fmt: skip
+TIMES = [
+    T0,
+    T0 + timedelta(minutes=30),
+    T0 + timedelta(minutes=60),
+    T0 + timedelta(minutes=90),
+    datetime(2026, 11, 29, 11, 59, 55),
+]
 PREFILL_PROMPT = [0, 1_000_000, 3_000_000, 500_000, 1_500_000]  # the engine restarted before the 4th scrape
 PREFILL_HITS = [0, 400_000, 1_000_000, 100_000, 300_000]
 DECODE_GENERATED = [0, 200_000, 500_000, 1_000_000, 1_000_000]
@@ -45,8 +50,12 @@ def page(capture: str, values: dict[str, float]) -> str:
     for key, v in values.items():
         metric, _, source = key.partition("|")
         label = f',source="{source}"' if source else ""
-        text, n = re.subn(rf'^({re.escape(metric)}\{{engine="0",model_name="tiny-deepseek"{label}\}}) \S+$',
-                          rf"\g<1> {float(v)}", text, flags=re.M)  # fmt: skip
+        text, n = re.subn(
+            rf'^({re.escape(metric)}\{{engine="0",model_name="tiny-deepseek"{label}\}}) \S+$',
+            rf"\g<1> {float(v)}",
+            text,
+            flags=re.M,
+        )
         assert n == 1, key
     return text
 
@@ -57,24 +66,95 @@ def rack(tmp_path_factory):
     db = tmp / "w.duckdb"
     for k, at in enumerate(TIMES):
         pf = tmp / f"prefill-{k}.txt"
-        pf.write_text(page("vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt", {
-            "vllm:prompt_tokens_total": PREFILL_PROMPT[k],
-            "vllm:prompt_tokens_by_source_total|local_cache_hit": PREFILL_HITS[k],
-            "vllm:generation_tokens_total": 7 * k}))  # a prefill's single tokens are not output  # fmt: skip
+        pf.write_text(
+            page(
+                "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt",
+                {
+                    "vllm:prompt_tokens_total": PREFILL_PROMPT[k],
+                    "vllm:prompt_tokens_by_source_total|local_cache_hit": PREFILL_HITS[k],
+                    "vllm:generation_tokens_total": 7 * k,
+                },
+            )
+        )  # a prefill's single tokens are not output
         dc = tmp / f"decode-{k}.txt"
-        dc.write_text(page("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", {
-            "vllm:prompt_tokens_total": 999 * k,  # arrived by KV transfer: never counted again
-            "vllm:generation_tokens_total": DECODE_GENERATED[k]}))  # fmt: skip
+        dc.write_text(
+            page(
+                "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt",
+                {
+                    "vllm:prompt_tokens_total": 999 * k,  # arrived by KV transfer: never counted again
+                    "vllm:generation_tokens_total": DECODE_GENERATED[k],
+                },
+            )
+        )
         for name, f, role, gpus in (("prefill-0", pf, "prefill", 2), ("decode-0", dc, "decode", 4)):
-            assert main(["ingest", "--file", str(f), "--target", name, "--at", at.isoformat(), "--db", str(db),
-                         "--role", role, "--gpus", str(gpus)]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "ingest",
+                        "--file",
+                        str(f),
+                        "--target",
+                        name,
+                        "--at",
+                        at.isoformat(),
+                        "--db",
+                        str(db),
+                        "--role",
+                        role,
+                        "--gpus",
+                        str(gpus),
+                    ]
+                )
+                == 0
+            )
     wh = Warehouse(db)
-    recs = [RequestRecord("r1", (T0 - datetime(1970, 1, 1)).total_seconds() + 600, "alice", "acme", "m", "completions",
-                          False, 200, "ok", 300, 100, 50, e2e_seconds=2.0),
-            RequestRecord("r2", (T0 - datetime(1970, 1, 1)).total_seconds() + 4000, "bob", "acme", "m", "completions",
-                          False, 200, "ok", 100, 0, 150, e2e_seconds=2.0),
-            RequestRecord("r3", (T0 - datetime(1970, 1, 1)).total_seconds() + 9000, "carol", "acme", "m", "completions",
-                          False, 200, "ok", 100, 0, 150, e2e_seconds=2.0)]  # r3 finishes after the window  # fmt: skip
+    recs = [
+        RequestRecord(
+            "r1",
+            (T0 - datetime(1970, 1, 1)).total_seconds() + 600,
+            "alice",
+            "acme",
+            "m",
+            "completions",
+            False,
+            200,
+            "ok",
+            300,
+            100,
+            50,
+            e2e_seconds=2.0,
+        ),
+        RequestRecord(
+            "r2",
+            (T0 - datetime(1970, 1, 1)).total_seconds() + 4000,
+            "bob",
+            "acme",
+            "m",
+            "completions",
+            False,
+            200,
+            "ok",
+            100,
+            0,
+            150,
+            e2e_seconds=2.0,
+        ),
+        RequestRecord(
+            "r3",
+            (T0 - datetime(1970, 1, 1)).total_seconds() + 9000,
+            "carol",
+            "acme",
+            "m",
+            "completions",
+            False,
+            200,
+            "ok",
+            100,
+            0,
+            150,
+            e2e_seconds=2.0,
+        ),
+    ]  # r3 finishes after the window
     feed = {
         "schema": "moemeter.requests/1",
         "log_id": "A",
@@ -83,16 +163,39 @@ def rack(tmp_path_factory):
     wh.write(lambda con: RequestIngestor().write(con, "gateway", feed, TIMES[-1]))
     wh.close()
     targets = tmp / "targets.json"
-    targets.write_text(json.dumps([{"name": "prefill-0", "url": "http://p/metrics", "role": "prefill", "gpus": 2},
-                                   {"name": "decode-0", "url": "http://d/metrics", "role": "decode", "gpus": 4},
-                                   {"name": "router", "url": "http://r/metrics", "role": "router", "gpus": 0}]))  # fmt: skip
+    targets.write_text(
+        json.dumps(
+            [
+                {"name": "prefill-0", "url": "http://p/metrics", "role": "prefill", "gpus": 2},
+                {"name": "decode-0", "url": "http://d/metrics", "role": "decode", "gpus": 4},
+                {"name": "router", "url": "http://r/metrics", "role": "router", "gpus": 0},
+            ]
+        )
+    )
     return db, targets
 
 
 def report(capsys, rack, *extra: str) -> dict:
     db, targets = rack
-    assert main(["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-29T10:00:00Z",
-                 "--to", "2026-11-29T12:00:00Z", "--json", *extra]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "report",
+                "cost",
+                "--db",
+                str(db),
+                "--targets",
+                str(targets),
+                "--from",
+                "2026-11-29T10:00:00Z",
+                "--to",
+                "2026-11-29T12:00:00Z",
+                "--json",
+                *extra,
+            ]
+        )
+        == 0
+    )
     return json.loads(capsys.readouterr().out)
 
 
@@ -154,8 +257,26 @@ source = "decode GPUs repriced"
 def test_the_daily_statement(rack, capsys, tmp_path) -> None:
     db, targets = rack
     out = tmp_path / "daily.parquet"
-    assert main(["report", "daily", "--db", str(db), "--targets", str(targets), "--from", "2026-11-28",
-                 "--to", "2026-11-30", "--json", "--parquet", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "report",
+                "daily",
+                "--db",
+                str(db),
+                "--targets",
+                str(targets),
+                "--from",
+                "2026-11-28",
+                "--to",
+                "2026-11-30",
+                "--json",
+                "--parquet",
+                str(out),
+            ]
+        )
+        == 0
+    )
     days = json.loads(capsys.readouterr().out)
     assert [d["day"] for d in days] == ["2026-11-28", "2026-11-29"]
     assert days[0]["note"] == "no data"
@@ -170,19 +291,48 @@ def test_the_daily_statement(rack, capsys, tmp_path) -> None:
 
 def test_an_empty_window_says_so(rack, capsys) -> None:
     db, targets = rack
-    assert main(["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-20T00:00:00",
-                 "--to", "2026-11-21T00:00:00"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "report",
+                "cost",
+                "--db",
+                str(db),
+                "--targets",
+                str(targets),
+                "--from",
+                "2026-11-20T00:00:00",
+                "--to",
+                "2026-11-21T00:00:00",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "no token counters stored for the pools" in err and "nan" not in err.lower()
-    assert main(["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-21",
-                 "--to", "2026-11-20"]) == 2  # fmt: skip
+    assert (
+        main(
+            ["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-21", "--to", "2026-11-20"]
+        )
+        == 2
+    )
     assert "must end after it starts" in capsys.readouterr().err
 
 
 def test_text_and_csv_forms(rack, capsys) -> None:
     db, targets = rack
-    args = ["report", "cost", "--db", str(db), "--targets", str(targets), "--from", "2026-11-29T10:00:00",
-            "--to", "2026-11-29T12:00:00"]  # fmt: skip
+    args = [
+        "report",
+        "cost",
+        "--db",
+        str(db),
+        "--targets",
+        str(targets),
+        "--from",
+        "2026-11-29T10:00:00",
+        "--to",
+        "2026-11-29T12:00:00",
+    ]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "$48.7000/M input" in text and "$311.6800/M output" in text and "$467.52" in text

@@ -15,8 +15,15 @@ T0 = datetime(2026, 11, 30, 12, 0, 0)
 
 
 def snap(load, phy2log, ranks=2, rebalances=()):
-    return ExpertSnapshot.from_json({"schema": "moemeter.experts/1", "logical_tokens_total": load, "phy2log": phy2log,
-                                     "ranks": ranks, "rebalances": list(rebalances)})  # fmt: skip
+    return ExpertSnapshot.from_json(
+        {
+            "schema": "moemeter.experts/1",
+            "logical_tokens_total": load,
+            "phy2log": phy2log,
+            "ranks": ranks,
+            "rebalances": list(rebalances),
+        }
+    )
 
 
 @pytest.fixture
@@ -33,10 +40,16 @@ def test_load_is_the_increase_between_snapshots_and_a_drop_is_a_restart(con):
     ing.write(con, "decode-0", T0 + timedelta(seconds=60), snap([[30, 4, 5, 1], [2, 1, 1, 9]], place))
     ing.write(con, "decode-0", T0 + timedelta(seconds=120), snap([[3, 0, 0, 0], [0, 0, 0, 2]], place))  # restart
     rows = con.execute("""SELECT ts, layer, expert, tokens FROM expert_load WHERE tokens > 0
-                          ORDER BY ts, layer, expert""").fetchall()  # fmt: skip
+                          ORDER BY ts, layer, expert""").fetchall()
     t1, t2 = T0 + timedelta(seconds=60), T0 + timedelta(seconds=120)
-    assert rows == [(t1, 0, 0, 20.0), (t1, 0, 1, 4.0), (t1, 1, 0, 1.0), (t1, 1, 3, 8.0),
-                    (t2, 0, 0, 3.0), (t2, 1, 3, 2.0)]  # fmt: skip
+    assert rows == [
+        (t1, 0, 0, 20.0),
+        (t1, 0, 1, 4.0),
+        (t1, 1, 0, 1.0),
+        (t1, 1, 3, 8.0),
+        (t2, 0, 0, 3.0),
+        (t2, 1, 3, 2.0),
+    ]
     snaps = con.execute("SELECT seconds, reset FROM expert_snapshots ORDER BY ts").fetchall()
     assert snaps == [(None, False), (60.0, False), (60.0, True)]
 
@@ -56,8 +69,13 @@ def test_placement_is_stored_only_when_it_changes_and_survives_a_restart(con):
 
 def test_rebalance_events_are_stored_once_per_layer(con):
     ing = ExpertIngestor()
-    ev = {"time": 1_796_000_000.0, "duration_seconds": 0.5, "moved_replicas": 7,
-          "balancedness_before": [0.8, 0.7], "balancedness_planned": [0.98, 0.97]}  # fmt: skip
+    ev = {
+        "time": 1_796_000_000.0,
+        "duration_seconds": 0.5,
+        "moved_replicas": 7,
+        "balancedness_before": [0.8, 0.7],
+        "balancedness_planned": [0.98, 0.97],
+    }
     for k in range(2):
         ing.write(con, "d", T0 + timedelta(seconds=60 * k), snap([[1, 1], [1, 1]], [[0, 1], [1, 0]], rebalances=[ev]))
     rows = con.execute(
@@ -66,19 +84,35 @@ def test_rebalance_events_are_stored_once_per_layer(con):
     assert rows == [(0, 0.8, 0.98), (1, 0.7, 0.97)]
     # a restarted collector, the same recent events again plus a newer one: only the new one is added
     later = {**ev, "time": ev["time"] + 600, "balancedness_before": [0.6, 0.5]}
-    ExpertIngestor().write(con, "d", T0 + timedelta(seconds=180), snap([[1, 1], [1, 1]], [[0, 1], [1, 0]],
-                                                                       rebalances=[ev, later]))  # fmt: skip
+    ExpertIngestor().write(
+        con, "d", T0 + timedelta(seconds=180), snap([[1, 1], [1, 1]], [[0, 1], [1, 0]], rebalances=[ev, later])
+    )
     assert con.execute("SELECT count(*), count(DISTINCT ts) FROM eplb_rebalances").fetchall() == [(4, 2)]
 
 
-@pytest.mark.parametrize("body,match", [
-    ({"schema": "other"}, "not a moemeter.experts/1"),
-    ({"schema": "moemeter.experts/1", "phy2log": [[0]], "ranks": 1}, "malformed"),
-    ({"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 1], [0, 1]], "ranks": 1}, "shapes disagree"),
-    ({"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 1, 1]], "ranks": 2}, "do not divide"),
-    ({"schema": "moemeter.experts/1", "logical_tokens_total": [[1, -2]], "phy2log": [[0, 1]], "ranks": 1}, "non-negative"),
-    ({"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 5]], "ranks": 1}, "does not exist"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body,match",
+    [
+        ({"schema": "other"}, "not a moemeter.experts/1"),
+        ({"schema": "moemeter.experts/1", "phy2log": [[0]], "ranks": 1}, "malformed"),
+        (
+            {"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 1], [0, 1]], "ranks": 1},
+            "shapes disagree",
+        ),
+        (
+            {"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 1, 1]], "ranks": 2},
+            "do not divide",
+        ),
+        (
+            {"schema": "moemeter.experts/1", "logical_tokens_total": [[1, -2]], "phy2log": [[0, 1]], "ranks": 1},
+            "non-negative",
+        ),
+        (
+            {"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 5]], "ranks": 1},
+            "does not exist",
+        ),
+    ],
+)
 def test_bad_snapshots_are_refused(body, match):
     with pytest.raises(SnapshotError, match=match):
         ExpertSnapshot.from_json(body)
@@ -102,12 +136,20 @@ def test_expert_load_downsamples_to_hours_and_retention_keeps_what_is_not_rolled
         experts.write(con, "decode-0", at, snap([[k, 2 * k, 0, 0], [0, 0, 3 * k, 0]], place))
         scrapes.write(con, ScrapeBatch(target, at, True, 0.01, parse_page(b'# TYPE up gauge\nup{x="1"} 1\n')))
     hours = con.execute("""SELECT ts, layer, expert, tokens, snapshots FROM expert_load_1h WHERE tokens > 0
-                           ORDER BY ALL""").fetchall()  # fmt: skip
+                           ORDER BY ALL""").fetchall()
     h = [start + timedelta(hours=i) for i in range(3)]
     # 10:00 holds 59 increases (the first snapshot has none), 11:00 and 12:00 sixty each.
-    assert hours == [(h[0], 0, 0, 59.0, 59), (h[0], 0, 1, 118.0, 59), (h[0], 1, 2, 177.0, 59),
-                     (h[1], 0, 0, 60.0, 60), (h[1], 0, 1, 120.0, 60), (h[1], 1, 2, 180.0, 60),
-                     (h[2], 0, 0, 60.0, 60), (h[2], 0, 1, 120.0, 60), (h[2], 1, 2, 180.0, 60)]  # fmt: skip
+    assert hours == [
+        (h[0], 0, 0, 59.0, 59),
+        (h[0], 0, 1, 118.0, 59),
+        (h[0], 1, 2, 177.0, 59),
+        (h[1], 0, 0, 60.0, 60),
+        (h[1], 0, 1, 120.0, 60),
+        (h[1], 1, 2, 180.0, 60),
+        (h[2], 0, 0, 60.0, 60),
+        (h[2], 0, 1, 120.0, 60),
+        (h[2], 1, 2, 180.0, 60),
+    ]
     # Retention ran when 13:00 closed hour 12: per-snapshot rows older than an hour are gone.
     oldest = con.execute("SELECT min(ts) FROM expert_load").fetchall()[0][0]
     assert start + timedelta(hours=2) <= oldest

@@ -28,10 +28,18 @@ def seed(path: str) -> None:
         text = f'# TYPE a_total counter\na_total{{engine="0"}} {10 * k}\n# TYPE g gauge\ng {k % 3}\n'
         ing.write(con, ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.01, parse_page(text.encode())))
     epoch = (T0 - datetime(1970, 1, 1)).total_seconds()
-    records = [{"seq": k + 1, **RequestRecord(f"r{k}", epoch + 30 * k, "u", "t", "m", "completions", False, 200, "ok",
-                                              10, 0, 5, e2e_seconds=1.0).to_json()} for k in range(8)]  # fmt: skip
-    RequestIngestor().write(con, "gateway", {"schema": "moemeter.requests/1", "log_id": "A", "records": records},
-                            T0 + timedelta(minutes=5))  # fmt: skip
+    records = [
+        {
+            "seq": k + 1,
+            **RequestRecord(
+                f"r{k}", epoch + 30 * k, "u", "t", "m", "completions", False, 200, "ok", 10, 0, 5, e2e_seconds=1.0
+            ).to_json(),
+        }
+        for k in range(8)
+    ]
+    RequestIngestor().write(
+        con, "gateway", {"schema": "moemeter.requests/1", "log_id": "A", "records": records}, T0 + timedelta(minutes=5)
+    )
     con.close()
 
 
@@ -53,10 +61,10 @@ def test_export_by_day_reads_back_exactly(tmp_path):
     delta = reader.execute(f"SELECT sum(delta) FROM read_parquet('{out}/increments/*/*.parquet')").fetchall()[0][0]
     assert delta == want_delta == 590.0
     joined = reader.execute(f"""SELECT s.metric, count(*) FROM read_parquet('{out}/samples/*/*.parquet') x
-                                JOIN read_parquet('{out}/series/all.parquet') s USING (series_id) GROUP BY 1 ORDER BY 1""").fetchall()  # fmt: skip
+                                JOIN read_parquet('{out}/series/all.parquet') s USING (series_id) GROUP BY 1 ORDER BY 1""").fetchall()
     assert joined == [("a_total", 60), ("g", 60)]
     requests = reader.execute(f"""SELECT day, count(*) FROM read_parquet('{out}/requests/*/*.parquet',
-                                  hive_partitioning = true) GROUP BY day ORDER BY day""").fetchall()  # fmt: skip
+                                  hive_partitioning = true) GROUP BY day ORDER BY day""").fetchall()
     assert [(str(d), n) for d, n in requests] == [("2026-11-30", 4), ("2026-12-01", 4)]  # by when they finished
 
 
@@ -67,11 +75,41 @@ def test_export_errors(tmp_path, capsys):
         export_parquet(lambda s, p: None, tmp_path, T0, T0)  # type: ignore[arg-type,return-value]
     db = str(tmp_path / "w.duckdb")
     seed(db)
-    assert main(["export", "--db", db, "--out", str(tmp_path / "o"), "--from", "2026-11-30T23:58:00",
-                 "--to", "2026-12-01T00:10:00", "--tables", "samples,series"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "export",
+                "--db",
+                db,
+                "--out",
+                str(tmp_path / "o"),
+                "--from",
+                "2026-11-30T23:58:00",
+                "--to",
+                "2026-12-01T00:10:00",
+                "--tables",
+                "samples,series",
+            ]
+        )
+        == 0
+    )
     assert "2026-12-01" in capsys.readouterr().out
-    assert main(["export", "--db", db, "--out", str(tmp_path / "o"), "--from", "2026-11-30T10:00",
-                 "--to", "2026-11-30T09:00"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "export",
+                "--db",
+                db,
+                "--out",
+                str(tmp_path / "o"),
+                "--from",
+                "2026-11-30T10:00",
+                "--to",
+                "2026-11-30T09:00",
+            ]
+        )
+        == 2
+    )
 
 
 def test_racks_export_into_one_dataset(tmp_path, capsys):
@@ -79,15 +117,49 @@ def test_racks_export_into_one_dataset(tmp_path, capsys):
     for rack in ("nvl72-a", "nvl72-b"):
         db = str(tmp_path / f"{rack}.duckdb")
         seed(db)
-        assert main(["export", "--db", db, "--out", str(out), "--rack", rack, "--from", "2026-11-30T23:58:00",
-                     "--to", "2026-12-01T00:10:00", "--tables", "increments,series"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "export",
+                    "--db",
+                    db,
+                    "--out",
+                    str(out),
+                    "--rack",
+                    rack,
+                    "--from",
+                    "2026-11-30T23:58:00",
+                    "--to",
+                    "2026-12-01T00:10:00",
+                    "--tables",
+                    "increments,series",
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     reader = duckdb.connect()
     per_rack = reader.execute(f"""SELECT i.rack, s.metric, sum(i.delta)
         FROM read_parquet('{out}/increments/*/*/*.parquet', hive_partitioning = true) i
         JOIN read_parquet('{out}/series/*/all.parquet', hive_partitioning = true) s USING (rack, series_id)
-        GROUP BY ALL ORDER BY ALL""").fetchall()  # fmt: skip
+        GROUP BY ALL ORDER BY ALL""").fetchall()
     assert per_rack == [("nvl72-a", "a_total", 590.0), ("nvl72-b", "a_total", 590.0)]
-    assert main(["export", "--db", str(tmp_path / "nvl72-a.duckdb"), "--out", str(out), "--rack", "../etc",
-                 "--from", "2026-11-30T23:58:00", "--to", "2026-12-01T00:10:00"]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "export",
+                "--db",
+                str(tmp_path / "nvl72-a.duckdb"),
+                "--out",
+                str(out),
+                "--rack",
+                "../etc",
+                "--from",
+                "2026-11-30T23:58:00",
+                "--to",
+                "2026-12-01T00:10:00",
+            ]
+        )
+        == 2
+    )
     assert "rack name" in capsys.readouterr().err

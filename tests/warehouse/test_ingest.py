@@ -28,8 +28,11 @@ def ingest(con, ing, text: str, at: datetime, target=TARGET):
 
 
 def increments(con, metric: str) -> list[tuple[float, bool]]:
-    return con.execute("""SELECT delta, reset FROM increments JOIN series USING (series_id)
-                          WHERE metric = ? ORDER BY ts""", [metric]).fetchall()  # fmt: skip
+    return con.execute(
+        """SELECT delta, reset FROM increments JOIN series USING (series_id)
+                          WHERE metric = ? ORDER BY ts""",
+        [metric],
+    ).fetchall()
 
 
 def page(value: float) -> str:
@@ -75,26 +78,32 @@ def test_histogram_buckets_count_and_sum_get_increases_gauges_do_not(con, captur
     ing = Ingestor()
     text = capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt")
     ingest(con, ing, text, T0)
-    bumped = text.replace('vllm:num_requests_running{engine="0",model_name="tiny-deepseek"} 0.0',
-                          'vllm:num_requests_running{engine="0",model_name="tiny-deepseek"} 7.0')  # fmt: skip
-    bumped = bumped.replace('vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny-deepseek"} 3.0',
-                            'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny-deepseek"} 5.0')  # fmt: skip
+    bumped = text.replace(
+        'vllm:num_requests_running{engine="0",model_name="tiny-deepseek"} 0.0',
+        'vllm:num_requests_running{engine="0",model_name="tiny-deepseek"} 7.0',
+    )
+    bumped = bumped.replace(
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny-deepseek"} 3.0',
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="tiny-deepseek"} 5.0',
+    )
     ingest(con, ing, bumped, T0 + timedelta(seconds=5))
     assert increments(con, "vllm:time_to_first_token_seconds_count") == [(2.0, False)]
     assert increments(con, "vllm:num_requests_running") == []
     kinds = dict(con.execute("SELECT metric, kind FROM series").fetchall())
     assert kinds["vllm:time_to_first_token_seconds_bucket"] == "histogram"
     les = con.execute("""SELECT le FROM series WHERE metric = 'vllm:time_to_first_token_seconds_bucket'
-                         ORDER BY le""").fetchall()  # fmt: skip
+                         ORDER BY le""").fetchall()
     assert les[0][0] == 0.001 and les[-1][0] == float("inf")
     assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 2 * len(parse_page(text.encode()))
 
 
 def test_dcgm_blank_values_are_stored_as_missing(con):
     ing = Ingestor()
-    text = ('# TYPE DCGM_FI_DEV_MEMORY_TEMP gauge\nDCGM_FI_DEV_MEMORY_TEMP{gpu="0"} 9223372036854775794\n'
-            '# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu="0"} 61\n'
-            '# TYPE DCGM_FI_DEV_POWER_USAGE gauge\nDCGM_FI_DEV_POWER_USAGE{gpu="0"} 140737488355328\n')  # fmt: skip
+    text = (
+        '# TYPE DCGM_FI_DEV_MEMORY_TEMP gauge\nDCGM_FI_DEV_MEMORY_TEMP{gpu="0"} 9223372036854775794\n'
+        '# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu="0"} 61\n'
+        '# TYPE DCGM_FI_DEV_POWER_USAGE gauge\nDCGM_FI_DEV_POWER_USAGE{gpu="0"} 140737488355328\n'
+    )
     ingest(con, ing, text, T0, TargetInfo("tray", "http://x", "gpu", 4))
     rows = dict(con.execute("SELECT metric, value FROM samples JOIN series USING (series_id)").fetchall())
     assert rows == {"DCGM_FI_DEV_MEMORY_TEMP": None, "DCGM_FI_DEV_GPU_TEMP": 61.0, "DCGM_FI_DEV_POWER_USAGE": None}

@@ -56,8 +56,10 @@ def test_mistakes_are_refused_with_their_line(text: str, message: str) -> None:
 
 
 def test_a_pool_price_wins_over_the_every_gpu_price_from_its_effective_time() -> None:
-    s = parse_sheet(GOOD + '[[gpu]]\neffective = "2026-06-01T00:00:00Z"\npool = "decode"\nusd_per_gpu_hour = 5.0\n'
-                           'source = "decode repriced"\n')  # fmt: skip
+    s = parse_sheet(
+        GOOD + '[[gpu]]\neffective = "2026-06-01T00:00:00Z"\npool = "decode"\nusd_per_gpu_hour = 5.0\n'
+        'source = "decode repriced"\n'
+    )
     pieces = s.gpu_segments("decode", datetime(2026, 5, 31), datetime(2026, 6, 2))
     assert [(a.day, b.day, p.usd_per_gpu_hour) for a, b, p in pieces] == [(31, 1, 3.0), (1, 2, 5.0)]
     assert [p.usd_per_gpu_hour for *_, p in s.gpu_segments("prefill", datetime(2026, 5, 31), datetime(2026, 6, 2))] == [

@@ -47,12 +47,13 @@ def snapshot(wh: Warehouse) -> dict[str, object]:
         }
         out["catalog"] = cur.execute("""SELECT database_name, schema_name, table_name FROM duckdb_tables()
                                         UNION ALL SELECT database_name, schema_name, view_name FROM duckdb_views()
-                                        WHERE NOT internal ORDER BY ALL""").fetchall()  # fmt: skip
-        out["macros"] = cur.execute("SELECT function_name FROM duckdb_functions() WHERE NOT internal ORDER BY 1"
-                                    ).fetchall()  # fmt: skip
+                                        WHERE NOT internal ORDER BY ALL""").fetchall()
+        out["macros"] = cur.execute(
+            "SELECT function_name FROM duckdb_functions() WHERE NOT internal ORDER BY 1"
+        ).fetchall()
         out["databases"] = cur.execute("SELECT database_name FROM duckdb_databases() ORDER BY 1").fetchall()
         out["settings"] = cur.execute("""SELECT name, value FROM duckdb_settings()
-                                         WHERE name NOT IN ('profiling_output') ORDER BY 1""").fetchall()  # fmt: skip
+                                         WHERE name NOT IN ('profiling_output') ORDER BY 1""").fetchall()
         out["sequences"] = cur.execute("SELECT sequence_name, last_value FROM duckdb_sequences()").fetchall()
     return out
 
@@ -84,25 +85,35 @@ WRITES_IN_READS = [
     ("WITH x AS (DELETE FROM series RETURNING *) SELECT count(*) FROM x", "DELETE is not allowed"),
     ("WITH x AS (UPDATE targets SET gpus = 9999 RETURNING *) SELECT * FROM x", "UPDATE is not allowed"),
     ("WITH x AS (UPDATE increments SET delta = 0 RETURNING 1) SELECT count(*) FROM x", "UPDATE is not allowed"),
-    ("WITH x AS (INSERT INTO scrapes SELECT * FROM scrapes RETURNING 1) SELECT count(*) FROM x",
-     "INSERT is not allowed"),
+    (
+        "WITH x AS (INSERT INTO scrapes SELECT * FROM scrapes RETURNING 1) SELECT count(*) FROM x",
+        "INSERT is not allowed",
+    ),
     ("WITH x AS (UPDATE gpu_prices SET usd_per_gpu_hour = 0 RETURNING 1) SELECT * FROM x", "UPDATE"),
     ("WITH x AS (DELETE FROM schema_migrations RETURNING 1) SELECT * FROM x", "DELETE"),
     ("SELECT * FROM (WITH x AS (DELETE FROM scrapes RETURNING *) SELECT * FROM x) s", "DELETE"),
-    ("SELECT * FROM series JOIN (WITH d AS (DELETE FROM series RETURNING series_id) SELECT * FROM d) "
-     "USING (series_id)", "DELETE"),
+    (
+        "SELECT * FROM series JOIN (WITH d AS (DELETE FROM series RETURNING series_id) SELECT * FROM d) "
+        "USING (series_id)",
+        "DELETE",
+    ),
     ("SELECT (WITH d AS (DELETE FROM scrapes RETURNING 1) SELECT count(*) FROM d) AS n", "DELETE"),
     ("SELECT 1 UNION ALL (WITH d AS (DELETE FROM scrapes RETURNING 1) SELECT 1 FROM d)", "DELETE"),
-    ("SELECT * FROM series WHERE series_id IN (WITH d AS (DELETE FROM series RETURNING series_id) "
-     "SELECT * FROM d)", "DELETE"),
-    ("WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3), "
-     "d AS (DELETE FROM scrapes RETURNING 1) SELECT * FROM r, d", "DELETE|DML"),
+    (
+        "SELECT * FROM series WHERE series_id IN (WITH d AS (DELETE FROM series RETURNING series_id) SELECT * FROM d)",
+        "DELETE",
+    ),
+    (
+        "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 3), "
+        "d AS (DELETE FROM scrapes RETURNING 1) SELECT * FROM r, d",
+        "DELETE|DML",
+    ),
     ("SELECT nextval('probe_seq')", "function nextval"),
     ("SELECT setval('probe_seq', 100)", "function setval"),
     ("SELECT setseed(0.5)", "function setseed"),
     ("SELECT sleep_ms(60000)", "function sleep_ms"),
     ("SELECT write_log('x')", "function write_log"),
-]  # fmt: skip
+]
 
 TABLE_FUNCTIONS = [
     "SELECT * FROM query('DELETE FROM series')",
@@ -134,24 +145,67 @@ TABLE_FUNCTIONS = [
 ]
 
 STATEMENTS = [
-    "DELETE FROM series", "UPDATE targets SET gpus = 1", "INSERT INTO scrapes SELECT * FROM scrapes",
-    "DROP TABLE series", "ALTER TABLE series ADD COLUMN x INT", "TRUNCATE series", "CREATE TABLE x (a INT)",
-    "CREATE TEMP TABLE x AS SELECT 1", "CREATE TEMP VIEW v AS SELECT 1", "CREATE MACRO m(a) AS a",
-    "CREATE TEMP MACRO m(a) AS a", "CREATE SEQUENCE s2", "CREATE SECRET (TYPE s3)",
-    "EXPLAIN ANALYZE DELETE FROM series", "EXPLAIN ANALYZE WITH x AS (DELETE FROM series RETURNING 1) SELECT * FROM x",
+    "DELETE FROM series",
+    "UPDATE targets SET gpus = 1",
+    "INSERT INTO scrapes SELECT * FROM scrapes",
+    "DROP TABLE series",
+    "ALTER TABLE series ADD COLUMN x INT",
+    "TRUNCATE series",
+    "CREATE TABLE x (a INT)",
+    "CREATE TEMP TABLE x AS SELECT 1",
+    "CREATE TEMP VIEW v AS SELECT 1",
+    "CREATE MACRO m(a) AS a",
+    "CREATE TEMP MACRO m(a) AS a",
+    "CREATE SEQUENCE s2",
+    "CREATE SECRET (TYPE s3)",
+    "EXPLAIN ANALYZE DELETE FROM series",
+    "EXPLAIN ANALYZE WITH x AS (DELETE FROM series RETURNING 1) SELECT * FROM x",
     "EXPLAIN SELECT 1",
-    "PRAGMA database_list", "PRAGMA threads = 1", "PRAGMA enable_profiling", "PRAGMA memory_limit = '10GB'",
-    "SET threads = 1", "SET GLOBAL memory_limit = '100GB'", "SET SESSION threads TO 1", "RESET memory_limit",
-    "SET VARIABLE x = 1", "RESET VARIABLE x", "SET enable_external_access = true", "SET lock_configuration = false",
-    "INSTALL httpfs", "FORCE INSTALL httpfs", "LOAD httpfs", "ATTACH ':memory:' AS m", "DETACH main",
-    "USE memory", "COPY series TO '/tmp/moemeter-probe.csv'", "COPY series FROM '/etc/passwd'",
-    "COPY (SELECT 1) TO '/tmp/moemeter-probe.csv'", "EXPORT DATABASE '/tmp/moemeter-probe'",
-    "IMPORT DATABASE '/tmp/moemeter-probe'", "CHECKPOINT", "FORCE CHECKPOINT", "VACUUM", "ANALYZE",
-    "BEGIN", "COMMIT", "ROLLBACK", "ABORT", "CALL checkpoint()", "CALL enable_logging()", "PIVOT series ON metric",
-    "SELECT 1; DELETE FROM series", "SELECT 1 /* ; */; DELETE FROM series", "SELECT ';'; DELETE FROM series",
-    "SELECT 1 -- x\n; DELETE FROM series", "SELECT $$;$$; DELETE FROM series", "SELECT 1;;DELETE FROM series",
-    "/* SELECT */ DELETE FROM series", "-- SELECT\nDELETE FROM series", "SELEC 1", "",
-]  # fmt: skip
+    "PRAGMA database_list",
+    "PRAGMA threads = 1",
+    "PRAGMA enable_profiling",
+    "PRAGMA memory_limit = '10GB'",
+    "SET threads = 1",
+    "SET GLOBAL memory_limit = '100GB'",
+    "SET SESSION threads TO 1",
+    "RESET memory_limit",
+    "SET VARIABLE x = 1",
+    "RESET VARIABLE x",
+    "SET enable_external_access = true",
+    "SET lock_configuration = false",
+    "INSTALL httpfs",
+    "FORCE INSTALL httpfs",
+    "LOAD httpfs",
+    "ATTACH ':memory:' AS m",
+    "DETACH main",
+    "USE memory",
+    "COPY series TO '/tmp/moemeter-probe.csv'",
+    "COPY series FROM '/etc/passwd'",
+    "COPY (SELECT 1) TO '/tmp/moemeter-probe.csv'",
+    "EXPORT DATABASE '/tmp/moemeter-probe'",
+    "IMPORT DATABASE '/tmp/moemeter-probe'",
+    "CHECKPOINT",
+    "FORCE CHECKPOINT",
+    "VACUUM",
+    "ANALYZE",
+    "BEGIN",
+    "COMMIT",
+    "ROLLBACK",
+    "ABORT",
+    "CALL checkpoint()",
+    "CALL enable_logging()",
+    "PIVOT series ON metric",
+    "SELECT 1; DELETE FROM series",
+    "SELECT 1 /* ; */; DELETE FROM series",
+    "SELECT ';'; DELETE FROM series",
+    "SELECT 1 -- x\n; DELETE FROM series",
+    "SELECT $$;$$; DELETE FROM series",
+    "SELECT 1;;DELETE FROM series",
+    "/* SELECT */ DELETE FROM series",
+    "-- SELECT\nDELETE FROM series",
+    "SELEC 1",
+    "",
+]
 
 
 def refused_over_http(server, sql: str, fmt: str = "arrow") -> httpx.Response:
@@ -184,19 +238,33 @@ def test_every_other_statement_is_refused_and_changes_nothing(server, warehouse,
     assert snapshot(warehouse) == before
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT * FROM body", "SELECT * FROM sql", "SELECT * FROM self",  # Python variables of the server's frames
-    "SELECT * FROM '/etc/passwd'", "SELECT * FROM 'w.duckdb'", "SELECT * FROM 'https://127.0.0.1:9/x.csv'",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM body",
+        "SELECT * FROM sql",
+        "SELECT * FROM self",  # Python variables of the server's frames
+        "SELECT * FROM '/etc/passwd'",
+        "SELECT * FROM 'w.duckdb'",
+        "SELECT * FROM 'https://127.0.0.1:9/x.csv'",
+    ],
+)
 def test_replacement_scans_of_files_and_python_objects_fail(server, warehouse, sql):
     before = snapshot(warehouse)
     assert refused_over_http(server, sql).status_code == 400
     assert snapshot(warehouse) == before
 
 
-@pytest.mark.parametrize("sql", [s for s, _ in WRITES_IN_READS if not re.search("sleep_ms|setseed|write_log", s)]
-                         + ["DELETE FROM series", "UPDATE targets SET gpus = 1", "INSERT INTO scrapes SELECT * FROM scrapes",
-                            "SELECT * FROM query('DELETE FROM series')"])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [s for s, _ in WRITES_IN_READS if not re.search("sleep_ms|setseed|write_log", s)]
+    + [
+        "DELETE FROM series",
+        "UPDATE targets SET gpus = 1",
+        "INSERT INTO scrapes SELECT * FROM scrapes",
+        "SELECT * FROM query('DELETE FROM series')",
+    ],
+)
 def test_guard_one_alone_the_read_only_transaction_refuses_writes(warehouse, sql):
     """Without the parse-tree check, the read-only, rolled-back transaction stops every write."""
     before = snapshot(warehouse)
@@ -212,15 +280,26 @@ def test_guard_two_alone_the_parse_tree_check_refuses_without_running(sql):
         check_read_only(sql)
 
 
-@pytest.mark.parametrize("sql", [
-    "SELECT 1", "FROM series LIMIT 2", "SELECT metric, count(*) FROM series GROUP BY ALL",
-    "WITH x AS (SELECT * FROM series) SELECT count(*) FROM x",
-    "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 5) SELECT sum(n) FROM r",
-    "SELECT * FROM range(3)", "SELECT * FROM generate_series(1, 3)", "SELECT unnest([1, 2])",
-    "SELECT random() < 2, uuid() IS NOT NULL, now() IS NOT NULL", "SELECT * FROM duckdb_tables()",
-    "SELECT * FROM information_schema.columns", "DESCRIBE series", "SHOW TABLES", "VALUES (1), (2)",
-    "SELECT ? AS p",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1",
+        "FROM series LIMIT 2",
+        "SELECT metric, count(*) FROM series GROUP BY ALL",
+        "WITH x AS (SELECT * FROM series) SELECT count(*) FROM x",
+        "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r WHERE n < 5) SELECT sum(n) FROM r",
+        "SELECT * FROM range(3)",
+        "SELECT * FROM generate_series(1, 3)",
+        "SELECT unnest([1, 2])",
+        "SELECT random() < 2, uuid() IS NOT NULL, now() IS NOT NULL",
+        "SELECT * FROM duckdb_tables()",
+        "SELECT * FROM information_schema.columns",
+        "DESCRIBE series",
+        "SHOW TABLES",
+        "VALUES (1), (2)",
+        "SELECT ? AS p",
+    ],
+)
 def test_reads_pass(server, sql):
     params = [1] if "?" in sql else []
     r = httpx.post(f"{server.url}/query", json={"sql": sql, "params": params, "format": "json"}, timeout=30)
@@ -234,11 +313,14 @@ def test_runaway_queries_stop_at_the_limit_while_health_answers(server, warehous
     def runaway(name: str, sql: str) -> None:
         answers[name] = httpx.post(f"{server.url}/query", json={"sql": sql}, timeout=60)
 
-    threads = [threading.Thread(target=runaway, args=(n, s)) for n, s in [
-        ("range", "SELECT sum(range) FROM range(10000000000)"),
-        ("cross", "SELECT count(*) FROM range(100000000) a, range(100000000) b"),
-        ("recursive", "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"),
-    ]]  # fmt: skip
+    threads = [
+        threading.Thread(target=runaway, args=(n, s))
+        for n, s in [
+            ("range", "SELECT sum(range) FROM range(10000000000)"),
+            ("cross", "SELECT count(*) FROM range(100000000) a, range(100000000) b"),
+            ("recursive", "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"),
+        ]
+    ]
     for t in threads:
         t.start()
     healths = []
@@ -260,8 +342,10 @@ def test_a_query_whose_client_left_is_stopped(warehouse):
         body = json.dumps({"sql": "SELECT sum(range) FROM range(100000000000)"}).encode()
         host, port = srv.server_address[:2]
         sock = socket.create_connection((str(host), port))
-        sock.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+        sock.sendall(
+            b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
         deadline = time.monotonic() + 30
         while srv.running == 0:
             assert time.monotonic() < deadline, "the query never started"
@@ -275,17 +359,20 @@ def test_a_query_whose_client_left_is_stopped(warehouse):
         srv.shutdown()
 
 
-@pytest.mark.parametrize("sql,match", [
-    ("SELECT '" + "x" * 70_000 + "'", "the limit is 64,000"),
-    (" UNION ALL ".join(["SELECT 1"] * 8000), "the limit is 64,000"),
-    (" UNION ALL ".join(["SELECT 1"] * 300), "over 256 SELECTs"),
-    ("SELECT count(*) FROM " + ", ".join(f"series s{i}" for i in range(200)), "over 64 tables"),
-    ("SELECT * FROM " + "(SELECT * FROM " * 300 + "series" + ") x" * 300, "over 64 tables"),
-    ("SELECT " + "abs(" * 400 + "1" + ")" * 400, "nested too deeply"),
-    ("SELECT " + "(" * 3000 + "1" + ")" * 3000, "depth"),
-    ("SELECT " + "+".join(["1"] * 5000), "depth"),
-    ("SELECT [" + ",".join(["1"] * 15000) + "]", "over 20,000 nodes"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "sql,match",
+    [
+        ("SELECT '" + "x" * 70_000 + "'", "the limit is 64,000"),
+        (" UNION ALL ".join(["SELECT 1"] * 8000), "the limit is 64,000"),
+        (" UNION ALL ".join(["SELECT 1"] * 300), "over 256 SELECTs"),
+        ("SELECT count(*) FROM " + ", ".join(f"series s{i}" for i in range(200)), "over 64 tables"),
+        ("SELECT * FROM " + "(SELECT * FROM " * 300 + "series" + ") x" * 300, "over 64 tables"),
+        ("SELECT " + "abs(" * 400 + "1" + ")" * 400, "nested too deeply"),
+        ("SELECT " + "(" * 3000 + "1" + ")" * 3000, "depth"),
+        ("SELECT " + "+".join(["1"] * 5000), "depth"),
+        ("SELECT [" + ",".join(["1"] * 15000) + "]", "over 20,000 nodes"),
+    ],
+)
 def test_statements_too_costly_to_plan_are_refused_before_planning(server, sql, match):
     r = httpx.post(f"{server.url}/query", json={"sql": sql}, timeout=30)
     assert r.status_code in (400, 413), r.text[:300]
@@ -299,11 +386,13 @@ def test_results_over_the_row_or_byte_limit_are_refused(warehouse):
         for fmt in ("arrow", "json"):
             r = httpx.post(f"{srv.url}/query", json={"sql": "SELECT * FROM range(200000)", "format": fmt})
             assert r.status_code == 413 and "over 100,000 rows" in r.json()["error"]
-            r = httpx.post(f"{srv.url}/query", json={"sql": "SELECT repeat('x', 1000) FROM range(50000)",
-                                                       "format": fmt})  # fmt: skip
+            r = httpx.post(
+                f"{srv.url}/query", json={"sql": "SELECT repeat('x', 1000) FROM range(50000)", "format": fmt}
+            )
             assert r.status_code == 413 and "4 MiB" in r.json()["error"]
-        r = httpx.post(f"{srv.url}/query", json={"sql": "SELECT repeat('é', 80) AS s FROM range(20000)",
-                                                   "format": "json"})  # fmt: skip
+        r = httpx.post(
+            f"{srv.url}/query", json={"sql": "SELECT repeat('é', 80) AS s FROM range(20000)", "format": "json"}
+        )
         assert r.status_code == 413 and "JSON answer" in r.json()["error"]  # Arrow under, JSON over
         with pytest.raises(QueryTooLarge, match="add a LIMIT"):
             QueryClient(srv.url)("SELECT * FROM range(200000)")
@@ -345,8 +434,11 @@ def test_the_writer_stores_every_round_while_readers_storm(warehouse):
     def storm() -> None:
         with httpx.Client() as c:
             while not stop.is_set():
-                answers.append(c.post(f"{srv.url}/query", timeout=60,
-                                      json={"sql": "SELECT sum(range) FROM range(10000000000)"}).status_code)  # fmt: skip
+                answers.append(
+                    c.post(
+                        f"{srv.url}/query", timeout=60, json={"sql": "SELECT sum(range) FROM range(10000000000)"}
+                    ).status_code
+                )
 
     clients = [threading.Thread(target=storm) for _ in range(6)]
     for t in clients:
@@ -386,19 +478,27 @@ def raw(server, data: bytes) -> bytes:
     return out
 
 
-@pytest.mark.parametrize("request_bytes,status", [
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}", b"400"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}", b"400"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"411"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", b"411"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", b"413"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{\"sql\": \"\xff\xfe\"}", b"400"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n[]", b"400"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\n\r\n{\"sql\": [1, 2]}", b"400"),
-    (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 200001\r\n\r\n" + b"[" * 100_000 + b"1" + b"]" * 100_000,
-     b"400"),
-    (b"GARBAGE\r\n\r\n", b"400"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "request_bytes,status",
+    [
+        (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}", b"400"),
+        (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}", b"400"),
+        (b"POST /query HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"411"),
+        (b"POST /query HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", b"411"),
+        (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", b"413"),
+        (b'POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{"sql": "\xff\xfe"}', b"400"),
+        (b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n[]", b"400"),
+        (b'POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\n\r\n{"sql": [1, 2]}', b"400"),
+        (
+            b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 200001\r\n\r\n"
+            + b"[" * 100_000
+            + b"1"
+            + b"]" * 100_000,
+            b"400",
+        ),
+        (b"GARBAGE\r\n\r\n", b"400"),
+    ],
+)
 def test_malformed_http_gets_a_4xx_never_a_dropped_connection(server, warehouse, request_bytes, status):
     before = snapshot(warehouse)
     answer = raw(server, request_bytes)
@@ -417,14 +517,19 @@ def test_a_body_that_does_not_arrive_in_time_gets_408_and_others_are_served(serv
 
 
 TYPES = {  # every DuckDB type a reader may select, and its JSON form
-    "BOOLEAN": ("true", True), "TINYINT": ("-3::TINYINT", -3), "UBIGINT": ("18446744073709551615::UBIGINT",
-                                                                          18446744073709551615),
+    "BOOLEAN": ("true", True),
+    "TINYINT": ("-3::TINYINT", -3),
+    "UBIGINT": ("18446744073709551615::UBIGINT", 18446744073709551615),
     "HUGEINT": ("170141183460469231731687303715884105727::HUGEINT", 1.7014118346046923e38),
-    "DOUBLE nan": ("'nan'::DOUBLE", None), "DOUBLE inf": ("'-inf'::DOUBLE", "-Infinity"),
-    "DECIMAL": ("1.25::DECIMAL(5,2)", 1.25), "VARCHAR": ("'héllo'", "héllo"),
-    "BLOB": ("'\\xAA\\xFF'::BLOB", "qv8="), "DATE": ("DATE '2026-12-01'", "2026-12-01"),
+    "DOUBLE nan": ("'nan'::DOUBLE", None),
+    "DOUBLE inf": ("'-inf'::DOUBLE", "-Infinity"),
+    "DECIMAL": ("1.25::DECIMAL(5,2)", 1.25),
+    "VARCHAR": ("'héllo'", "héllo"),
+    "BLOB": ("'\\xAA\\xFF'::BLOB", "qv8="),
+    "DATE": ("DATE '2026-12-01'", "2026-12-01"),
     "DATE infinity": ("'infinity'::DATE", None),
-    "TIME": ("TIME '12:34:56.5'", "12:34:56.500000"), "TIMETZ": ("'12:00:00+02'::TIMETZ", None),
+    "TIME": ("TIME '12:34:56.5'", "12:34:56.500000"),
+    "TIMETZ": ("'12:00:00+02'::TIMETZ", None),
     "TIMESTAMP": ("TIMESTAMP '2026-12-01 10:00:00'", "2026-12-01T10:00:00"),
     "TIMESTAMP_NS": ("'2026-12-01 10:00:00.123456789'::TIMESTAMP_NS", None),
     "TIMESTAMPTZ": ("'2026-12-01 10:00:00+00'::TIMESTAMPTZ", None),
@@ -433,13 +538,18 @@ TYPES = {  # every DuckDB type a reader may select, and its JSON form
     "LIST nan": ("[1.5, 'nan'::DOUBLE, 'inf'::DOUBLE]", [1.5, None, "Infinity"]),
     "LIST ts": ("[TIMESTAMP '2026-12-01 10:00:00']", ["2026-12-01T10:00:00"]),
     "LIST decimal": ("[1.5::DECIMAL(4,1)]", [1.5]),
-    "STRUCT": ("{'a': TIMESTAMP '2026-12-01 10:00:00', 'b': 'x'::BLOB, 'c': 2.5::DECIMAL(3,1)}",
-               {"a": "2026-12-01T10:00:00", "b": "eA==", "c": 2.5}),
-    "MAP": ("MAP {'k': 1}", [["k", 1]]), "ARRAY": ("[1, 2, 3]::INTEGER[3]", [1, 2, 3]),
-    "ENUM": ("'a'::ENUM('a', 'b')", "a"), "UNION": ("union_value(n := 5)", 5),
-    "BIT": ("'0101'::BIT", None), "BIGNUM": ("'123456789012345678901234567890'::BIGNUM", None),
+    "STRUCT": (
+        "{'a': TIMESTAMP '2026-12-01 10:00:00', 'b': 'x'::BLOB, 'c': 2.5::DECIMAL(3,1)}",
+        {"a": "2026-12-01T10:00:00", "b": "eA==", "c": 2.5},
+    ),
+    "MAP": ("MAP {'k': 1}", [["k", 1]]),
+    "ARRAY": ("[1, 2, 3]::INTEGER[3]", [1, 2, 3]),
+    "ENUM": ("'a'::ENUM('a', 'b')", "a"),
+    "UNION": ("union_value(n := 5)", 5),
+    "BIT": ("'0101'::BIT", None),
+    "BIGNUM": ("'123456789012345678901234567890'::BIGNUM", None),
     "NULL": ("NULL", None),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", list(TYPES))

@@ -25,10 +25,26 @@ def con():
 
 
 def rec(i: int, user: str = "alice", **kw: object) -> RequestRecord:
-    base = dict(request_id=f"r{i}", started_at=EPOCH0 + i, user=user, tenant="acme", model="m", endpoint="completions",
-                stream=True, status=200, outcome="ok", prompt_tokens=100 + i, cached_prompt_tokens=64,
-                generated_tokens=10, ttft_seconds=0.2, itl_mean_seconds=0.01, itl_max_seconds=0.02,
-                decode_tokens_per_second=100.0, e2e_seconds=0.5, usage_reported=True)  # fmt: skip
+    base = dict(
+        request_id=f"r{i}",
+        started_at=EPOCH0 + i,
+        user=user,
+        tenant="acme",
+        model="m",
+        endpoint="completions",
+        stream=True,
+        status=200,
+        outcome="ok",
+        prompt_tokens=100 + i,
+        cached_prompt_tokens=64,
+        generated_tokens=10,
+        ttft_seconds=0.2,
+        itl_mean_seconds=0.01,
+        itl_max_seconds=0.02,
+        decode_tokens_per_second=100.0,
+        e2e_seconds=0.5,
+        usage_reported=True,
+    )
     base.update(kw)
     return RequestRecord(**base)  # type: ignore[arg-type]
 
@@ -51,8 +67,9 @@ def test_pages_are_stored_once_with_their_cursor(con, tmp_path: Path) -> None:
     # a restarted collector starts from the stored cursor
     fresh = RequestIngestor()
     assert fresh.cursor(con, "gw").seq == 7
-    rows = con.execute("SELECT request_id, user_id, prompt_tokens, cached_prompt_tokens, finished_at FROM requests "
-                       "ORDER BY seq").fetchall()  # fmt: skip
+    rows = con.execute(
+        "SELECT request_id, user_id, prompt_tokens, cached_prompt_tokens, finished_at FROM requests ORDER BY seq"
+    ).fetchall()
     assert [r[0] for r in rows] == [f"r{i}" for i in range(7)]
     assert rows[2][1:] == ("alice", 102, 64, T0 + timedelta(seconds=2.5))
     log.close()
@@ -60,8 +77,14 @@ def test_pages_are_stored_once_with_their_cursor(con, tmp_path: Path) -> None:
 
 def test_a_new_log_is_read_from_its_start_and_a_gap_is_counted(con) -> None:
     ing = RequestIngestor()
-    page = {"schema": "moemeter.requests/1", "log_id": "A", "oldest": 1, "next": 2, "more": False,
-            "records": [{"seq": 1, **rec(1).to_json()}, {"seq": 2, **rec(2).to_json()}]}  # fmt: skip
+    page = {
+        "schema": "moemeter.requests/1",
+        "log_id": "A",
+        "oldest": 1,
+        "next": 2,
+        "more": False,
+        "records": [{"seq": 1, **rec(1).to_json()}, {"seq": 2, **rec(2).to_json()}],
+    }
     ing.write(con, "gw", page, T0)
     ing.write(con, "gw", {**page, "log_id": "B", "records": [{"seq": 1, **rec(3).to_json()}]}, T0)
     ing.write(con, "gw", {**page, "log_id": "B", "oldest": 5, "records": [{"seq": 5, **rec(4).to_json()}]}, T0)
@@ -78,12 +101,15 @@ def test_a_new_log_is_read_from_its_start_and_a_gap_is_counted(con) -> None:
         ({"cached_prompt_tokens": 10**6}, "cached_prompt_tokens"),
         ({"status": "200"}, "status"),
         ({"user": "x" * 5000}, "over 1024 characters long"),
-    ],  # fmt: skip
+    ],
 )
 def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.LogCaptureFixture, change, why) -> None:
     good, bad = rec(1).to_json(), {**rec(2).to_json(), **change}
-    page = {"schema": "moemeter.requests/1", "log_id": "A", "records": [{"seq": 1, **good}, {"seq": 2, **bad},
-                                                                        {"seq": 3, **rec(3).to_json()}]}  # fmt: skip
+    page = {
+        "schema": "moemeter.requests/1",
+        "log_id": "A",
+        "records": [{"seq": 1, **good}, {"seq": 2, **bad}, {"seq": 3, **rec(3).to_json()}],
+    }
     assert RequestIngestor().write(con, "gw", page, T0) == 2
     assert why in caplog.text and "record 2 refused" in caplog.text
     assert con.execute("SELECT seq, rejected FROM request_feeds").fetchall() == [(3, 1)]
@@ -94,32 +120,47 @@ def test_pages_that_are_not_feeds_are_refused(con) -> None:
     with pytest.raises(FeedError, match="not a moemeter.requests/1"):
         ing.write(con, "gw", {"records": []}, T0)
     with pytest.raises(FeedError, match="go back"):
-        ing.write(con, "gw", {"schema": "moemeter.requests/1", "log_id": "A",
-                              "records": [{"seq": 5, **rec(1).to_json()}, {"seq": 4, **rec(2).to_json()}]}, T0)  # fmt: skip
+        ing.write(
+            con,
+            "gw",
+            {
+                "schema": "moemeter.requests/1",
+                "log_id": "A",
+                "records": [{"seq": 5, **rec(1).to_json()}, {"seq": 4, **rec(2).to_json()}],
+            },
+            T0,
+        )
 
 
 def test_hourly_sums_are_exact_and_late_records_are_added(con) -> None:
     ing = RequestIngestor()
     recs = [rec(i, user=f"u{i % 2}", started_at=EPOCH0 + 3500 + 20 * i) for i in range(10)]  # straddle 13:00
     recs[3].outcome, recs[3].itl_mean_seconds = "upstream_dropped", None
-    page = lambda rs, s0: {"schema": "moemeter.requests/1", "log_id": "A",  # noqa: E731
-                           "records": [{"seq": s0 + k, **r.to_json()} for k, r in enumerate(rs)]}  # fmt: skip
+
+    def page(rs, s0):
+        return {
+            "schema": "moemeter.requests/1",
+            "log_id": "A",
+            "records": [{"seq": s0 + k, **r.to_json()} for k, r in enumerate(rs)],
+        }
+
     ing.write(con, "gw", page(recs[:6], 1), T0 + timedelta(minutes=59))
     roll_requests_1h(con, T0, T0 + timedelta(hours=1))
     ing.write(con, "gw", page(recs[6:], 7), T0 + timedelta(minutes=70))  # ingested in the next hour
     roll_requests_1h(con, T0 + timedelta(hours=1), T0 + timedelta(hours=2))
     raw = con.execute("""SELECT time_bucket(INTERVAL 1 HOUR, finished_at) h, user_id, count(*), sum(prompt_tokens),
                                 sum(generated_tokens), count(*) FILTER (WHERE outcome <> 'ok'), count(itl_mean_seconds)
-                         FROM requests GROUP BY ALL ORDER BY ALL""").fetchall()  # fmt: skip
+                         FROM requests GROUP BY ALL ORDER BY ALL""").fetchall()
     rolled = con.execute("""SELECT ts, user_id, requests, prompt_tokens, generated_tokens, errors, timed
-                            FROM requests_1h ORDER BY ALL""").fetchall()  # fmt: skip
+                            FROM requests_1h ORDER BY ALL""").fetchall()
     assert rolled == raw and len(rolled) == 4
 
 
 def test_retention_drops_raw_requests_only_once_rolled(con) -> None:
     ing = RequestIngestor()
-    ing.write(con, "gw", {"schema": "moemeter.requests/1", "log_id": "A",
-                          "records": [{"seq": 1, **rec(1).to_json()}]}, T0)  # fmt: skip
+    ing.write(
+        con, "gw", {"schema": "moemeter.requests/1", "log_id": "A", "records": [{"seq": 1, **rec(1).to_json()}]}, T0
+    )
     rollups = Rollups(Retention(raw_days=1, minute_days=1, hour_days=10))
     con.execute("INSERT INTO samples VALUES (?, 1, 1.0)", [T0])  # rollups start at the oldest sample
     rollups.advance(con, T0 + timedelta(days=3))

@@ -19,10 +19,12 @@ DECODE = TargetInfo("decode-0", "http://x/metrics", "decode", 2, "test")
 
 
 def page(gen: float, running: float) -> str:
-    return ("# TYPE vllm:generation_tokens_total counter\n"
-            f'vllm:generation_tokens_total{{engine="0"}} {gen}\nvllm:generation_tokens_total{{engine="1"}} {2 * gen}\n'
-            "# TYPE vllm:num_requests_running gauge\n"
-            f'vllm:num_requests_running{{engine="0"}} {running}\n')  # fmt: skip
+    return (
+        "# TYPE vllm:generation_tokens_total counter\n"
+        f'vllm:generation_tokens_total{{engine="0"}} {gen}\nvllm:generation_tokens_total{{engine="1"}} {2 * gen}\n'
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{engine="0"}} {running}\n'
+    )
 
 
 @pytest.fixture
@@ -46,9 +48,12 @@ def test_minutes_roll_up_when_a_later_minute_arrives(con):
 
 
 def test_counter_increases_reconcile_exactly_with_the_raw_ones(con):
-    raw = con.execute("""SELECT series_id, time_bucket(INTERVAL 1 MINUTE, ts) AS m, sum(delta), sum(seconds),
+    raw = con.execute(
+        """SELECT series_id, time_bucket(INTERVAL 1 MINUTE, ts) AS m, sum(delta), sum(seconds),
                                 count(*) FILTER (WHERE reset)
-                         FROM increments WHERE ts < ? GROUP BY ALL ORDER BY ALL""", [T0 + timedelta(minutes=3)]).fetchall()  # fmt: skip
+                         FROM increments WHERE ts < ? GROUP BY ALL ORDER BY ALL""",
+        [T0 + timedelta(minutes=3)],
+    ).fetchall()
     rolled = con.execute("SELECT series_id, ts, delta, seconds, resets FROM increments_1m ORDER BY ALL").fetchall()
     assert rolled == raw
     assert sum(r[4] for r in rolled) == 2  # the restart of both engines' counters
@@ -56,11 +61,14 @@ def test_counter_increases_reconcile_exactly_with_the_raw_ones(con):
 
 def test_gauges_keep_mean_and_max(con):
     rows = con.execute("""SELECT x.ts, x.value, x.max, x.n FROM samples_1m x JOIN series s USING (series_id)
-                          WHERE s.metric = 'vllm:num_requests_running' ORDER BY x.ts""").fetchall()  # fmt: skip
+                          WHERE s.metric = 'vllm:num_requests_running' ORDER BY x.ts""").fetchall()
     first_minute = [k % 7 for k in range(12)]
     assert rows[0] == (T0, pytest.approx(sum(first_minute) / 12), 6.0, 12)
-    assert con.execute("""SELECT count(*) FROM samples_1m x JOIN series s USING (series_id)
-                          WHERE s.kind = 'counter'""").fetchall()[0][0] == 0  # fmt: skip
+    assert (
+        con.execute("""SELECT count(*) FROM samples_1m x JOIN series s USING (series_id)
+                          WHERE s.kind = 'counter'""").fetchall()[0][0]
+        == 0
+    )
 
 
 def test_pages_give_the_same_numbers_from_rollups_and_raw(con):
@@ -95,8 +103,11 @@ def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
         )
     hours = c.execute("SELECT ts, sum(delta), sum(seconds) FROM increments_1h GROUP BY ts ORDER BY ts").fetchall()
     # 10:00 holds 59 intervals (the first scrape has no increase), 11:00 and 12:00 sixty each; x3 for both engines.
-    assert hours == [(start, 59 * 60.0 * 3, 59 * 60.0 * 2), (start + timedelta(hours=1), 60 * 60.0 * 3, 60 * 60.0 * 2),
-                     (start + timedelta(hours=2), 60 * 60.0 * 3, 60 * 60.0 * 2)]  # fmt: skip
+    assert hours == [
+        (start, 59 * 60.0 * 3, 59 * 60.0 * 2),
+        (start + timedelta(hours=1), 60 * 60.0 * 3, 60 * 60.0 * 2),
+        (start + timedelta(hours=2), 60 * 60.0 * 3, 60 * 60.0 * 2),
+    ]
     raw_total = 3 * 3600 / 60 * 60.0 * 3  # every increase since the first scrape, both engines
     rolled = c.execute("SELECT sum(delta) FROM increments_1h").fetchall()[0][0]
     not_yet = c.execute("SELECT sum(delta) FROM increments WHERE ts >= '2026-11-30 13:00'").fetchall()[0][0]
@@ -107,7 +118,7 @@ def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
     oldest_minute = c.execute("SELECT min(ts) FROM increments_1m").fetchall()[0][0]
     assert oldest_minute >= start + timedelta(minutes=59)
     gauge = c.execute("""SELECT x.value, x.max, x.n FROM samples_1h x JOIN series s USING (series_id)
-                         WHERE s.metric = 'vllm:num_requests_running' ORDER BY x.ts LIMIT 1""").fetchall()[0]  # fmt: skip
+                         WHERE s.metric = 'vllm:num_requests_running' ORDER BY x.ts LIMIT 1""").fetchall()[0]
     assert gauge == (pytest.approx(sum(m % 5 for m in range(60)) / 60), 4.0, 60)
 
 

@@ -21,8 +21,9 @@ class MoemeterEndpoint:
         def experts() -> Any:
             snap = experts_snapshot(state_dir())
             if snap is None:  # 503, not 404: the endpoint exists, there is just nothing to show yet
-                return JSONResponse({"error": "no MoE routing measured yet"}, status_code=503,
-                                    headers={"Retry-After": "5"})  # fmt: skip
+                return JSONResponse(
+                    {"error": "no MoE routing measured yet"}, status_code=503, headers={"Retry-After": "5"}
+                )
             return JSONResponse(snap)
 
     async def init_state(self, engine_client: Any, state: Any, args: Namespace) -> None:

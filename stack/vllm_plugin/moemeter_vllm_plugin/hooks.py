@@ -73,8 +73,9 @@ def _guard(part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _wrap(cls: type, name: str, part: str, before: Callable[..., Any] | None = None,
-          after: Callable[..., Any] | None = None) -> None:  # fmt: skip
+def _wrap(
+    cls: type, name: str, part: str, before: Callable[..., Any] | None = None, after: Callable[..., Any] | None = None
+) -> None:
     """Replace cls.name by a wrapper that times it; `after(self, seconds, result)` records it.
     The original's own exceptions pass through untouched."""
     original = cls.__dict__.get(name) or getattr(cls, name)
@@ -273,8 +274,12 @@ def install() -> None:
         _wrap(EngineCore, name, "step phases", before=_enter, after=_leave_step)
     for name in ("execute_model", "sample_tokens"):  # worker processes of a multi-process executor
         _wrap(GPUModelRunner, name, "step phases", before=_enter, after=_leave)
-    _wrap(OutputProcessor, "process_outputs", "api output",
-          after=lambda self, seconds, token: STATE.api_output.observe(seconds))  # fmt: skip
+    _wrap(
+        OutputProcessor,
+        "process_outputs",
+        "api output",
+        after=lambda self, seconds, token: STATE.api_output.observe(seconds),
+    )
 
     for cls in (GPUModelRunner, Scheduler):  # whichever this process builds knows the engine
         _note_config_on_init(cls)

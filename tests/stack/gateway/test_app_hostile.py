@@ -27,8 +27,11 @@ def metrics(rig: Rig) -> dict[str, float]:
     """The gateway's /metrics, read by prometheus_client's own parser."""
     r = httpx.get(rig.url + "/metrics")
     assert r.status_code == 200, r.text[:300]
-    return {f"{s.name}{sorted(s.labels.items())}": s.value
-            for fam in text_string_to_metric_families(r.text) for s in fam.samples}  # fmt: skip
+    return {
+        f"{s.name}{sorted(s.labels.items())}": s.value
+        for fam in text_string_to_metric_families(r.text)
+        for s in fam.samples
+    }
 
 
 @pytest.mark.parametrize("case", STREAM_CASES, ids=lambda c: json.dumps(c["stream"]))
@@ -49,8 +52,10 @@ def test_the_stream_field_means_what_vllm_makes_of_it(rig: Rig, case: dict) -> N
 
 
 def test_a_stream_nobody_asked_for_is_metered(rig: Rig) -> None:
-    r = httpx.post(rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a", "max_tokens": 6,
-                                                      "twin_fault": "always-stream"})  # fmt: skip
+    r = httpx.post(
+        rig.url + "/v1/completions",
+        json={"model": "twin-moe", "prompt": "a", "max_tokens": 6, "twin_fault": "always-stream"},
+    )
     assert r.headers["content-type"].startswith("text/event-stream")
     [rec] = records(rig)
     assert (rec["stream"], rec["outcome"], rec["generated_tokens"]) == (True, "ok", 6)
@@ -73,8 +78,12 @@ def test_a_lone_surrogate_user_is_stored_and_metrics_keep_answering(rig: Rig) ->
 @pytest.mark.parametrize("reported", [2**63, -5, 1e400, "lots"])
 def test_usage_that_is_not_a_count_is_not_stored_as_one(rig: Rig, reported: object) -> None:
     for stream in (False, True):
-        r = httpx.post(rig.url + "/v1/completions", content=json.dumps(
-            {"model": "twin-moe", "prompt": "x", "max_tokens": 3, "stream": stream, "twin_prompt_tokens": reported}))  # fmt: skip
+        r = httpx.post(
+            rig.url + "/v1/completions",
+            content=json.dumps(
+                {"model": "twin-moe", "prompt": "x", "max_tokens": 3, "stream": stream, "twin_prompt_tokens": reported}
+            ),
+        )
         assert r.status_code == 200
     recs = records(rig)
     assert [(r["usage_reported"], r["prompt_tokens"]) for r in recs] == [(False, 0), (False, 0)]
@@ -96,9 +105,14 @@ def test_openai_sdk_streams_with_usage_are_all_recorded_whole(tmp_path: Path) ->
         client = openai.OpenAI(base_url=rig.url + "/v1", api_key="unused", max_retries=0)
         for i in range(8):
             stream = client.chat.completions.create(
-                model="twin-moe", messages=[{"role": "user", "content": "a b c"}], max_tokens=5 + i, stream=True,
-                stream_options={"include_usage": True}, user="sdk",
-                extra_body={"twin_fault": "linger-after-done"} if i % 2 else None)  # fmt: skip
+                model="twin-moe",
+                messages=[{"role": "user", "content": "a b c"}],
+                max_tokens=5 + i,
+                stream=True,
+                stream_options={"include_usage": True},
+                user="sdk",
+                extra_body={"twin_fault": "linger-after-done"} if i % 2 else None,
+            )
             chunks = list(stream)
             assert chunks[-1].usage.completion_tokens == 5 + i
             stream.close()
@@ -106,20 +120,24 @@ def test_openai_sdk_streams_with_usage_are_all_recorded_whole(tmp_path: Path) ->
     finally:
         rig.loop.close()
     assert [(r["status"], r["outcome"], r["generated_tokens"], r["prompt_tokens"]) for r in recs] == [
-        (200, "ok", 5 + i, 3) for i in range(8)]  # fmt: skip
+        (200, "ok", 5 + i, 3) for i in range(8)
+    ]
 
 
 def test_a_client_that_closes_at_done_got_a_whole_answer(tmp_path: Path) -> None:
     """Reads until `data: [DONE]` and closes at once, while the upstream still holds its end open."""
     rig = start_rig(tmp_path, upstream=SimulatedUpstream(model="twin-moe"))
-    body = json.dumps({"model": "twin-moe", "prompt": "a b", "max_tokens": 4, "stream": True,
-                       "twin_fault": "linger-after-done"})  # fmt: skip
+    body = json.dumps(
+        {"model": "twin-moe", "prompt": "a b", "max_tokens": 4, "stream": True, "twin_fault": "linger-after-done"}
+    )
     port = int(rig.url.rsplit(":", 1)[1])
     try:
         for _ in range(5):
             with socket.create_connection(("127.0.0.1", port)) as s:
-                s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                          f"Content-Length: {len(body)}\r\n\r\n{body}".encode())  # fmt: skip
+                s.sendall(
+                    f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+                )
                 got = b""
                 while b"data: [DONE]" not in got:
                     got += s.recv(65536)
@@ -128,13 +146,15 @@ def test_a_client_that_closes_at_done_got_a_whole_answer(tmp_path: Path) -> None
     finally:
         rig.loop.close()
     assert [(r["status"], r["outcome"], r["generated_tokens"], r["prompt_tokens"]) for r in recs] == [
-        (200, "ok", 4, 2)] * 5  # fmt: skip
+        (200, "ok", 4, 2)
+    ] * 5
     assert not any(k.startswith("moemeter_gateway_errors") for k in m)
 
 
 def test_upstream_errors_reach_clients_as_openai_json_without_internal_addresses(rig: Rig) -> None:
-    r = httpx.post(rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a",
-                                                      "twin_fault": "status-500-text"})  # fmt: skip
+    r = httpx.post(
+        rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a", "twin_fault": "status-500-text"}
+    )
     assert r.status_code == 500 and r.json()["error"]["code"] == "upstream_5xx"
     assert "10.0.0.7" not in r.text and "http://" not in r.text
     [rec] = records(rig)
@@ -156,8 +176,11 @@ def test_requests_past_the_in_flight_bound_get_429_and_are_recorded(tmp_path: Pa
     rig = start_rig(tmp_path, upstream=SimulatedUpstream(model="twin-moe", itl_seconds=0.05), max_in_flight=2)
     slow = {"model": "twin-moe", "prompt": "a", "max_tokens": 200, "stream": True}
     try:
-        with httpx.Client(timeout=30) as c, c.stream("POST", rig.url + "/v1/completions", json=slow) as one, \
-                c.stream("POST", rig.url + "/v1/completions", json=slow) as two:  # fmt: skip
+        with (
+            httpx.Client(timeout=30) as c,
+            c.stream("POST", rig.url + "/v1/completions", json=slow) as one,
+            c.stream("POST", rig.url + "/v1/completions", json=slow) as two,
+        ):
             reading = one.iter_raw(), two.iter_raw()  # kept: a dropped iterator closes its response
             for r in reading:
                 next(r)  # both are being served
@@ -176,8 +199,9 @@ def test_requests_past_the_in_flight_bound_get_429_and_are_recorded(tmp_path: Pa
 def test_response_ids_never_name_internal_addresses(rig: Rig) -> None:
     body = {"model": "twin-moe", "prompt": "a", "max_tokens": 3, "twin_fault": "router-ids"}
     whole = httpx.post(rig.url + "/v1/completions", json=body)
-    streamed = httpx.post(rig.url + "/v1/chat/completions", json={**body, "stream": True, "messages": [
-        {"role": "user", "content": "a"}]})  # fmt: skip
+    streamed = httpx.post(
+        rig.url + "/v1/chat/completions", json={**body, "stream": True, "messages": [{"role": "user", "content": "a"}]}
+    )
     assert whole.json()["id"] == f"cmpl-{whole.headers['X-Request-Id']}"
     ids = {c["id"] for c in sse_chunks(streamed.text) if isinstance(c, dict)}
     assert ids == {f"chatcmpl-{streamed.headers['X-Request-Id']}"}

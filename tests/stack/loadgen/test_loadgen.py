@@ -13,8 +13,18 @@ from stack.twin.upstream import SimulatedUpstream
 
 from ..gateway.conftest import start_rig
 
-SPEC = WorkloadSpec(users=5, sessions=12, turns_mean=4, system_prompt_words=64, first_turn_words=40, turn_words=20,
-                    max_context_words=600, answer_tokens=24, subagent_share=0.3, think_seconds=0.0)  # fmt: skip
+SPEC = WorkloadSpec(
+    users=5,
+    sessions=12,
+    turns_mean=4,
+    system_prompt_words=64,
+    first_turn_words=40,
+    turn_words=20,
+    max_context_words=600,
+    answer_tokens=24,
+    subagent_share=0.3,
+    think_seconds=0.0,
+)
 
 
 def test_the_plan_follows_the_seed_and_the_context_limit() -> None:
@@ -45,7 +55,11 @@ def test_through_the_gateway_every_request_is_recorded_with_its_usage(tmp_path: 
     for r in results:
         rec = records[r.request_id]
         assert (rec["user"], rec["prompt_tokens"], rec["generated_tokens"], rec["cached_prompt_tokens"]) == (
-            r.user, r.prompt_tokens, r.completion_tokens, r.cached_prompt_tokens)  # fmt: skip
+            r.user,
+            r.prompt_tokens,
+            r.completion_tokens,
+            r.cached_prompt_tokens,
+        )
     # later turns and subagents reuse their session's prefix
     assert sum(r.cached_prompt_tokens or 0 for r in results) > 0.3 * sum(r.prompt_tokens or 0 for r in results)
     assert any(r.session.count(".") for r in results)  # subagents ran
@@ -53,8 +67,10 @@ def test_through_the_gateway_every_request_is_recorded_with_its_usage(tmp_path: 
 
 
 def test_summary_p90_is_the_slow_tail() -> None:
-    results = [Result(f"r{i}", f"u{i % 3}", "s", True, 200, None, 10, 0, 5, 0.1, itl, 1.0)
-               for i, itl in enumerate([0.01] * 9 + [0.02])]  # fmt: skip
+    results = [
+        Result(f"r{i}", f"u{i % 3}", "s", True, 200, None, 10, 0, 5, 0.1, itl, 1.0)
+        for i, itl in enumerate([0.01] * 9 + [0.02])
+    ]
     results.append(Result("bad", "u9", "s", True, 504, "upstream_timeout", None, None, None, None, None, 1.0))
     s = summarise(results, wall_seconds=2.0)
     assert s["requests"] == 11 and s["ok"] == 10 and s["errors"] == {"upstream_timeout": 1}

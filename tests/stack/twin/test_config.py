@@ -23,13 +23,16 @@ def test_unknown_profile_lists_the_available_ones():
         load_profile("nope")
 
 
-@pytest.mark.parametrize("text,match", [
-    ("[model]\nlayers = 3\n", "unknown keys \\['layers'\\]"),
-    ("[topology]\ntrays = 1\n", "exceed the rack"),
-    ("name = \n", "not valid TOML"),
-    ("[custom_histogram_buckets]\ninter_token_latency = [0.2, 0.1]\n", "positive and increasing"),
-    ("colour = 'red'\n", "unknown top-level keys"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("[model]\nlayers = 3\n", "unknown keys \\['layers'\\]"),
+        ("[topology]\ntrays = 1\n", "exceed the rack"),
+        ("name = \n", "not valid TOML"),
+        ("[custom_histogram_buckets]\ninter_token_latency = [0.2, 0.1]\n", "positive and increasing"),
+        ("colour = 'red'\n", "unknown top-level keys"),
+    ],
+)
 def test_bad_profiles_are_refused_with_the_reason(tmp_path, text, match):
     path = tmp_path / "bad.toml"
     path.write_text(text)

@@ -46,8 +46,13 @@ def pages(profile):
     return Twin(profile, seed=7, start=0.0).pages(90.0)
 
 
-@pytest.mark.parametrize("role,capture", [("prefill-0", "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt"),
-                                          ("decode-0", "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt")])  # fmt: skip
+@pytest.mark.parametrize(
+    "role,capture",
+    [
+        ("prefill-0", "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt"),
+        ("decode-0", "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt"),
+    ],
+)
 def test_vllm_families_labels_and_types_match_the_real_capture(pages, role, capture):
     real = shape((FIXTURES / capture).read_text(), "vllm:")
     twin = shape(pages[role], "vllm:")
@@ -81,11 +86,19 @@ def test_histogram_buckets_are_vllms_own_except_the_profiles_custom_family(pages
 
 
 def test_engine_label_is_the_data_parallel_rank(pages, profile):
-    engines = {s.labels["engine"] for f in text_string_to_metric_families(pages["decode-0"])
-               if f.name == "vllm:num_requests_running" for s in f.samples}  # fmt: skip
+    engines = {
+        s.labels["engine"]
+        for f in text_string_to_metric_families(pages["decode-0"])
+        if f.name == "vllm:num_requests_running"
+        for s in f.samples
+    }
     assert engines == {str(i) for i in range(profile.topology.decode_dp)}
-    prefill = {s.labels["engine"] for f in text_string_to_metric_families(pages["prefill-0"])
-               if f.name == "vllm:num_requests_running" for s in f.samples}  # fmt: skip
+    prefill = {
+        s.labels["engine"]
+        for f in text_string_to_metric_families(pages["prefill-0"])
+        if f.name == "vllm:num_requests_running"
+        for s in f.samples
+    }
     assert prefill == {"0", "1"}
 
 
@@ -104,7 +117,8 @@ def test_gpu_exporter_uses_dcgm_names_labels_and_blank_sentinel(pages, profile):
     fams = {f.name: f for f in text_string_to_metric_families(pages["gpu-tray-00"])}
     util = fams["DCGM_FI_DEV_GPU_UTIL"]
     assert {frozenset(s.labels) for s in util.samples} == {
-        frozenset({"gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id"})}  # fmt: skip
+        frozenset({"gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id"})
+    }
     assert len(util.samples) == profile.topology.gpus_per_tray
     assert {s.labels["modelName"] for s in util.samples} == {"NVIDIA GB300"}
     assert fams["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"].type == "counter"

@@ -58,8 +58,13 @@ def test_step_time_follows_batch_and_context(profile):
     heavy, _ = run(profile, 30.0)
     assert heavy.decode_batch.max() > light.decode_batch.max()
     assert heavy.decode_step_seconds > light.decode_step_seconds
-    long_ctx = dataclasses.replace(profile, performance=dataclasses.replace(
-        profile.performance, decode_step_per_context_token_seconds=4 * profile.performance.decode_step_per_context_token_seconds))  # fmt: skip
+    long_ctx = dataclasses.replace(
+        profile,
+        performance=dataclasses.replace(
+            profile.performance,
+            decode_step_per_context_token_seconds=4 * profile.performance.decode_step_per_context_token_seconds,
+        ),
+    )
     slower, _ = run(long_ctx, 30.0)
     assert slower.decode_step_seconds > heavy.decode_step_seconds
 
@@ -70,8 +75,9 @@ def test_kv_transfer_time_follows_bytes_moved(loaded):
     mean_bytes = h["vllm:nixl_bytes_transferred"].sums.sum() / h["vllm:nixl_bytes_transferred"].counts.sum()
     mean_time = h["vllm:nixl_xfer_time_seconds"].sums.sum() / h["vllm:nixl_xfer_time_seconds"].counts.sum()
     perf = m.profile.performance
-    assert mean_time == pytest.approx(perf.kv_transfer_latency_seconds
-                                      + mean_bytes / perf.kv_transfer_bandwidth_bytes_per_second, rel=1e-6)  # fmt: skip
+    assert mean_time == pytest.approx(
+        perf.kv_transfer_latency_seconds + mean_bytes / perf.kv_transfer_bandwidth_bytes_per_second, rel=1e-6
+    )
     # bytes = prompt tokens x the model's KV bytes per token
     prompt = m.decode[0].counters["prompt_external_kv_transfer"].sum()
     assert mean_bytes > 0 and prompt > 0
