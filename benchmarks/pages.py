@@ -19,6 +19,7 @@ from pathlib import Path
 from dashboard.data import cost, experts, live, overhead, users
 from warehouse.api import QueryClient, QueryServer
 from warehouse.db import Warehouse
+from warehouse.read import Holdings, plan, served_by
 
 
 def live_queries(q: live.Query, w: live.Window) -> None:
@@ -106,7 +107,7 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
             raise SystemExit(f"{db}: no scrapes in this file")
         for label, seconds in (("1h", 3600), ("24h", 86400), ("7d", 7 * 86400)):
             w = live.Window.ending(end, seconds)
-            out[f"tables_{label}"] = w.tables["inc"]
+            out[f"tables_{label}"] = ",".join(served_by(plan(w.start, w.end, w.step_seconds, Holdings.of(q))))
             for page, fn in PAGES.items():
                 p50, p95 = timed(lambda f=fn, w=w: f(q, w), repeats)  # type: ignore[misc]
                 out[f"{page}_{label}_p50_seconds"], out[f"{page}_{label}_p95_seconds"] = p50, p95

@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from warehouse.api import ApiUnreachable, QueryClient
-from warehouse.readonly import QueryBusy, QueryRefused, QueryTimeout, QueryTooLarge
+from warehouse.readonly import Params, QueryBusy, QueryRefused, QueryTimeout, QueryTooLarge
 
 DEFAULT_API = "http://127.0.0.1:8431"
 
@@ -29,12 +29,12 @@ def _client(url: str) -> QueryClient:
 
 
 @st.cache_data(ttl=2, show_spinner=False)
-def _cached(url: str, sql: str, params: tuple[Any, ...]) -> pd.DataFrame:
-    return _client(url)(sql, list(params))
+def _cached(url: str, sql: str, params: Params) -> pd.DataFrame:
+    return _client(url)(sql, params)
 
 
-def query(sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-    return _cached(api_url(), sql, tuple(params or ()))
+def query(sql: str, params: Params | None = None) -> pd.DataFrame:
+    return _cached(api_url(), sql, params or [])
 
 
 @st.cache_data(ttl=5, show_spinner=False)

@@ -3,7 +3,8 @@
 Bound beyond loopback it requires a token (MOEMETER_API_TOKEN, or a file) as
 `Authorization: Bearer <token>` on every request; the client sends MOEMETER_API_TOKEN.
 
-POST /query {"sql": "...", "params": [...], "format": "arrow"|"json"}: one read, run through
+POST /query {"sql": "...", "params": [...] or {...}, "format": "arrow"|"json"}: one read (params a
+list for `?` placeholders, an object for `$name` ones), run through
 warehouse.readonly (read-only transaction, parse-tree check, limits) on a reader cursor.
 Answers: 200 with the result; 400 a refused or failed statement (the message names the
 construct); 408 a request body not received in time; 411/413 a body without a length or over
@@ -48,6 +49,7 @@ from .db import Warehouse
 from .readonly import (
     ClientGone,
     Limits,
+    Params,
     QueryBusy,
     QueryError,
     QueryRefused,
@@ -229,7 +231,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.settimeout(self.timeout)
         return bytes(data)
 
-    def _read_request(self) -> tuple[str, list[Any], str]:
+    def _read_request(self) -> tuple[str, Params, str]:
         data = self._read_body()
         try:
             req = json.loads(data)
@@ -240,8 +242,12 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(req, dict) or "sql" not in req:
             raise _Refusal(400, 'bad request: send a JSON object {"sql": ..., "params": [...], "format": ...}')
         sql, params, fmt = req["sql"], req.get("params") or [], req.get("format", "arrow")
-        if not isinstance(sql, str) or not isinstance(params, list) or fmt not in ("arrow", "json"):
-            raise _Refusal(400, "bad request: sql must be a string, params a list, format arrow or json")
+        if not isinstance(sql, str) or not isinstance(params, (list, dict)) or fmt not in ("arrow", "json"):
+            raise _Refusal(
+                400,
+                "bad request: sql must be a string, params a list (for ?) or an object (for $name), "
+                "format arrow or json",
+            )
         return sql, params, fmt
 
     def do_POST(self) -> None:  # noqa: N802
@@ -316,7 +322,7 @@ class QueryServer(ThreadingHTTPServer):
             out["ok"] = out["ok"] and bool(collector["ok"])
         return out
 
-    def answer(self, sql: str, params: list[Any], fmt: str, gone: Any = None) -> tuple[bytes, str]:
+    def answer(self, sql: str, params: Params, fmt: str, gone: Any = None) -> tuple[bytes, str]:
         """The reply body and its type for one statement, or a QueryError."""
         wait = _limits.QUEUE_SECONDS
         if not self._slots.acquire(timeout=wait):
@@ -394,9 +400,8 @@ class QueryClient:
             ) from exc
         return resp
 
-    def __call__(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-        wire = [p.isoformat() if isinstance(p, (datetime, date)) else p for p in params or []]
-        resp = self._post({"sql": sql, "params": wire})
+    def __call__(self, sql: str, params: Params | None = None) -> pd.DataFrame:
+        resp = self._post({"sql": sql, "params": _wire(params)})
         if resp.status_code != 200:
             try:
                 message = resp.json()["error"]
@@ -407,6 +412,17 @@ class QueryClient:
             return reader.read_all().to_pandas()
 
 
+def _wire(params: Params | None) -> Params:
+    """Parameters as JSON: times as ISO 8601 text, which DuckDB casts back."""
+
+    def one(p: Any) -> Any:
+        return p.isoformat() if isinstance(p, (datetime, date)) else p
+
+    if isinstance(params, dict):
+        return {k: one(v) for k, v in params.items()}
+    return [one(p) for p in params or []]
+
+
 @dataclass
 class LocalQuery:
     """The same contract as QueryClient over a connection in this process (CLI, tests), through
@@ -415,5 +431,5 @@ class LocalQuery:
     con: duckdb.DuckDBPyConnection
     limits: Limits = field(default_factory=Limits)
 
-    def __call__(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+    def __call__(self, sql: str, params: Params | None = None) -> pd.DataFrame:
         return run_read(self.con, sql, params, self.limits).to_pandas()

@@ -1,17 +1,17 @@
 """The cost model (docs/definitions.md): GPU-hours and cost per pool at a price sheet,
 $/M input, output and blended tokens, idle cost, revenue at token prices, per-user allocation.
 
-Token counts are sums of counter increases (Prometheus increase() rules, applied at ingest), read
-from the finest table that still holds each part of the window: whole hours already rolled up
-from `increments_1h`, whole minutes from `increments_1m`, the rest from raw `increments`. The
-pieces never overlap, so totals reconcile exactly with the raw counters. Queries go through a
-`Query` callable (a DuckDB cursor or the query API), so the CLI and the Cost page share them.
+Token counts and idle seconds are counter increases (Prometheus increase() rules, applied at
+ingest) read through warehouse/read.py: each interval counts by the share of it inside the window,
+whichever tables serve it, so windows that split a day add up to the day, to the token and the
+cent. Revenue and idle cost are summed per step of the price sheet (`PriceSheet.step_seconds`),
+inside which every price is constant. Queries go through a `Query` callable (a DuckDB cursor or
+the query API), so the CLI and the Cost page share them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,92 +19,31 @@ from typing import Any
 import pandas as pd
 
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
+from .read import Query, ceil, floor, increases
 from .requests import HOURLY
+from .sql import sql
 
-Query = Callable[[str, list[Any] | None], pd.DataFrame]
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
-HOUR, MINUTE = timedelta(hours=1), timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+Pools = dict[str, list[tuple[str, int]]]
+"""{"prefill": [(target, gpus), ...], "decode": [...]}: the targets of each pool and their GPUs."""
 
 
 class NoData(LookupError):
     """The window holds no token counters for the pools: say so, never print zeros."""
 
 
-def _ceil(t: datetime, unit: timedelta) -> datetime:
-    f = _floor(t, unit)
-    return f if f == t else f + unit
-
-
-def _floor(t: datetime, unit: timedelta) -> datetime:
-    return t.replace(minute=0 if unit == HOUR else t.minute, second=0, microsecond=0)
-
-
-def segments(
-    start: datetime, end: datetime, through_1m: datetime | None, through_1h: datetime | None
-) -> list[tuple[str, datetime, datetime]]:
-    """Cover [start, end) with (table, from, to) pieces that do not overlap: whole rolled-up hours
-    from the hourly table, whole rolled-up minutes around them from the minute table, raw elsewhere."""
-    out: list[tuple[str, datetime, datetime]] = []
-
-    def raw(a: datetime, b: datetime) -> None:
-        if a < b:
-            out.append(("increments", a, b))
-
-    def minutes(a: datetime, b: datetime) -> None:
-        if a >= b:
-            return
-        m0, m1 = _ceil(a, MINUTE), min(_floor(b, MINUTE), through_1m or a)
-        if m0 < m1:
-            raw(a, m0)
-            out.append(("increments_1m", m0, m1))
-            raw(m1, b)
-        else:
-            raw(a, b)
-
-    h0, h1 = _ceil(start, HOUR), min(_floor(end, HOUR), through_1h or start)
-    if h0 < h1:
-        minutes(start, h0)
-        out.append(("increments_1h", h0, h1))
-        minutes(h1, end)
-    else:
-        minutes(start, end)
-    return out
-
-
-def rollup_through(q: Query) -> tuple[datetime | None, datetime | None]:
-    df = q("SELECT name, through FROM rollup_state", None)
-    d = {r.name: pd.Timestamp(r.through).to_pydatetime() for r in df.itertuples()}
-    return d.get("1m"), d.get("1h")
-
-
-TOKENS_SQL = """
-SELECT i.ts,
-       coalesce(sum(i.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total' AND list_contains(?, s.target)), 0) AS prompt,
-       coalesce(sum(i.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_by_source_total'
-                AND json_extract_string(s.labels, '$.source') = 'local_cache_hit' AND list_contains(?, s.target)), 0) AS cached,
-       coalesce(sum(i.delta) FILTER (WHERE s.metric = 'vllm:generation_tokens_total' AND list_contains(?, s.target)), 0) AS generated,
-       max(i.seconds) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total' AND list_contains(?, s.target)) AS prefill_seconds,
-       max(i.seconds) FILTER (WHERE s.metric = 'vllm:generation_tokens_total' AND list_contains(?, s.target)) AS decode_seconds
-FROM {table} i JOIN series s USING (series_id)
-WHERE i.ts >= ? AND i.ts < ?
-  AND s.metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
-GROUP BY ALL
-"""
-COLUMNS = ["ts", "prompt", "cached", "generated", "prefill_seconds", "decode_seconds"]
-
-
-def pool_tokens(q: Query, prefill: list[str], decode: list[str], start: datetime, end: datetime) -> pd.DataFrame:
-    """One row per scrape (per minute or hour where only rollups hold the data): prefill-pool prompt and
-    cached prompt tokens, decode-pool generated tokens, and the interval each pool's counters covered."""
-    through_1m, through_1h = rollup_through(q)
-    parts = [
-        q(TOKENS_SQL.format(table=t), [prefill, prefill, decode, prefill, decode, a, b])
-        for t, a, b in segments(start, end, through_1m, through_1h)
-    ]
-    parts = [p for p in parts if not p.empty]
-    if not parts:
-        return pd.DataFrame(columns=COLUMNS)
-    return pd.concat(parts).sort_values("ts").reset_index(drop=True)[COLUMNS]
+def pool_tokens(q: Query, pools: Pools, start: datetime, end: datetime, step_seconds: float | None) -> pd.DataFrame:
+    """Per step of the window (epoch-aligned; None: the whole window in one row), through the read
+    layer: prefill-pool prompt and cached prompt tokens, decode-pool generated tokens, and each pool's
+    idle GPU-seconds. No row for a step that no counter interval reaches."""
+    members = [(n, role, g) for role in ("prefill", "decode") for n, g in pools.get(role, [])]
+    params = {
+        "targets": [n for n, _, _ in members],
+        "roles": [r for _, r, _ in members],
+        "gpus": [float(g) for _, _, g in members],
+    }
+    return increases(q, "pool_tokens", start, end, step_seconds, params)
 
 
 def price_sheet(q: Query, override: PriceSheet | None = None) -> PriceSheet:
@@ -174,9 +113,9 @@ class CostReport:
                     "gpus": self.prefill.gpus,
                     "gpu_hours": round(self.prefill.gpu_hours, 6),
                     "cost_usd": _cents(self.prefill.cost_usd),
-                    "prompt_tokens": int(self.prompt_tokens),
-                    "cached_prompt_tokens": int(self.cached_prompt_tokens),
-                    "computed_prompt_tokens": int(self.computed_prompt_tokens),
+                    "prompt_tokens": _count(self.prompt_tokens),
+                    "cached_prompt_tokens": _count(self.cached_prompt_tokens),
+                    "computed_prompt_tokens": _count(self.computed_prompt_tokens),
                     "usd_per_mtok_input": _usd(self.per_mtok(self.prefill.cost_usd, self.computed_prompt_tokens)),
                     "idle_gpu_hours": round(self.prefill.idle_gpu_hours, 6),
                     "idle_cost_usd": _cents(self.prefill.idle_cost_usd),
@@ -186,7 +125,7 @@ class CostReport:
                     "gpus": self.decode.gpus,
                     "gpu_hours": round(self.decode.gpu_hours, 6),
                     "cost_usd": _cents(self.decode.cost_usd),
-                    "generated_tokens": int(self.generated_tokens),
+                    "generated_tokens": _count(self.generated_tokens),
                     "usd_per_mtok_output": _usd(self.per_mtok(self.decode.cost_usd, self.generated_tokens)),
                     "idle_gpu_hours": round(self.decode.idle_gpu_hours, 6),
                     "idle_cost_usd": _cents(self.decode.idle_cost_usd),
@@ -195,7 +134,7 @@ class CostReport:
             },
             "total": {
                 "cost_usd": _cents(self.cost_usd),
-                "tokens": int(self.prompt_tokens + self.generated_tokens),
+                "tokens": _count(self.prompt_tokens + self.generated_tokens),
                 "usd_per_mtok_blended": _usd(self.per_mtok(self.cost_usd, self.prompt_tokens + self.generated_tokens)),
                 "revenue_usd": _cents(self.revenue_usd) if self.revenue_usd is not None else None,
                 "margin_usd": _cents(self.revenue_usd - self.cost_usd) if self.revenue_usd is not None else None,
@@ -220,6 +159,11 @@ def _iso(t: datetime | None) -> str | None:
     return t.isoformat() + "Z" if t is not None else None
 
 
+def _count(v: float) -> int:
+    """A token count to the token: a window's share of an interval it cuts is a fraction of one."""
+    return int(round(v))
+
+
 def _cents(v: float) -> float:
     return round(v + 0.0, 2)
 
@@ -229,38 +173,30 @@ def _usd(v: float | None) -> float | None:
 
 
 def _pool_cost(
-    sheet: PriceSheet,
-    pool: str,
-    gpus: int,
-    start: datetime,
-    end: datetime,
-    tokens: pd.Series,
-    seconds: pd.Series,
-    at: pd.Series,
+    sheet: PriceSheet, pool: str, gpus: int, start: datetime, end: datetime, tokens: pd.DataFrame, step: timedelta
 ) -> PoolCost:
-    """Reserved GPU-hours and cost over the whole window; idle = the scrape intervals in which the
-    pool's token counters did not move, priced at the price in effect then."""
-    cost = sheet.gpu_cost(pool, gpus, start, end)
+    """Reserved GPU-hours and cost over the whole window; idle GPU-hours and their cost summed per
+    step of the sheet, at the price in effect in that step."""
     idle_hours = idle_cost = 0.0
-    for t, n, sec in zip(at, tokens, seconds):
-        if n == 0 and pd.notna(sec) and sec > 0:
-            b = pd.Timestamp(t).to_pydatetime()
-            a = b - timedelta(seconds=float(sec))
-            idle_hours += gpus * float(sec) / 3600
-            idle_cost += sheet.gpu_cost(pool, gpus, a, b)
+    for t, idle in zip(tokens["bucket"], tokens[f"{pool}_idle_gpu_seconds"]):
+        a = max(pd.Timestamp(t).to_pydatetime(), start)
+        b = min(a + step, end)
+        if idle > 0 and b > a:
+            idle_hours += float(idle) / 3600
+            idle_cost += float(idle) / 3600 * sheet.gpu_cost(pool, 1, a, b) / ((b - a) / HOUR)
     window = (end - start).total_seconds()
-    tps = float(tokens.sum()) / (window * gpus) if gpus and window else 0.0
-    return PoolCost(gpus, gpus * window / 3600, cost, idle_hours, idle_cost, tps)
+    counted = float(tokens["prompt" if pool == "prefill" else "generated"].sum())
+    tps = counted / (window * gpus) if gpus and window else 0.0
+    return PoolCost(gpus, gpus * window / 3600, sheet.gpu_cost(pool, gpus, start, end), idle_hours, idle_cost, tps)
 
 
-def revenue(sheet: PriceSheet, tokens: pd.DataFrame) -> float | None:
-    """Tokens valued at the token price in effect when they were counted (peak or off-peak by the scrape
-    time; by the minute or hour start where only rollups hold them)."""
+def revenue(sheet: PriceSheet, tokens: pd.DataFrame, start: datetime) -> float | None:
+    """Tokens valued at the token price in effect in the step that counted them (peak or off-peak)."""
     if not sheet.tokens:
         return None
     total = 0.0
     for r in tokens.itertuples():
-        t = pd.Timestamp(r.ts).to_pydatetime()
+        t = max(pd.Timestamp(r.bucket).to_pydatetime(), start)
         price = sheet.token_price_at(t)
         if price is None:
             continue
@@ -286,7 +222,7 @@ GROUP BY user_id ORDER BY user_id
 def user_tokens(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
     """Per user: requests, prompt, cached prompt and generated tokens of the requests that finished
     in the window."""
-    h0, h1 = _ceil(start, HOUR), _floor(end, HOUR)
+    h0, h1 = ceil(start, HOUR), floor(end, HOUR)
     if h0 >= h1:  # no whole hour: all from the records
         h0 = h1 = start
     return q(USERS_SQL, [h0, h1, h0, h1, start, h0, h1, end])
@@ -306,9 +242,7 @@ def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd
     return u.sort_values(["cost_usd", "user"], ascending=[False, True]).reset_index(drop=True)
 
 
-def cost_report(
-    q: Query, pools: dict[str, list[tuple[str, int]]], start: datetime, end: datetime, sheet: PriceSheet | None = None
-) -> CostReport:
+def cost_report(q: Query, pools: Pools, start: datetime, end: datetime, sheet: PriceSheet | None = None) -> CostReport:
     """`pools`: {"prefill": [(target, gpus), ...], "decode": [...]} from the targets file."""
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
@@ -316,18 +250,18 @@ def cost_report(
     pf, dc = pools.get("prefill", []), pools.get("decode", [])
     if not pf and not dc:
         raise ValueError("the targets file names no prefill or decode target: no pool to cost")
-    tokens = pool_tokens(q, [n for n, _ in pf], [n for n, _ in dc], start, end)
+    step = sheet.step_seconds()
+    tokens = pool_tokens(q, pools, start, end, step)
     if tokens.empty:
         raise NoData(
             f"no token counters stored for the pools between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC"
         )
-    pgpus, dgpus = sum(g for _, g in pf), sum(g for _, g in dc)
-    prefill = _pool_cost(sheet, "prefill", pgpus, start, end, tokens["prompt"], tokens["prefill_seconds"], tokens["ts"])
-    decode = _pool_cost(sheet, "decode", dgpus, start, end, tokens["generated"], tokens["decode_seconds"], tokens["ts"])
+    width = timedelta(seconds=step)
+    prefill = _pool_cost(sheet, "prefill", sum(g for _, g in pf), start, end, tokens, width)
+    decode = _pool_cost(sheet, "decode", sum(g for _, g in dc), start, end, tokens, width)
     users = allocate(user_tokens(q, start, end), prefill.cost_usd, decode.cost_usd)
-    covered = tokens[["prefill_seconds", "decode_seconds"]].max(axis=1).fillna(0.0)
-    first = (pd.to_datetime(tokens["ts"]) - pd.to_timedelta(covered, unit="s")).min().floor("us").to_pydatetime()
-    last = pd.Timestamp(tokens["ts"].iloc[-1]).to_pydatetime()
+    seen = q(sql("counted"), {"start": start, "end": end, "targets": [n for n, _ in pf + dc]})
+    first, last = (_time(seen[c].iloc[0]) if len(seen) else None for c in ("first_count", "last_count"))
     return CostReport(
         start,
         end,
@@ -337,11 +271,15 @@ def cost_report(
         float(tokens["prompt"].sum()),
         float(tokens["cached"].sum()),
         float(tokens["generated"].sum()),
-        revenue(sheet, tokens),
+        revenue(sheet, tokens, start),
         users,
         first,
         last,
     )
+
+
+def _time(v: Any) -> datetime | None:
+    return None if v is None or pd.isna(v) else pd.Timestamp(v).to_pydatetime()
 
 
 GPUS_IN_SERVICE_SQL = """
@@ -378,9 +316,9 @@ def daily_statement(
                 "gpus_peak": int(g.gpus.max()) if len(g) else None,
                 "gpu_hours": round(r.prefill.gpu_hours + r.decode.gpu_hours, 3),
                 "cost_usd": _cents(r.cost_usd),
-                "input_tokens": int(r.prompt_tokens),
+                "input_tokens": _count(r.prompt_tokens),
                 "cache_hit_share": round(r.cached_prompt_tokens / r.prompt_tokens, 4) if r.prompt_tokens else None,
-                "output_tokens": int(r.generated_tokens),
+                "output_tokens": _count(r.generated_tokens),
                 "usd_per_mtok_input": _usd(r.per_mtok(r.prefill.cost_usd, r.computed_prompt_tokens)),
                 "usd_per_mtok_output": _usd(r.per_mtok(r.decode.cost_usd, r.generated_tokens)),
                 "revenue_usd": _cents(rev) if rev is not None else None,
@@ -396,21 +334,24 @@ def daily_statement(
 def cost_over_time(
     tokens: pd.DataFrame, gpus: dict[str, int], sheet: PriceSheet, start: datetime, end: datetime, step: timedelta
 ) -> pd.DataFrame:
-    """Per step: GPU-hours and cost of each pool, its tokens, and $/M input, output and blended
-    (None where a pool counted no tokens: never a division by zero)."""
+    """Per step (epoch-aligned, as `pool_tokens` gave them, the first and last cut to the window):
+    GPU-hours and cost of each pool, its tokens, and $/M input, output and blended (None where a
+    pool counted no tokens: never a division by zero)."""
+    by_bucket = {pd.Timestamp(r.bucket).to_pydatetime(): r for r in tokens.itertuples()}
     rows = []
-    t = start
-    ts = pd.to_datetime(tokens["ts"]) if len(tokens) else pd.Series([], dtype="datetime64[ns]")
+    t = floor(start, step)
     while t < end:
-        u = min(t + step, end)
-        sel = tokens[(ts >= t) & (ts < u)] if len(tokens) else tokens
-        pc = sheet.gpu_cost("prefill", gpus["prefill"], t, u)
-        dc = sheet.gpu_cost("decode", gpus["decode"], t, u)
-        prompt, cached, gen = (float(sel[c].sum()) if len(sel) else 0.0 for c in ("prompt", "cached", "generated"))
-        hours = (u - t).total_seconds() / 3600
+        a, u = max(t, start), min(t + step, end)
+        r = by_bucket.get(t)
+        prompt, cached, gen = (
+            float(getattr(r, c)) if r is not None else 0.0 for c in ("prompt", "cached", "generated")
+        )
+        pc = sheet.gpu_cost("prefill", gpus["prefill"], a, u)
+        dc = sheet.gpu_cost("decode", gpus["decode"], a, u)
+        hours = (u - a).total_seconds() / 3600
         rows.append(
             {
-                "bucket": t,
+                "bucket": a,
                 "prefill_gpu_hours": gpus["prefill"] * hours,
                 "decode_gpu_hours": gpus["decode"] * hours,
                 "prefill_cost_usd": pc,
@@ -418,13 +359,13 @@ def cost_over_time(
                 "prompt_tokens": prompt,
                 "cached_prompt_tokens": cached,
                 "generated_tokens": gen,
-                "observed": bool(len(sel)),
+                "observed": r is not None,
                 "usd_per_mtok_input": pc / ((prompt - cached) / 1e6) if prompt - cached > 0 else None,
                 "usd_per_mtok_output": dc / (gen / 1e6) if gen > 0 else None,
                 "usd_per_mtok_blended": (pc + dc) / ((prompt + gen) / 1e6) if prompt + gen > 0 else None,
             }
         )
-        t = u
+        t += step
     return pd.DataFrame(rows)
 
 

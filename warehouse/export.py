@@ -12,17 +12,15 @@ Re-exporting a day replaces that day's file.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-Query = Callable[[str, list[Any] | None], pd.DataFrame]
+from .read import Query
+
 FACT_TABLES = (
     "samples",
     "increments",

@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime, time
 from importlib import resources
+from math import gcd
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,17 @@ class PriceSheet:
             gpus * (b - a).total_seconds() / 3600 * p.usd_per_gpu_hour
             for a, b, p in self.gpu_segments(pool, start, end)
         )
+
+    def step_seconds(self) -> int:
+        """The longest step, dividing an hour and at least a minute, on whose edges every price of the
+        sheet starts or changes (effective times, off-peak hours): within one step prices are constant."""
+        step = 3600
+        for effective in [p.effective for p in self.gpu] + [p.effective for p in self.tokens]:
+            step = gcd(step, int((effective - datetime(1970, 1, 1)).total_seconds()) % 3600)
+        for t in self.tokens:
+            for hhmm in (t.off_peak_utc or "").replace("-", " ").split():
+                step = gcd(step, int(hhmm[3:]) * 60)
+        return max(step, 60)
 
     def token_price_at(self, t: datetime) -> TokenPrice | None:
         current = None

@@ -84,6 +84,8 @@ ROWS_PER_BATCH = 65_536
 # Settings for every connection readers use: no file or network access from SQL, no Python
 # variable read as a table, and no SQL can change a setting afterwards.
 LOCKED_DOWN = {"enable_external_access": False, "python_enable_replacements": False}
+Params = list[Any] | dict[str, Any]
+"""A statement's parameters: a list for `?` placeholders, an object for `$name` ones."""
 
 
 def lock_down(con: duckdb.DuckDBPyConnection) -> None:
@@ -221,7 +223,7 @@ def _check_tree(tree: dict[str, Any], limits: Limits) -> None:
 def run_read(
     con: duckdb.DuckDBPyConnection,
     sql: str,
-    params: list[Any] | None = None,
+    params: Params | None = None,
     limits: Limits | None = None,
     gone: Callable[[], bool] | None = None,
 ) -> pa.Table:
@@ -234,7 +236,7 @@ def run_read(
 
 
 def _run_guarded(
-    con: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None, limits: Limits, gone: Callable[[], bool] | None
+    con: duckdb.DuckDBPyConnection, sql: str, params: Params | None, limits: Limits, gone: Callable[[], bool] | None
 ) -> pa.Table:
     """Guard 1 alone: the read-only, rolled-back transaction and the limits (tests call it
     without guard 2 to show it holds by itself)."""

@@ -1,9 +1,10 @@
 """Rollups and retention, maintained by the writer as minutes and hours close.
 
-Raw samples and increments roll up into per-minute rows once a later minute arrives, minutes
-into hours once a later hour arrives. Counters roll up as sums of increases (and interval
-seconds), gauges as mean and max, so anything computed from a rollup reconciles exactly with
-the raw counters. Retention then drops raw rows after `raw_days`, minute rows after
+Raw samples roll up into per-minute rows once a later minute arrives, minutes into hours once a
+later hour arrives; gauges as mean and max. Counter increments roll up from the raw rows into
+the minute and the hour tables at once, as each minute closes, split by the wall time their
+intervals cover (warehouse/sql/roll_increments.sql), so anything computed from a rollup
+reconciles exactly with the raw counters, over any window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute rows after
 `minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
 """
 
@@ -15,8 +16,11 @@ from datetime import datetime, timedelta
 import duckdb
 
 from .requests import roll_requests_1h
+from .sql import sql
 
 GAUGE_KINDS = ("gauge", "unknown", "untyped", "info", "stateset")
+# rollup_state names: counter rows of the table before this time were dropped by retention
+KEPT_FROM = {"increments": "increments_from", "increments_1m": "increments_1m_from"}
 
 
 @dataclass(frozen=True)
@@ -90,13 +94,12 @@ class Rollups:
         until: datetime,
     ) -> None:
         width = f"INTERVAL {int(unit.total_seconds())} SECOND"
-        resets = "count(*) FILTER (WHERE reset)" if inc == "increments" else "sum(resets)"
-        con.execute(
-            f"""INSERT INTO increments_{suffix}
-                        SELECT time_bucket({width}, ts), series_id, sum(delta), sum(seconds), {resets}
-                        FROM {inc} WHERE ts >= ? AND ts < ? GROUP BY ALL""",
-            [start, until],
-        )
+        if inc == "increments":  # raw increments, split by wall time, into the minute and hour tables at once
+            for table, period in (("increments_1m", 60), ("increments_1h", 3600)):
+                con.execute(
+                    f"INSERT INTO {table} BY NAME " + sql("roll_increments"),
+                    {"from": start, "until": until, "unit_us": period * 1_000_000},
+                )
         if smp == "samples":
             values = "avg(x.value), max(x.value), count(x.value)"
             kinds = f"AND s.kind IN {GAUGE_KINDS}"
@@ -126,7 +129,7 @@ class Rollups:
             ("samples", now - timedelta(days=r.raw_days), through.get("1m")),
             ("increments", now - timedelta(days=r.raw_days), through.get("1m")),
             ("samples_1m", now - timedelta(days=r.minute_days), through.get("1h")),
-            ("increments_1m", now - timedelta(days=r.minute_days), through.get("1h")),
+            ("increments_1m", now - timedelta(days=r.minute_days), through.get("1m")),
             ("expert_load", now - timedelta(days=r.raw_days), through.get("1h")),
             ("expert_load_1h", now - timedelta(days=r.hour_days), None),
             ("requests", now - timedelta(days=r.raw_days), through.get("1h")),
@@ -142,4 +145,10 @@ class Rollups:
             col = "ingested_at" if table == "requests" else "ts"
             n = con.execute(f"DELETE FROM {table} WHERE {col} < ?", [cutoff]).fetchall()[0][0]
             deleted[table] = int(n)
+            if table in KEPT_FROM:  # the read layer serves a window's edges before it from a coarser table
+                con.execute(
+                    """INSERT INTO rollup_state VALUES (?, ?)
+                               ON CONFLICT (name) DO UPDATE SET through = greatest(through, excluded.through)""",
+                    [KEPT_FROM[table], cutoff],
+                )
         return deleted

@@ -40,7 +40,7 @@ def pools(q: Query, start: datetime, end: datetime) -> dict[str, list[tuple[str,
 def over_time(
     q: Query, p: dict[str, list[tuple[str, int]]], sheet: PriceSheet, start: datetime, end: datetime, step: timedelta
 ) -> pd.DataFrame:
-    tokens = pool_tokens(q, [n for n, _ in p["prefill"]], [n for n, _ in p["decode"]], start, end)
+    tokens = pool_tokens(q, p, start, end, step.total_seconds())
     gpus = {role: sum(g for _, g in p[role]) for role in ("prefill", "decode")}
     return cost_over_time(tokens, gpus, sheet, start, end, step)
 

@@ -12,21 +12,7 @@ import pandas as pd
 
 from warehouse.alerts import trailing_run_start
 
-from .live import Query, Window
-
-# Summed per series first, labels read per series after (not per row: a day holds millions).
-RANK_SQL = """
-WITH per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS tokens
-    FROM {inc} i
-    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP
-      AND i.series_id IN (SELECT series_id FROM series WHERE target = ? AND metric = 'moemeter_expert_rank_tokens_total')
-    GROUP BY ALL)
-SELECT p.bucket, json_extract_string(s.labels, '$.layer')::INTEGER AS layer, s.engine::INTEGER AS rank,
-       sum(p.tokens) AS tokens
-FROM per_series p JOIN series s USING (series_id)
-GROUP BY ALL ORDER BY bucket, layer, rank
-"""
+from .live import Query, Window, counters
 
 
 def eplb_targets(q: Query) -> list[str]:
@@ -41,7 +27,7 @@ def eplb_targets(q: Query) -> list[str]:
 
 def rank_steps(q: Query, w: Window, target: str) -> pd.DataFrame:
     """Tokens each rank's slots received per step and layer: bucket, layer, rank, tokens."""
-    return q(RANK_SQL.format(**w.tables), [w.step_seconds, w.start, w.end, target])
+    return counters(q, "expert_ranks", w, {"target": target})
 
 
 def rank_matrix(steps: pd.DataFrame) -> pd.DataFrame:

@@ -6,7 +6,6 @@ Every number follows docs/definitions.md; see docs/metrics.md for the families.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,8 +14,7 @@ import numpy as np
 import pandas as pd
 
 from collectors import DEFAULT_INTERVAL
-
-Query = Callable[[str, list[Any] | None], pd.DataFrame]
+from warehouse.read import Query, increases
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
 POINTS = 120  # points per chart
@@ -61,23 +59,17 @@ class Window:
         for unit, suffix, width in ((3600, "1h", "1 HOUR"), (ROLLUP_SECONDS, "1m", "1 MINUTE")):
             if self.step_seconds >= unit and self.step_seconds % unit == 0:
                 return {
-                    "inc": f"increments_{suffix}",
                     "smp": f"samples_{suffix}",
                     "max": "x.max",
                     "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)",
                     "exp": "expert_load_1h" if suffix == "1h" else "expert_load",
                 }
         return {
-            "inc": "increments",
             "smp": "samples",
             "max": "x.value",
             "after": "> ?::TIMESTAMP",
             "exp": "expert_load",
         }
-
-
-def _params(w: Window) -> list[Any]:
-    return [w.step_seconds, w.start, w.end]
 
 
 # ------------------------------------------------------------------------ targets
@@ -126,46 +118,14 @@ def pool_gpus(tgts: pd.DataFrame) -> dict[str, int]:
 
 
 # ------------------------------------------------------------------------- tokens
-# Increases (and interval seconds) summed per step and series of a `picked` CTE (series_id and
-# labels), before any label is read: queries join the labels after, per series and step, not per
-# row (24 h of per-minute rollups is millions of rows). Its parameters: step seconds, start, end.
-PER_SERIES_SQL = """per_series AS (
-    SELECT time_bucket(to_seconds(?::BIGINT), i.ts) AS bucket, i.series_id, sum(i.delta) AS delta, sum(i.seconds) AS seconds
-    FROM {inc} i
-    WHERE i.ts {after} AND i.ts <= ?::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
-    GROUP BY ALL
-)"""
-
-TOKEN_SQL = (
-    """
-WITH picked AS (
-    SELECT series_id, target, role, metric, json_extract_string(labels, '$.source') AS source
-    FROM series_targets
-    WHERE role IN ('prefill', 'decode')
-      AND metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
-),
-"""
-    + PER_SERIES_SQL
-    + """, per_target AS (
-    SELECT p.bucket, s.target, s.role,
-           sum(p.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total') AS prompt,
-           sum(p.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_by_source_total' AND s.source = 'local_cache_hit') AS cached,
-           sum(p.delta) FILTER (WHERE s.metric = 'vllm:generation_tokens_total') AS generated,
-           max(p.seconds) AS seconds
-    FROM per_series p JOIN picked s USING (series_id) GROUP BY ALL
-)
-SELECT bucket, role,
-       sum(coalesce(prompt, 0) / seconds) AS prompt_per_s,
-       sum(coalesce(cached, 0) / seconds) AS cached_per_s,
-       sum(coalesce(generated, 0) / seconds) AS generated_per_s
-FROM per_target WHERE seconds > 0 GROUP BY ALL ORDER BY bucket, role
-"""
-)
+def counters(q: Query, statement: str, w: Window, params: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A counter statement of warehouse/sql over the window, per step, through the read layer."""
+    return increases(q, statement, w.start, w.end, w.step_seconds, params)
 
 
 def token_rates(q: Query, w: Window) -> pd.DataFrame:
     """Per bucket and pool: prompt, cached-prompt and generated tokens per second."""
-    return q(TOKEN_SQL.format(**w.tables), _params(w))
+    return counters(q, "live_tokens", w)
 
 
 def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
@@ -202,24 +162,10 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------- histograms
-HIST_SQL = (
-    """
-WITH picked AS (SELECT series_id, metric, role, le FROM series_targets
-                WHERE list_contains(?::VARCHAR[], metric) AND role IN ('prefill', 'decode')),
-"""
-    + PER_SERIES_SQL
-    + """
-SELECT s.metric, p.bucket, s.role, s.le, sum(p.delta) AS count
-FROM per_series p JOIN picked s USING (series_id)
-GROUP BY ALL ORDER BY metric, bucket, role, le
-"""
-)
-
-
 def histograms_counts(q: Query, w: Window, families: list[str]) -> dict[str, pd.DataFrame]:
     """Per vLLM histogram family: its bucket increases, summed over engines, per step and pool
     (bucket, role, le, count); all families in one pass over the increments, not one each."""
-    df = q(HIST_SQL.format(**w.tables), [[f"{f}_bucket" for f in families], *_params(w)])
+    df = counters(q, "live_histograms", w, {"families": [f"{f}_bucket" for f in families]})
     cols = ["bucket", "role", "le", "count"]
     return {f: df.loc[df["metric"] == f"{f}_bucket", cols].reset_index(drop=True) for f in families}
 
@@ -326,7 +272,7 @@ GROUP BY ALL ORDER BY bucket
 
 def gpus_over_time(q: Query, w: Window) -> pd.DataFrame:
     """Mean GPU utilisation and total rack power per step."""
-    return q(GPU_TIME_SQL.format(**w.tables), _params(w))
+    return q(GPU_TIME_SQL.format(**w.tables), [w.step_seconds, w.start, w.end])
 
 
 # ------------------------------------------------------------------------- health

@@ -14,32 +14,12 @@ import pandas as pd
 
 from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES
 
-from .live import PER_SERIES_SQL, Query, Window
-
-STEP_SQL = (
-    """
-WITH picked AS (
-    SELECT series_id, role AS pool, target, engine, metric,
-           coalesce(json_extract_string(labels, '$.phase'), 'wall') AS phase
-    FROM series_targets
-    WHERE role IN ('prefill', 'decode')
-      AND metric IN ('moemeter_step_phase_seconds_sum', 'moemeter_step_phase_seconds_count',
-                     'moemeter_step_seconds_sum', 'moemeter_step_seconds_count')
-), """
-    + PER_SERIES_SQL
-    + """
-SELECT p.bucket, s.pool, s.target, s.engine, s.phase,
-       sum(p.delta) FILTER (WHERE s.metric LIKE '%_sum') AS seconds,
-       sum(p.delta) FILTER (WHERE s.metric LIKE '%_count') AS steps
-FROM per_series p JOIN picked s USING (series_id)
-GROUP BY ALL
-"""
-)
+from .live import Query, Window, counters
 
 
 def step_time(q: Query, w: Window) -> pd.DataFrame:
     """bucket, pool, target, engine, phase ('wall' for the step itself), seconds, steps."""
-    return q(STEP_SQL.format(**w.tables), [w.step_seconds, w.start, w.end])
+    return counters(q, "overhead_steps", w)
 
 
 def per_step(steps: pd.DataFrame, by: tuple[str, ...] = ("bucket", "pool")) -> pd.DataFrame:
@@ -72,31 +52,12 @@ def long_phases(table: pd.DataFrame, by: str = "bucket") -> pd.DataFrame:
     return table.melt(id_vars=[by], value_vars=[*PHASES, "other"], var_name="phase", value_name="ms")
 
 
-API_SQL = (
-    """
-WITH picked AS (
-    SELECT series_id, role AS pool, metric FROM series_targets
-    WHERE role = 'prefill'
-      AND metric IN ('vllm:time_to_first_token_seconds_sum', 'vllm:time_to_first_token_seconds_count',
-                     'vllm:request_queue_time_seconds_sum', 'vllm:request_queue_time_seconds_count',
-                     'vllm:request_prefill_time_seconds_sum', 'vllm:request_prefill_time_seconds_count',
-                     'moemeter_api_output_seconds_sum', 'moemeter_api_output_seconds_count')
-), """
-    + PER_SERIES_SQL
-    + """
-SELECT p.bucket, s.pool, s.metric, sum(p.delta) AS delta
-FROM per_series p JOIN picked s USING (series_id)
-GROUP BY ALL
-"""
-)
-
-
 def api_server_delay(q: Query, w: Window) -> pd.DataFrame:
     """Per bucket, milliseconds a prefill request spends outside the engine before its first
     token: mean TTFT - mean queue time - mean prefill time (each from vLLM's own histograms);
     and the API server's output handling per batch (the plugin's)."""
     cols = ["bucket", "api_delay_ms", "ttft_ms", "queue_ms", "prefill_ms", "api_output_ms"]
-    df = q(API_SQL.format(**w.tables), [w.step_seconds, w.start, w.end])
+    df = counters(q, "overhead_api", w)
     if df.empty:
         return pd.DataFrame(columns=cols)
     wide = df.pivot_table(index="bucket", columns="metric", values="delta", aggfunc="sum")

@@ -63,9 +63,9 @@ def test_balancedness_is_mean_over_max_of_rank_load_from_the_counters(seeded):
     q, m, history = seeded
     steps = data.rank_steps(q, window(), "decode-0")
     bal = data.balancedness_over_time(steps)
-    # the step ending 12:00:30 holds the scrapes at :05..:30 -> counters from :00 to :30 (whole bucket 12:00:00)
+    # the step [12:00:00, 12:00:30) holds the intervals that cover it: the scrapes closing at :05 .. :30
     first = {ts: r for ts, r in history}
-    expected_load = first[T0 + timedelta(seconds=25)] - first[T0]
+    expected_load = first[T0 + timedelta(seconds=30)] - first[T0]
     b0 = bal[bal["bucket"] == pd.Timestamp(T0)].set_index("layer")["balancedness"]
     exp = expected_load.mean(axis=1) / expected_load.max(axis=1)
     assert np.allclose(b0.sort_index().to_numpy(), exp, rtol=1e-9)

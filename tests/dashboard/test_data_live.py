@@ -203,13 +203,14 @@ def test_serve_interval_30_gives_a_rate_in_every_step():
     decode = rates[rates.role == "decode"].reset_index(drop=True)
     assert (decode.generated_per_s > 0).all()
     at = [T0 + timedelta(seconds=30 * k) for k in range(len(generated))]
-    # A 60 s step reads the per-minute rollups: a step holds the rounds stamped in its minute, and
-    # the minute still open (12:04) is not rolled up yet.
-    for r in decode.itertuples():  # a step's rate: its rounds' tokens over the 30 s each covered
-        rounds = [k for k, t in enumerate(at) if r.bucket <= t < r.bucket + timedelta(minutes=1)]
-        tokens = generated[rounds[-1]] - generated[rounds[0] - 1]
-        assert len(rounds) == 2 and r.generated_per_s == pytest.approx(tokens / 60)
+    # A 60 s step [b, b + 60 s) holds the two rounds' intervals that cover it, (b, b + 30 s] and
+    # (b + 30 s, b + 60 s]: its rate is their tokens over the 60 s.
+    for r in decode.itertuples():
+        tokens = generated[at.index(r.bucket + timedelta(minutes=1))] - generated[at.index(r.bucket)]
+        assert r.generated_per_s == pytest.approx(tokens / 60)
     assert decode.bucket.tolist() == [T0 + timedelta(minutes=m) for m in range(1, 4)]  # no step empty
-    # What the pages did before: 10 s steps of which only every third held a scrape.
+    # Read with the old fixed 5 s (10 s steps, of which only every third held a scrape's time), every
+    # step still holds its share of the 30 s interval that covers it, at that interval's rate.
     old = live.token_rates(q, live.Window.ending(latest, 180, 5.0))
-    assert len(old[old.role == "decode"]) == 6  # of 18 steps
+    old = old[old.role == "decode"].reset_index(drop=True)
+    assert len(old) == 18 and old.generated_per_s.iloc[:3].tolist() == pytest.approx([old.generated_per_s[0]] * 3)

@@ -12,6 +12,7 @@ from dashboard.data import live
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.read import Holdings, plan, served_by
 from warehouse.rollup import Retention
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
@@ -47,16 +48,36 @@ def test_minutes_roll_up_when_a_later_minute_arrives(con):
     assert minutes == [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
 
 
+def split_by_minute(rows):
+    """The reference: each raw interval (ts - seconds, ts] shared among the minutes it covers."""
+    out: dict[tuple[int, datetime], list[float]] = {}
+    for sid, ts, delta, seconds in rows:
+        lo = ts - timedelta(seconds=seconds)
+        m = lo.replace(second=0, microsecond=0)
+        while m < ts:
+            part = (min(ts, m + timedelta(minutes=1)) - max(lo, m)).total_seconds()
+            acc = out.setdefault((sid, m), [0.0, 0.0, 0.0])
+            acc[0] += delta * part / seconds
+            acc[1] += part
+            acc[2] += part if delta == 0 else 0.0
+            m += timedelta(minutes=1)
+    return sorted((sid, m, *v) for (sid, m), v in out.items())
+
+
 def test_counter_increases_reconcile_exactly_with_the_raw_ones(con):
-    raw = con.execute(
-        """SELECT series_id, time_bucket(INTERVAL 1 MINUTE, ts) AS m, sum(delta), sum(seconds),
-                                count(*) FILTER (WHERE reset)
-                         FROM increments WHERE ts < ? GROUP BY ALL ORDER BY ALL""",
-        [T0 + timedelta(minutes=3)],
-    ).fetchall()
-    rolled = con.execute("SELECT series_id, ts, delta, seconds, resets FROM increments_1m ORDER BY ALL").fetchall()
-    assert rolled == raw
-    assert sum(r[4] for r in rolled) == 2  # the restart of both engines' counters
+    through = T0 + timedelta(minutes=3)
+    raw = con.execute("SELECT series_id, ts, delta, seconds FROM increments WHERE ts < ?", [through]).fetchall()
+    rolled = con.execute("""SELECT series_id, ts, sum(delta), sum(seconds), sum(idle_seconds) FROM increments_1m
+                            GROUP BY ALL ORDER BY ALL""").fetchall()
+    expected = split_by_minute(raw)
+    assert [r[:2] for r in rolled] == [r[:2] for r in expected]
+    assert [r[2:] for r in rolled] == [pytest.approx(r[2:], rel=1e-12) for r in expected]
+    # 5 s scrapes from 12:00:00: minute 12:00 holds the intervals closing at 12:00:05 .. 12:01:00
+    engine0 = [r for r in rolled if r[0] == raw[0][0]]
+    assert engine0[0][1:4] == (T0, pytest.approx(sum(100.0 + k for k in range(1, 13))), 60.0)
+    assert sum(r[2] for r in rolled) == pytest.approx(sum(r[2] for r in raw))  # nothing lost, nothing twice
+    resets = con.execute("SELECT ts, sum(resets) FROM increments_1m GROUP BY ts HAVING sum(resets) > 0").fetchall()
+    assert resets == [(T0 + timedelta(minutes=1), 2)]  # both engines' counters restarted at 12:01:30
 
 
 def test_gauges_keep_mean_and_max(con):
@@ -73,18 +94,24 @@ def test_gauges_keep_mean_and_max(con):
 
 def test_pages_give_the_same_numbers_from_rollups_and_raw(con):
     q = LocalQuery(con)
-    w = live.Window(T0, T0 + timedelta(minutes=3) - timedelta(microseconds=1), 60)
-    assert w.tables["inc"] == "increments_1m"
+    w = live.Window(T0, T0 + timedelta(minutes=3), 60)
+    assert plan(w.start, w.end, w.step_seconds, Holdings.of(q))["r0"] == T0  # the minute table serves it
     rolled = live.token_rates(q, w)
-    raw = q(live.TOKEN_SQL.format(inc="increments", after="> ?::TIMESTAMP"), live._params(w))
-    assert rolled["generated_per_s"].tolist() == pytest.approx(raw["generated_per_s"].tolist(), rel=1e-12)
-    assert len(rolled) == 3
+    raw = split_by_minute(con.execute("SELECT series_id, ts, delta, seconds FROM increments").fetchall())
+    per_minute: dict[datetime, list[float]] = {}
+    for _, m, delta, seconds, _ in raw:
+        acc = per_minute.setdefault(m, [0.0, 0.0])
+        acc[0], acc[1] = acc[0] + delta, max(acc[1], seconds)
+    assert rolled["bucket"].tolist() == [T0 + timedelta(minutes=k) for k in range(3)]
+    assert rolled["generated_per_s"].tolist() == pytest.approx([d / s for d, s in per_minute.values()], rel=1e-12)
 
 
 def test_window_steps_of_a_minute_or_more_are_whole_minutes():
     w = live.Window.between(T0, T0 + timedelta(hours=3, minutes=7))
     assert w.step_seconds % 60 == 0 and w.tables["smp"] == "samples_1m"
-    assert live.Window.ending(T0, 900).tables["inc"] == "increments"
+    assert served_by(plan(T0, T0 + timedelta(minutes=15), live.Window.ending(T0, 900).step_seconds, Holdings())) == (
+        "increments",
+    )
 
 
 def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
@@ -102,11 +129,13 @@ def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
             ),
         )
     hours = c.execute("SELECT ts, sum(delta), sum(seconds) FROM increments_1h GROUP BY ts ORDER BY ts").fetchall()
-    # 10:00 holds 59 intervals (the first scrape has no increase), 11:00 and 12:00 sixty each; x3 for both engines.
+    # An hour holds the intervals that cover it: 10:00 those closing at 10:01 .. 11:00, 11:00 sixty more,
+    # 12:00 those closing at 12:01 .. 12:59 (the one closing at 13:00 is not rolled up until 13:01); x3 for
+    # both engines.
     assert hours == [
-        (start, 59 * 60.0 * 3, 59 * 60.0 * 2),
+        (start, 60 * 60.0 * 3, 60 * 60.0 * 2),
         (start + timedelta(hours=1), 60 * 60.0 * 3, 60 * 60.0 * 2),
-        (start + timedelta(hours=2), 60 * 60.0 * 3, 60 * 60.0 * 2),
+        (start + timedelta(hours=2), 59 * 60.0 * 3, 59 * 60.0 * 2),
     ]
     raw_total = 3 * 3600 / 60 * 60.0 * 3  # every increase since the first scrape, both engines
     rolled = c.execute("SELECT sum(delta) FROM increments_1h").fetchall()[0][0]
@@ -134,5 +163,7 @@ def test_retention_never_drops_rows_that_are_not_rolled_up():
 
 
 def test_day_ranges_read_hours():
-    assert live.Window.ending(T0, 7 * 86400).tables["inc"] == "increments_1h"
-    assert live.Window.ending(T0, 86400).tables["inc"] == "increments_1m"
+    week, day = live.Window.ending(T0, 7 * 86400), live.Window.ending(T0, 86400)
+    assert served_by(plan(week.start, week.end, week.step_seconds, Holdings())) == ("increments", "increments_1h")
+    assert served_by(plan(day.start, day.end, day.step_seconds, Holdings())) == ("increments", "increments_1m")
+    assert week.tables["smp"] == "samples_1h" and day.tables["smp"] == "samples_1m"

@@ -1,0 +1,202 @@
+"""Windows exact at their edges (docs/definitions.md, Windows), checked against numbers worked out by hand.
+
+A day of scrapes every 5 minutes, 20 s past (2026-11-27 23:55:20 .. 2026-11-29 00:05:20)
+of a prefill instance (2 GPUs) and a decode instance (4 GPUs), ingested as the collector does,
+rolled up as the writer does. The counters move at constant rates, so every share is simple:
+  prefill prompt 10,000 tokens/s, of them 2,000/s prefix-cache hits; decode generated 4,000/s,
+  except that decode counted nothing in the hour 06:00:20 .. 07:00:20 (idle: 4 GPU-hours).
+Three windows partition the day 2026-11-28, their edges cutting through scrape intervals:
+  W1 [00:00:00, 07:30:30) 27,030 s   W2 [07:30:30, 16:45:10) 33,280 s   W3 [16:45:10, 24:00:00) 26,090 s
+W1 by hand, at the default sheet ($38.96/GPU-hour; tokens peak $0.006 hit, $0.30 miss, $1.20
+output per million, half off-peak 16:30 .. 00:30 UTC):
+  prompt 10,000 x 27,030 = 270,300,000; cached 54,060,000; generated 4,000 x (27,030 - 3,600) = 93,720,000
+  prefill 2 GPUs x 7.508333 h x $38.96 = $585.05; decode 4 x 7.508333 h x $38.96 = $1,170.10
+  decode idle 4 GPU-hours = $155.84
+  revenue off-peak 00:00 .. 00:30 (1,800 s): 3.6M hits x 0.003 + 14.4M misses x 0.15 + 7.2M out x 0.60 = $6.4908
+          peak 00:30 .. 07:30:30: 50.46M x 0.006 + 201.84M x 0.30 + 86.52M x 1.20 = $164.67876 -> $171.17
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import duckdb
+import pytest
+
+from collectors.parse import parse_page
+from dashboard.data import cost as cost_page
+from dashboard.data import live
+from warehouse.api import LocalQuery
+from warehouse.cost import cost_report
+from warehouse.db import apply_migrations
+from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.prices import GpuPrice, PriceSheet, default_sheet
+from warehouse.read import Holdings, plan
+from warehouse.rollup import Retention
+
+DAY = datetime(2026, 11, 28)
+FIRST, LAST = datetime(2026, 11, 27, 23, 55, 20), datetime(2026, 11, 29, 0, 5, 20)
+EVERY = timedelta(minutes=5)
+IDLE = (DAY + timedelta(hours=6, seconds=20), DAY + timedelta(hours=7, seconds=20))
+W1 = (DAY, DAY + timedelta(hours=7, minutes=30, seconds=30))
+W2 = (W1[1], DAY + timedelta(hours=16, minutes=45, seconds=10))
+W3 = (W2[1], DAY + timedelta(days=1))
+PREFILL = TargetInfo("prefill-0", "http://p/metrics", "prefill", 2, "test")
+DECODE = TargetInfo("decode-0", "http://d/metrics", "decode", 4, "test")
+POOLS = {"prefill": [("prefill-0", 2)], "decode": [("decode-0", 4)]}
+FLAT = PriceSheet("flat", (GpuPrice(datetime(2026, 1, 1), "*", 2.0, "test"),), ())  # whole hours: the hour table serves
+
+
+def prefill_page(prompt: float, hits: float) -> str:
+    labels = 'engine="0",model_name="tiny-deepseek"'
+    return (
+        "# TYPE vllm:prompt_tokens counter\n"
+        f"vllm:prompt_tokens_total{{{labels}}} {prompt}\n"
+        "# TYPE vllm:prompt_tokens_by_source counter\n"
+        f'vllm:prompt_tokens_by_source_total{{{labels},source="local_cache_hit"}} {hits}\n'
+        f'vllm:prompt_tokens_by_source_total{{{labels},source="local_compute"}} {prompt - hits}\n'
+    )
+
+
+def decode_page(generated: float) -> str:
+    return (
+        "# TYPE vllm:generation_tokens counter\n"
+        f'vllm:generation_tokens_total{{engine="0",model_name="tiny-deepseek"}} {generated}\n'
+    )
+
+
+def ingest(retention: Retention | None = None) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing = Ingestor(retention)
+    t, generated = FIRST, 0.0
+    while t <= LAST:
+        s = (t - FIRST).total_seconds()
+        if t > FIRST and not IDLE[0] < t <= IDLE[1]:
+            generated += 4_000 * EVERY.total_seconds()
+        ing.write(con, ScrapeBatch(PREFILL, t, True, 0.01, parse_page(prefill_page(10_000 * s, 2_000 * s).encode())))
+        ing.write(con, ScrapeBatch(DECODE, t, True, 0.01, parse_page(decode_page(generated).encode())))
+        t += EVERY
+    return con
+
+
+@pytest.fixture(scope="module")
+def day():
+    return LocalQuery(ingest())
+
+
+def seconds(a: datetime, b: datetime) -> float:
+    return max(0.0, (b - a).total_seconds())
+
+
+def by_hand(a: datetime, b: datetime) -> dict[str, float]:
+    """The window's numbers from the constant rates alone, at the default sheet."""
+    idle = seconds(max(a, IDLE[0]), min(b, IDLE[1]))
+    off = sum(
+        seconds(max(a, x), min(b, y))
+        for x, y in (
+            (DAY - timedelta(hours=7, minutes=30), DAY + timedelta(minutes=30)),
+            (DAY + timedelta(hours=16, minutes=30), DAY + timedelta(days=1, minutes=30)),
+        )
+    )
+    total = seconds(a, b)
+
+    def revenue(sec: float, idle_sec: float, hit: float, miss: float, out: float) -> float:
+        return (2_000 * sec * hit + 8_000 * sec * miss + 4_000 * (sec - idle_sec) * out) / 1e6
+
+    idle_off = seconds(max(a, IDLE[0]), min(b, IDLE[1], DAY + timedelta(minutes=30)))  # never: idle is peak
+    return {
+        "prompt": 10_000 * total,
+        "cached": 2_000 * total,
+        "generated": 4_000 * (total - idle),
+        "prefill_cost": 2 * total / 3600 * 38.96,
+        "decode_cost": 4 * total / 3600 * 38.96,
+        "idle_gpu_hours": 4 * idle / 3600,
+        "idle_cost": 4 * idle / 3600 * 38.96,
+        "revenue": revenue(total - off, idle - idle_off, 0.006, 0.30, 1.20) + revenue(off, idle_off, 0.003, 0.15, 0.60),
+    }
+
+
+def numbers(q: LocalQuery, window: tuple[datetime, datetime], sheet: PriceSheet | None = None) -> dict[str, float]:
+    r = cost_report(q, POOLS, *window, sheet or default_sheet())
+    return {
+        "prompt": r.prompt_tokens,
+        "cached": r.cached_prompt_tokens,
+        "generated": r.generated_tokens,
+        "prefill_cost": r.prefill.cost_usd,
+        "decode_cost": r.decode.cost_usd,
+        "idle_gpu_hours": r.decode.idle_gpu_hours + r.prefill.idle_gpu_hours,
+        "idle_cost": r.decode.idle_cost_usd + r.prefill.idle_cost_usd,
+        "revenue": r.revenue_usd or 0.0,
+    }
+
+
+def test_the_first_window_matches_the_numbers_worked_out_by_hand(day):
+    r = cost_report(day, POOLS, *W1, default_sheet()).as_json()
+    pf, dc, tot = r["pools"]["prefill"], r["pools"]["decode"], r["total"]
+    assert (pf["prompt_tokens"], pf["cached_prompt_tokens"], dc["generated_tokens"]) == (
+        270_300_000,
+        54_060_000,
+        93_720_000,
+    )
+    assert (pf["cost_usd"], dc["cost_usd"], dc["idle_gpu_hours"], dc["idle_cost_usd"]) == (585.05, 1170.10, 4.0, 155.84)
+    assert pf["idle_gpu_hours"] == 0.0 and tot["revenue_usd"] == 171.17
+    assert r["window"]["first_count"] == "2026-11-28T00:00:00Z" and r["window"]["last_count"] == "2026-11-28T07:30:20Z"
+
+
+@pytest.mark.parametrize("window", [W1, W2, W3], ids=["W1", "W2", "W3"])
+def test_each_window_is_exact_where_it_cuts_through_a_scrape_interval(day, window):
+    got, want = numbers(day, window), by_hand(*window)
+    assert got == {k: pytest.approx(v, rel=1e-12, abs=1e-6) for k, v in want.items()}
+
+
+def test_a_window_ending_on_a_scrape_keeps_the_interval_closing_there(day):
+    end = DAY + timedelta(hours=10, minutes=5, seconds=20)  # a scrape time
+    got = numbers(day, (DAY + timedelta(hours=10), end))
+    assert got["prompt"] == pytest.approx(10_000 * 320) and got["generated"] == pytest.approx(4_000 * 320)
+
+
+def test_three_windows_partition_the_day_to_the_token_and_the_cent(day):
+    whole = numbers(day, (DAY, DAY + timedelta(days=1)))
+    parts = [numbers(day, w) for w in (W1, W2, W3)]
+    for key, value in whole.items():
+        assert sum(p[key] for p in parts) == pytest.approx(value, rel=1e-12, abs=1e-6), key
+    assert round(whole["prompt"]) == 864_000_000 and round(whole["generated"]) == 4_000 * (86_400 - 3_600)
+    assert round(whole["prefill_cost"] + whole["decode_cost"], 2) == round(6 * 24 * 38.96, 2)
+
+
+def test_raw_minute_and_hour_tables_give_the_same_numbers(day):
+    """The default sheet changes prices on half hours (minute table and raw edges serve its windows),
+    a flat one only on whole hours (hour table); a database whose raw rows before 12:00:20 were dropped by
+    retention serves W1's edges from the minute table. Each gives the numbers of the raw rows."""
+    held = Holdings.of(day)
+    assert plan(*W1, 1800, held)["h0"] == plan(*W1, 1800, held)["h1"]  # no hour table
+    p = plan(*W1, 3600, held)
+    assert (p["h0"], p["h1"]) == (DAY, DAY + timedelta(hours=7))  # hours 00:00 .. 07:00 from the hour table
+    for window in (W1, W2, W3):
+        hourly, want = numbers(day, window, FLAT), by_hand(*window)
+        assert hourly["prompt"] == pytest.approx(want["prompt"], rel=1e-12)
+        assert hourly["generated"] == pytest.approx(want["generated"], rel=1e-12)
+        assert hourly["idle_gpu_hours"] == pytest.approx(want["idle_gpu_hours"], abs=1e-9)
+        assert hourly["prefill_cost"] == pytest.approx(2 * seconds(*window) / 3600 * 2.0)
+    dropped = LocalQuery(ingest(Retention(raw_days=0.5)))
+    assert Holdings.of(dropped).raw_from == datetime(2026, 11, 28, 12, 0, 20)
+    for window in (W1, W2, W3):
+        assert numbers(dropped, window) == {
+            k: pytest.approx(v, rel=1e-12, abs=1e-6) for k, v in numbers(day, window).items()
+        }
+
+
+def test_the_cost_page_the_report_and_the_live_page_count_the_same_tokens(day):
+    """The Cost page's chart sums, the report and the Live page's rates x seconds, for one window."""
+    r = cost_report(day, POOLS, *W2, default_sheet())
+    chart = cost_page.over_time(day, POOLS, default_sheet(), *W2, timedelta(minutes=15))
+    assert chart["prompt_tokens"].sum() == pytest.approx(r.prompt_tokens, rel=1e-12)
+    assert chart["generated_tokens"].sum() == pytest.approx(r.generated_tokens, rel=1e-12)
+    w = live.Window.between(*W2, live.scrape_interval(day))
+    rates = live.token_rates(day, w)
+    width = [seconds(max(b, W2[0]), min(b + timedelta(seconds=w.step_seconds), W2[1])) for b in rates["bucket"]]
+    rates["seconds"] = width
+    by_role = rates.assign(prompt=rates.prompt_per_s * rates.seconds, generated=rates.generated_per_s * rates.seconds)
+    assert by_role.loc[by_role.role == "prefill", "prompt"].sum() == pytest.approx(r.prompt_tokens, rel=1e-12)
+    assert by_role.loc[by_role.role == "decode", "generated"].sum() == pytest.approx(r.generated_tokens, rel=1e-12)

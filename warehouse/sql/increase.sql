@@ -1,0 +1,56 @@
+-- Counter increases of the series in `picked` over the window [$start, $end), per bucket of
+-- $step_us microseconds from $origin_us (docs/definitions.md, Windows). The CTE list goes after
+-- the caller's `picked` (series_id, ...) and defines `per_series` (bucket, series_id, delta,
+-- seconds, idle_seconds).
+--
+-- A raw increment stored at ts with interval `seconds` covers (ts - seconds, ts]; a rollup row
+-- covers its minute or hour. A piece of the window takes the share of each row's span that lies
+-- inside it, so a window ending on a scrape keeps the interval closing there and consecutive
+-- windows partition every counter. Who serves which piece (warehouse/read.py chooses):
+--   raw rows, all of them:            [$start, $r0) and [$r1, $end)
+--   minute rows:                      [$r0, $h0) and [$h1, $r1)
+--   hour rows:                        [$h0, $h1)
+--   raw rows not rolled up yet
+--   (ts >= $through), over:           [$r0, $r1)
+-- The minute and hour tables hold exactly the raw rows before $through, split by minute and by
+-- hour, so the pieces add up to the raw rows and nothing is counted twice.
+src AS (
+    SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi,
+           i.delta, i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle, p.a, p.b
+    FROM increments i
+    JOIN (VALUES (epoch_us($start::TIMESTAMP), epoch_us($r0::TIMESTAMP), false),
+                 (epoch_us($r1::TIMESTAMP), epoch_us($end::TIMESTAMP), false),
+                 (epoch_us($r0::TIMESTAMP), epoch_us($r1::TIMESTAMP), true)) AS p(a, b, unrolled)
+      ON epoch_us(i.ts) > p.a AND epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT < p.b
+         AND (NOT p.unrolled OR i.ts >= $through::TIMESTAMP)
+    WHERE i.ts > $start::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
+    UNION ALL
+    SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds, p.a, p.b
+    FROM increments_1m m
+    JOIN (VALUES (epoch_us($r0::TIMESTAMP), epoch_us($h0::TIMESTAMP)),
+                 (epoch_us($h1::TIMESTAMP), epoch_us($r1::TIMESTAMP))) AS p(a, b)
+      ON epoch_us(m.ts) + 60000000 > p.a AND epoch_us(m.ts) < p.b
+    WHERE m.ts > $r0::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $r1::TIMESTAMP
+      AND m.series_id IN (SELECT series_id FROM picked)
+    UNION ALL
+    SELECT h.series_id, epoch_us(h.ts), epoch_us(h.ts) + 3600000000, h.delta, h.seconds, h.idle_seconds,
+           epoch_us($h0::TIMESTAMP), epoch_us($h1::TIMESTAMP)
+    FROM increments_1h h
+    WHERE h.ts > $h0::TIMESTAMP - INTERVAL 1 HOUR AND h.ts < $h1::TIMESTAMP
+      AND h.series_id IN (SELECT series_id FROM picked)
+),
+clipped AS (
+    SELECT series_id, delta, covered, idle, hi - lo AS span, greatest(lo, a) AS x, least(hi, b) AS y
+    FROM src WHERE greatest(lo, a) < least(hi, b) AND hi > lo
+),
+split AS (
+    SELECT series_id, k, delta, covered, idle,
+           (least(y, $origin_us + (k + 1) * $step_us) - greatest(x, $origin_us + k * $step_us)) / span AS share
+    FROM (SELECT *, unnest(range((x - $origin_us) // $step_us, (y - 1 - $origin_us) // $step_us + 1)) AS k
+          FROM clipped)
+),
+per_series AS (
+    SELECT make_timestamp($origin_us + k * $step_us) AS bucket, series_id, sum(delta * share) AS delta,
+           sum(covered * share) AS seconds, sum(idle * share) AS idle_seconds
+    FROM split GROUP BY ALL
+)
