@@ -91,7 +91,7 @@ def summary(q: Query, w: Window) -> Summary | None:
                      sum(prompt_tokens) p, coalesce(sum(cached_prompt_tokens), 0) c, sum(generated_tokens) g,
                      quantile_cont(itl_mean_seconds, 0.5) itl50, quantile_cont(itl_mean_seconds, 0.9) itl90,
                      quantile_cont(ttft_seconds, 0.5) ttft50, quantile_cont(ttft_seconds, 0.9) ttft90
-              FROM requests WHERE finished_at > ? AND finished_at <= ?""",
+              FROM requests WHERE finished_at >= ? AND finished_at < ?""",
         [w.start, w.end],
     )
     if df.empty or not df.n[0]:
@@ -138,7 +138,7 @@ def tps_histogram(q: Query, w: Window, width: int = 5) -> pd.DataFrame:
     else:
         df = q(
             f"""SELECT floor({BIN_SCALE} * ln(itl_mean_seconds) / {width}) k, count(*) requests FROM requests
-                   WHERE finished_at > ? AND finished_at <= ? AND itl_mean_seconds > 0
+                   WHERE finished_at >= ? AND finished_at < ? AND itl_mean_seconds > 0
                    GROUP BY ALL ORDER BY k""",
             [w.start, w.end],
         )
@@ -175,7 +175,7 @@ def tps_over_time(q: Query, w: Window) -> pd.DataFrame:
     df = q(
         """SELECT time_bucket(to_seconds(?::BIGINT), finished_at) bucket, quantile_cont(itl_mean_seconds, 0.5) i50,
                      quantile_cont(itl_mean_seconds, 0.9) i90, count(*) requests
-              FROM requests WHERE finished_at > ? AND finished_at <= ? AND itl_mean_seconds > 0
+              FROM requests WHERE finished_at >= ? AND finished_at < ? AND itl_mean_seconds > 0
               GROUP BY ALL ORDER BY bucket""",
         [w.step_seconds, w.start, w.end],
     )
@@ -231,7 +231,7 @@ def users_table(q: Query, w: Window, limit: int = 50, order: str = "tokens") -> 
                           count(itl_mean_seconds) / nullif(sum(itl_mean_seconds), 0) tps_mean,
                           1 / quantile_cont(itl_mean_seconds, 0.9) tps_p90,
                           quantile_cont(ttft_seconds, 0.5) ttft_p50, quantile_cont(ttft_seconds, 0.9) ttft_p90
-                   FROM requests WHERE finished_at > ? AND finished_at <= ? GROUP BY user_id
+                   FROM requests WHERE finished_at >= ? AND finished_at < ? GROUP BY user_id
                    ORDER BY {order} DESC, user_id LIMIT ?""",
             [w.start, w.end, limit],
         )
@@ -265,7 +265,7 @@ def user_history(q: Query, w: Window, user: str) -> pd.DataFrame:
                        count(*) FILTER (WHERE outcome <> 'ok') errors, sum(prompt_tokens)::BIGINT prompt_tokens,
                        sum(generated_tokens)::BIGINT generated_tokens,
                        count(itl_mean_seconds) / nullif(sum(itl_mean_seconds), 0) tps_mean
-                FROM requests WHERE user_id = ? AND finished_at > ? AND finished_at <= ? GROUP BY ALL ORDER BY bucket""",
+                FROM requests WHERE user_id = ? AND finished_at >= ? AND finished_at < ? GROUP BY ALL ORDER BY bucket""",
         [w.step_seconds, user, w.start, w.end],
     )
 
@@ -275,7 +275,7 @@ def user_requests(q: Query, user: str, end: datetime, limit: int = 200) -> pd.Da
     return q(
         """SELECT finished_at, request_id, tenant, model, outcome, status, prompt_tokens, cached_prompt_tokens,
                        generated_tokens, ttft_seconds, 1 / itl_mean_seconds AS tokens_per_second, e2e_seconds
-                FROM requests WHERE user_id = ? AND finished_at <= ? ORDER BY finished_at DESC LIMIT ?""",
+                FROM requests WHERE user_id = ? AND finished_at < ? ORDER BY finished_at DESC LIMIT ?""",
         [user, end, limit],
     )
 
@@ -286,5 +286,8 @@ def latest_request_time(q: Query) -> datetime | None:
     return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
 
 
-def window(end: datetime, seconds: float) -> Window:
+def window(latest: datetime, seconds: float) -> Window:
+    """The `seconds` up to and including the latest request: [latest - seconds, latest + 1 us), so the
+    table and the costs beside it (warehouse/cost.py) count the same requests."""
+    end = latest + timedelta(microseconds=1)
     return Window.between(end - timedelta(seconds=seconds), end)

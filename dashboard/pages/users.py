@@ -118,7 +118,7 @@ def render() -> None:
             st.info(f"{user} sent nothing in the last {choice}.")
         else:
             st.plotly_chart(figures.user_history_figure(hist, user), key="user_history")
-        st.dataframe(data.user_requests(query, user, latest), hide_index=True, key="user_requests")
+        st.dataframe(data.user_requests(query, user, w.end), hide_index=True, key="user_requests")
 
 
 st.title("Users")
