@@ -139,8 +139,8 @@ def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
             chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
         usage.append(chunks[-1]["usage"])
     prompt, generated = sum(u["prompt_tokens"] for u in usage), sum(u["completion_tokens"] for u in usage)
-    # The plugin hands its totals over twice a second: wait until they are not behind vLLM's own
-    # counters (with a deadline), then they must equal them exactly.
+    # The plugin hands its totals over twice a second from each process: wait until they are not
+    # behind vLLM's own counters (with a deadline), then they must equal them exactly.
     deadline = time.monotonic() + scaled(30)
     while True:
         m = _metrics(url)
@@ -150,7 +150,12 @@ def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
         # request is sampled but never forwarded.
         forwarded = computed + generated - len(usage)
         per_layer = {dict(lab)["layer"]: v for (n, lab), v in m.items() if n == "moemeter_expert_rank_tokens_total"}
-        if len(per_layer) == 3 and min(per_layer.values()) >= TOP_K * forwarded:  # 4 layers, the first dense
+        # The worker process (forward, experts) and the engine-core process (steps) hand over apart:
+        # every forward ran inside a step, so the steps are all in once they are not fewer.
+        steps_in = _value(m, "moemeter_step_seconds_count") >= _value(
+            m, "moemeter_step_phase_seconds_count", phase="forward"
+        )
+        if len(per_layer) == 3 and min(per_layer.values()) >= TOP_K * forwarded and steps_in:  # 4 layers, 1 dense
             break
         assert time.monotonic() < deadline, f"the plugin's expert totals stayed behind: {per_layer}, {forwarded}"
         time.sleep(0.2)
