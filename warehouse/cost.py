@@ -19,9 +19,7 @@ from typing import Any
 import pandas as pd
 
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
-from .read import Query, ceil, floor, increases
-from .requests import HOURLY
-from .sql import sql
+from .read import Query, ceil, floor, increases, request_hours, run
 
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
 HOUR = timedelta(hours=1)
@@ -205,27 +203,13 @@ def revenue(sheet: PriceSheet, tokens: pd.DataFrame, start: datetime) -> float |
     return total
 
 
-# Per user, the requests that finished in [start, end): its whole hours [h0, h1) from the hourly
-# sums plus the records not rolled up yet (the Users page's `hourly`), the edges from the records.
-USERS_SQL = f"""
-WITH {HOURLY}
-SELECT user_id AS user, sum(requests)::BIGINT AS requests, sum(prompt_tokens)::BIGINT AS prompt_tokens,
-       sum(cached_prompt_tokens)::BIGINT AS cached_prompt_tokens, sum(generated_tokens)::BIGINT AS generated_tokens
-FROM (SELECT user_id, requests, prompt_tokens, cached_prompt_tokens, generated_tokens FROM hourly
-      UNION ALL
-      SELECT user_id, 1, prompt_tokens, coalesce(cached_prompt_tokens, 0), generated_tokens FROM requests
-      WHERE finished_at >= ? AND finished_at < ? OR finished_at >= ? AND finished_at < ?)
-GROUP BY user_id ORDER BY user_id
-"""
-
-
 def user_tokens(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
     """Per user: requests, prompt, cached prompt and generated tokens of the requests that finished
-    in the window."""
+    in the window (its whole hours from the hourly sums, the edges from the records)."""
     h0, h1 = ceil(start, HOUR), floor(end, HOUR)
     if h0 >= h1:  # no whole hour: all from the records
         h0 = h1 = start
-    return q(USERS_SQL, [h0, h1, h0, h1, start, h0, h1, end])
+    return run(q, "cost_users", {"start": start, "end": end, **request_hours(h0, h1)})
 
 
 def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd.DataFrame:
@@ -260,7 +244,7 @@ def cost_report(q: Query, pools: Pools, start: datetime, end: datetime, sheet: P
     prefill = _pool_cost(sheet, "prefill", sum(g for _, g in pf), start, end, tokens, width)
     decode = _pool_cost(sheet, "decode", sum(g for _, g in dc), start, end, tokens, width)
     users = allocate(user_tokens(q, start, end), prefill.cost_usd, decode.cost_usd)
-    seen = q(sql("counted"), {"start": start, "end": end, "targets": [n for n, _ in pf + dc]})
+    seen = run(q, "counted", {"start": start, "end": end, "targets": [n for n, _ in pf + dc]})
     first, last = (_time(seen[c].iloc[0]) if len(seen) else None for c in ("first_count", "last_count"))
     return CostReport(
         start,

@@ -103,6 +103,7 @@ class Ingestor:
         self._known: set[int] = set()
         self._series_of: Counter[str] = Counter()  # series stored, per target
         self._last: dict[int, tuple[datetime, float]] = {}
+        self._longest = 0.0  # the longest interval of any stored increment
         self._loaded = False
         self.rollups = Rollups(retention)
         self.max_series, self.max_new_series = max_series, max_new_series
@@ -116,6 +117,7 @@ class Ingestor:
                WHERE ts >= (SELECT max(ts) - INTERVAL 1 HOUR FROM samples) GROUP BY 1"""
         ).fetchall()
         self._last = {sid: (ts, v) for sid, ts, v in rows if v is not None}
+        self._longest = float(con.execute("SELECT coalesce(max(seconds), 0) FROM longest_interval").fetchall()[0][0])
         self._loaded = True
 
     def write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch) -> int:
@@ -200,6 +202,10 @@ class Ingestor:
                 batch.ts,
                 {"series_id": pa.array(ids, type=pa.int64()), "value": pa.array(values, type=pa.float64())},
             )
+        if inc["series_id"] and max(inc["seconds"]) > self._longest:  # how far a raw row reaches back (read.py)
+            self._longest = max(inc["seconds"])
+            con.execute("DELETE FROM longest_interval")
+            con.execute("INSERT INTO longest_interval VALUES (?)", [self._longest])
         if inc["series_id"]:
             self._append(
                 con,

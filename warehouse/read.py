@@ -15,6 +15,8 @@ seconds, idle_seconds); see warehouse/sql/increase.sql.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,7 +24,10 @@ from typing import Any
 
 import pandas as pd
 
+from collectors import DEFAULT_INTERVAL
+
 from .readonly import Params
+from .requests import ITL_BIN_SCALE
 from .sql import sql
 
 Query = Callable[[str, Params | None], pd.DataFrame]
@@ -31,6 +36,7 @@ Query = Callable[[str, Params | None], pd.DataFrame]
 MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
 EPOCH = datetime(1970, 1, 1)
 US = 1_000_000
+POINTS = 120  # points per chart
 
 
 def floor(t: datetime, unit: timedelta) -> datetime:
@@ -47,6 +53,80 @@ def _us(t: datetime) -> int:
 
 
 @dataclass(frozen=True)
+class Window:
+    """`[start, end)` in steps of `step_seconds` (epoch-aligned, the first and last cut to the window)."""
+
+    start: datetime
+    end: datetime
+    step_seconds: int
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @classmethod
+    def ending(cls, latest: datetime, seconds: float, scrape_interval: float = DEFAULT_INTERVAL) -> Window:
+        """The `seconds` up to and including `latest` (a scrape's or a record's time): the window ends
+        a microsecond after it, so what happened at `latest` is inside."""
+        end = latest + timedelta(microseconds=1)
+        return cls.between(end - timedelta(seconds=seconds), end, scrape_interval)
+
+    @classmethod
+    def between(cls, start: datetime, end: datetime, scrape_interval: float = DEFAULT_INTERVAL) -> Window:
+        """A step that gives ~POINTS points and never less than two scrape intervals (so every step
+        holds at least one increase); from a minute up, whole minutes or hours (the rollups serve it)."""
+        step = max(int(2 * scrape_interval), int((end - start).total_seconds() // POINTS))
+        for unit in (3600, 60):
+            if step >= unit:
+                step = -(-step // unit) * unit
+                break
+        return cls(start, end, step)
+
+    @property
+    def period(self) -> timedelta | None:
+        """The rollup period that serves gauges and expert snapshots at this step (None: raw rows)."""
+        for unit in (HOUR, MINUTE):
+            if self.step_seconds % unit.total_seconds() == 0:
+                return unit
+        return None
+
+
+# Gauge samples at a window's resolution (/*samples*/ in a statement): raw rows or a rollup, with
+# the same columns (a raw sample is its own mean and max); and per-expert load likewise.
+SAMPLES = {None: "(SELECT ts, series_id, value, value AS max FROM samples)", MINUTE: "samples_1m", HOUR: "samples_1h"}
+EXPERT_LOAD = {None: "expert_load", MINUTE: "expert_load", HOUR: "expert_load_1h"}
+
+
+PARAMETER = re.compile(r"\$([a-z_][a-z0-9_]*)")
+
+
+def bind(text: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The statement and the parameters it names (DuckDB refuses any other); a missing one is an error."""
+    names = set(PARAMETER.findall(text))
+    missing = names - set(params)
+    if missing:
+        raise ValueError(f"the statement needs parameters {sorted(missing)}")
+    return text, {k: params[k] for k in names}
+
+
+def run(q: Query, name: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
+    """warehouse/sql/<name>.sql (its includes in place) with the named parameters it uses."""
+    return q(*bind(expand(sql(name)), params or {}))
+
+
+def at_resolution(q: Query, name: str, w: Window, params: dict[str, Any] | None = None) -> pd.DataFrame:
+    """warehouse/sql/<name>.sql over the gauge samples (/*samples*/) or per-expert load
+    (/*expert_load*/) of the table that suits the window's step. A rollup row is stamped with its
+    period's start, so the period the window starts in counts whole ($since); the statement also
+    gets $start, $end and $step_us."""
+    period = w.period
+    text = expand(sql(name)).replace("/*samples*/", SAMPLES[period]).replace("/*expert_load*/", EXPERT_LOAD[period])
+    since = floor(w.start, period) if period is not None else w.start
+    p = {"start": w.start, "since": since, "end": w.end, "step_us": w.step_seconds * US}
+    return q(*bind(text, {**p, **(params or {})}))
+
+
+@dataclass(frozen=True)
 class Holdings:
     """What the counter tables hold: raw rows before `through` are also in the minute and hour
     tables; raw rows before `raw_from` and minute rows before `minutes_from` were dropped."""
@@ -54,12 +134,18 @@ class Holdings:
     through: datetime | None = None
     raw_from: datetime | None = None
     minutes_from: datetime | None = None
+    longest_seconds: float = 0.0
+    """The longest interval a raw row covers: how far past a piece a row may reach back into it."""
 
     @classmethod
     def of(cls, q: Query) -> Holdings:
-        df = q("SELECT name, through FROM rollup_state", None)
-        d = {r.name: pd.Timestamp(r.through).to_pydatetime() for r in df.itertuples()}
-        return cls(d.get("1m"), d.get("increments_from"), d.get("increments_1m_from"))
+        r = run(q, "holdings").iloc[0]
+
+        def when(v: Any) -> datetime | None:
+            return None if v is None or pd.isna(v) else pd.Timestamp(v).to_pydatetime()
+
+        longest = 0.0 if r.longest is None or pd.isna(r.longest) else float(r.longest)
+        return cls(when(r.through), when(r.raw_from), when(r.minutes_from), longest)
 
 
 def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdings) -> dict[str, Any]:
@@ -101,6 +187,7 @@ def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdi
         "through": held.through or EPOCH,
         "origin_us": origin,
         "step_us": step,
+        "reach_us": math.ceil(held.longest_seconds * US) + 1,
     }
 
 
@@ -116,15 +203,39 @@ def served_by(p: dict[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-INCLUDE = "/*increase*/"
+INCLUDES = ("increase", "requests_hourly", "requests_hour_sums", "requests_hour_itl")
+"""Statements other statements include: a line `/*name*/` stands for warehouse/sql/<name>.sql."""
+
+
+def expand(text: str) -> str:
+    """`text` with every include in place (includes may include others)."""
+    while True:
+        out = text
+        for name in INCLUDES:
+            out = out.replace(f"/*{name}*/", sql(name))
+        if out == text:
+            return out
+        text = out
 
 
 def statement(name: str) -> str:
     """warehouse/sql/<name>.sql, its `/*increase*/` line replaced by the read layer's CTEs."""
     text = sql(name)
-    if INCLUDE not in text:
-        raise ValueError(f"warehouse/sql/{name}.sql does not read increases (no {INCLUDE} line)")
-    return text.replace(INCLUDE, sql("increase"))
+    if "/*increase*/" not in text:
+        raise ValueError(f"warehouse/sql/{name}.sql does not read increases (no /*increase*/ line)")
+    return expand(text)
+
+
+def request_hours(start: datetime, end: datetime) -> dict[str, Any]:
+    """The parameters of /*requests_hourly*/ for the hours [start, end): the hourly tables' rows and
+    the records not rolled up yet."""
+    return {
+        "finished_from": start,
+        "finished_until": end,
+        "ingested_from": None,
+        "ingested_until": None,
+        "bin_scale": ITL_BIN_SCALE,
+    }
 
 
 def increases(
@@ -141,4 +252,4 @@ def increases(
     clash = set(params or ()) & set(p)
     if clash:
         raise ValueError(f"parameter names taken by the read layer: {sorted(clash)}")
-    return q(statement(name), {**p, **(params or {})})
+    return q(*bind(statement(name), {**p, **(params or {})}))

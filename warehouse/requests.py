@@ -19,6 +19,7 @@ import pyarrow as pa
 from moemeter.columns import clean_text, is_count
 
 from .db import insert_arrow, record_rejected
+from .sql import sql
 
 log = logging.getLogger(__name__)
 SCHEMA = "moemeter.requests/1"
@@ -207,56 +208,31 @@ class RequestIngestor:
         return len(rows)
 
 
-# requests_itl_1h.bin of a request: its mean inter-token latency in log bins 1% wide.
+# requests_itl_1h.bin of a request: its mean inter-token latency in log bins 1% wide
+# (warehouse/sql/requests_hour_itl.sql).
 ITL_BIN_SCALE = 100.0
-ITL_BIN_SQL = f"CAST(round({ITL_BIN_SCALE} * ln(itl_mean_seconds)) AS INTEGER)"
-# The rows of requests_1h and requests_itl_1h (in their column order) for the requests matching
-# `where`: what the roll-up adds, and what readers add for the records not rolled up yet.
-HOUR_SUMS_SQL = """
-SELECT time_bucket(INTERVAL 1 HOUR, finished_at) AS ts, user_id, tenant, model, count(*) AS requests,
-       count(*) FILTER (WHERE outcome <> 'ok') AS errors, sum(prompt_tokens)::BIGINT AS prompt_tokens,
-       coalesce(sum(cached_prompt_tokens), 0)::BIGINT AS cached_prompt_tokens,
-       sum(generated_tokens)::BIGINT AS generated_tokens, count(itl_mean_seconds) AS timed,
-       coalesce(sum(itl_mean_seconds), 0) AS itl_sum_seconds, coalesce(sum(ttft_seconds), 0) AS ttft_sum_seconds,
-       sum(e2e_seconds) AS e2e_sum_seconds
-FROM requests WHERE {where} GROUP BY ALL"""
-HOUR_ITL_SQL = f"""
-SELECT time_bucket(INTERVAL 1 HOUR, finished_at) AS ts, {ITL_BIN_SQL} AS bin, count(*) AS requests
-FROM requests WHERE {{where}} AND itl_mean_seconds > 0 GROUP BY ALL"""
-# A record not rolled up yet (stored after the roll-up's `through`) that finished in [?, ?). Every
-# record is in exactly one of the two: rolled up (in requests_1h) or this.
-_PENDING = (
-    "ingested_at >= coalesce((SELECT max(through) FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)"
-    " AND finished_at >= ? AND finished_at < ?"
-)
-# CTEs `hourly` and `itl`: per hour [?, ?) twice, the hourly tables' rows and the same sums of the
-# records not rolled up yet: every request that finished in those hours, once.
-HOURLY = (
-    f"hourly AS (SELECT * FROM requests_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_SUMS_SQL.format(where=_PENDING)})"
-)
-HOURLY_ITL = (
-    f"itl AS (SELECT * FROM requests_itl_1h WHERE ts >= ? AND ts < ? UNION ALL {HOUR_ITL_SQL.format(where=_PENDING)})"
-)
 
 
 def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
     """Add the requests ingested in [start, until) to their finishing hour's per-user sums and
     inter-token latency histogram."""
-    ingested = "ingested_at >= ? AND ingested_at < ?"
+    window = {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
     con.execute(
-        f"""INSERT INTO requests_1h {HOUR_SUMS_SQL.format(where=ingested)}
-                    ON CONFLICT (ts, user_id, tenant, model) DO UPDATE SET
-                        requests = requests + excluded.requests, errors = errors + excluded.errors,
-                        prompt_tokens = prompt_tokens + excluded.prompt_tokens,
-                        cached_prompt_tokens = cached_prompt_tokens + excluded.cached_prompt_tokens,
-                        generated_tokens = generated_tokens + excluded.generated_tokens,
-                        timed = timed + excluded.timed, itl_sum_seconds = itl_sum_seconds + excluded.itl_sum_seconds,
-                        ttft_sum_seconds = ttft_sum_seconds + excluded.ttft_sum_seconds,
-                        e2e_sum_seconds = e2e_sum_seconds + excluded.e2e_sum_seconds""",
-        [start, until],
+        "INSERT INTO requests_1h "
+        + sql("requests_hour_sums")
+        + """ ON CONFLICT (ts, user_id, tenant, model) DO UPDATE SET
+                 requests = requests + excluded.requests, errors = errors + excluded.errors,
+                 prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+                 cached_prompt_tokens = cached_prompt_tokens + excluded.cached_prompt_tokens,
+                 generated_tokens = generated_tokens + excluded.generated_tokens,
+                 timed = timed + excluded.timed, itl_sum_seconds = itl_sum_seconds + excluded.itl_sum_seconds,
+                 ttft_sum_seconds = ttft_sum_seconds + excluded.ttft_sum_seconds,
+                 e2e_sum_seconds = e2e_sum_seconds + excluded.e2e_sum_seconds""",
+        window,
     )
     con.execute(
-        f"""INSERT INTO requests_itl_1h {HOUR_ITL_SQL.format(where=ingested)}
-                    ON CONFLICT (ts, bin) DO UPDATE SET requests = requests + excluded.requests""",
-        [start, until],
+        "INSERT INTO requests_itl_1h "
+        + sql("requests_hour_itl")
+        + " ON CONFLICT (ts, bin) DO UPDATE SET requests = requests + excluded.requests",
+        {**window, "bin_scale": ITL_BIN_SCALE},
     )

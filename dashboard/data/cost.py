@@ -12,6 +12,7 @@ import pandas as pd
 
 from warehouse.cost import CostReport, NoData, cost_over_time, cost_report, daily_statement, pool_tokens, price_sheet
 from warehouse.prices import PriceSheet
+from warehouse.read import run
 
 from .live import Query
 
@@ -29,11 +30,7 @@ __all__ = [
 
 def pools(q: Query, start: datetime, end: datetime) -> dict[str, list[tuple[str, int]]]:
     """{"prefill": [(target, gpus)], "decode": [...]} of the targets seen in the window."""
-    df = q(
-        """SELECT name, role, gpus FROM targets WHERE role IN ('prefill', 'decode')
-              AND first_seen < ? AND last_seen >= ? ORDER BY name""",
-        [end, start],
-    )
+    df = run(q, "pools_in", {"start": start, "end": end})
     return {role: [(r.name, int(r.gpus)) for r in df[df.role == role].itertuples()] for role in ("prefill", "decode")}
 
 
@@ -45,13 +42,17 @@ def over_time(
     return cost_over_time(tokens, gpus, sheet, start, end, step)
 
 
-def first_count(q: Query) -> datetime | None:
-    df = q("SELECT min(ts) AS ts FROM scrapes WHERE up", None)
-    ts = df["ts"].iloc[0] if len(df) else None
+def _observed(q: Query, column: str) -> datetime | None:
+    df = run(q, "observed")
+    ts = df[column].iloc[0] if len(df) else None
     return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
+
+
+def first_count(q: Query) -> datetime | None:
+    """The first scrape that found a target up: counters count from there."""
+    return _observed(q, "first")
 
 
 def latest_count(q: Query) -> datetime | None:
-    df = q("SELECT max(ts) AS ts FROM scrapes WHERE up", None)
-    ts = df["ts"].iloc[0] if len(df) else None
-    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
+    """The latest scrape that found a target up."""
+    return _observed(q, "latest")

@@ -11,18 +11,14 @@ import numpy as np
 import pandas as pd
 
 from warehouse.alerts import trailing_run_start
+from warehouse.read import at_resolution, run
 
 from .live import Query, Window, counters
 
 
 def eplb_targets(q: Query) -> list[str]:
     """Targets that export per-rank expert load or expert snapshots."""
-    df = q(
-        """SELECT DISTINCT target FROM series WHERE metric = 'moemeter_expert_rank_tokens_total'
-              UNION SELECT DISTINCT target FROM expert_snapshots ORDER BY 1""",
-        None,
-    )
-    return df["target"].tolist()
+    return run(q, "expert_targets")["target"].tolist()
 
 
 def rank_steps(q: Query, w: Window, target: str) -> pd.DataFrame:
@@ -59,16 +55,9 @@ def balancedness_over_time(steps: pd.DataFrame) -> pd.DataFrame:
     return out[["bucket", "layer", "balancedness", "imbalance"]]
 
 
-# Per-snapshot load, or its hourly downsampling for windows stepped in hours ({exp}).
-EXPERT_SQL = """
-SELECT layer, expert, sum(tokens) AS tokens FROM {exp}
-WHERE ts {after} AND ts <= ?::TIMESTAMP AND target = ? GROUP BY ALL ORDER BY layer, expert
-"""
-
-
 def expert_share(q: Query, w: Window, target: str) -> pd.DataFrame:
     """layer, expert, tokens, share of the layer's tokens in the window."""
-    df = q(EXPERT_SQL.format(**w.tables), [w.start, w.end, target])
+    df = at_resolution(q, "expert_share", w, {"target": target})
     if df.empty:
         return df.assign(share=pd.Series(dtype=float))
     total = df.groupby("layer")["tokens"].transform("sum")
@@ -90,35 +79,16 @@ def share_trend(q: Query, w: Window, target: str, experts: pd.DataFrame | None =
     """ts, layer, expert, share of its layer at each snapshot (each hour for windows stepped in
     hours); only for `experts` (rows of layer, expert) when given, so a day of snapshots is not
     read back for ten sparklines."""
-    layers = pick = ""
-    keys: list[object] = []
+    layers = keys = None
     if experts is not None:  # (layer, expert) as one key: layer * 2^20 + expert; totals only for their layers
-        layers = "AND list_contains(?::BIGINT[], layer::BIGINT)"
-        pick = "AND list_contains(?::BIGINT[], e.layer::BIGINT * 1048576 + e.expert)"
-        keys = [
-            sorted({int(r.layer) for r in experts.itertuples()}),
-            [int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()],
-        ]
-    tb = w.tables
-    sql = f"""WITH total AS (SELECT ts, layer, sum(tokens) AS tokens FROM {tb["exp"]}
-                             WHERE ts {tb["after"]} AND ts <= ?::TIMESTAMP AND target = ? {layers} GROUP BY ALL)
-              SELECT e.ts, e.layer, e.expert, e.tokens / nullif(t.tokens, 0) AS share
-              FROM {tb["exp"]} e JOIN total t USING (ts, layer)
-              WHERE e.ts {tb["after"]} AND e.ts <= ?::TIMESTAMP AND e.target = ? {pick}"""
-    params: list[object] = [w.start, w.end, target, *keys[:1], w.start, w.end, target, *keys[1:]]
-    return q(sql, params)
+        layers = sorted({int(r.layer) for r in experts.itertuples()})
+        keys = [int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()]
+    return at_resolution(q, "expert_trend", w, {"target": target, "layers": layers, "keys": keys})
 
 
 def rebalances(q: Query, w: Window, target: str) -> pd.DataFrame:
     """One row per rebalance: ts, duration, moved replicas, mean planned-on balancedness before and planned."""
-    return q(
-        """SELECT ts, any_value(duration_seconds) AS duration_seconds, any_value(moved_replicas) AS moved_replicas,
-                       avg(balancedness_before) AS planned_before, avg(balancedness_planned) AS planned_after,
-                       min(balancedness_before) AS worst_layer_before
-                FROM eplb_rebalances WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP AND target = ?
-                GROUP BY ts ORDER BY ts""",
-        [w.start, w.end, target],
-    )
+    return run(q, "rebalances", {"start": w.start, "end": w.end, "target": target})
 
 
 def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.5) -> pd.DataFrame:
@@ -151,23 +121,13 @@ def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.
 
 def placement(q: Query, w: Window, target: str, layer: int) -> pd.DataFrame:
     """The placement in force at the window's end for one layer: slot, rank, expert, replicas."""
-    df = q(
-        """SELECT slot, rank, expert FROM expert_placement
-              WHERE target = ? AND layer = ? AND ts = (SELECT max(ts) FROM expert_placement
-                                                       WHERE target = ? AND ts <= ?::TIMESTAMP)
-              ORDER BY slot""",
-        [target, layer, target, w.end],
-    )
+    df = run(q, "placement", {"target": target, "layer": layer, "end": w.end})[["slot", "rank", "expert"]]
     return df.assign(replicas=df.groupby("expert")["slot"].transform("count")) if len(df) else df
 
 
 def current_placement(q: Query, w: Window, target: str) -> tuple[np.ndarray, int] | None:
     """[layers, slots] placement at the window's end, and the number of ranks."""
-    df = q(
-        """SELECT layer, slot, rank, expert FROM expert_placement
-              WHERE target = ? AND ts = (SELECT max(ts) FROM expert_placement WHERE target = ? AND ts <= ?::TIMESTAMP)""",
-        [target, target, w.end],
-    )
+    df = run(q, "placement", {"target": target, "layer": None, "end": w.end})
     if df.empty:
         return None
     m = np.zeros((int(df["layer"].max()) + 1, int(df["slot"].max()) + 1), dtype=np.int64)

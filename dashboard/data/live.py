@@ -7,69 +7,21 @@ Every number follows docs/definitions.md; see docs/metrics.md for the families.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from collectors import DEFAULT_INTERVAL
-from warehouse.read import Query, increases
+from warehouse.read import Query, Window, at_resolution, increases, run
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
-POINTS = 120  # points per chart
 LATENCY_FAMILIES = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",
     "vllm:request_time_per_output_token_seconds",
 )
-ROLLUP_SECONDS = 60  # steps of whole minutes read the per-minute rollups
-
-
-@dataclass(frozen=True)
-class Window:
-    start: datetime
-    end: datetime
-    step_seconds: int
-
-    @property
-    def seconds(self) -> float:
-        return (self.end - self.start).total_seconds()
-
-    @classmethod
-    def ending(cls, end: datetime, seconds: float, scrape_interval: float = DEFAULT_INTERVAL) -> Window:
-        """A window of `seconds` up to `end`, with a step that gives ~POINTS points and never
-        less than two scrape intervals (so every step holds at least one increase)."""
-        return cls.between(end - timedelta(seconds=seconds), end, scrape_interval)
-
-    @classmethod
-    def between(cls, start: datetime, end: datetime, scrape_interval: float = DEFAULT_INTERVAL) -> Window:
-        step = max(int(2 * scrape_interval), int((end - start).total_seconds() // POINTS))
-        for unit in (3600, ROLLUP_SECONDS):  # whole hours or minutes, so the rollups serve it
-            if step >= unit:
-                step = -(-step // unit) * unit
-                break
-        return cls(start, end, step)
-
-    @property
-    def tables(self) -> dict[str, str]:
-        """Raw tables for steps under a minute, the per-minute or per-hour rollups otherwise
-        (same columns). A rollup row is stamped with its period's start, so the window's first
-        period counts whole."""
-        for unit, suffix, width in ((3600, "1h", "1 HOUR"), (ROLLUP_SECONDS, "1m", "1 MINUTE")):
-            if self.step_seconds >= unit and self.step_seconds % unit == 0:
-                return {
-                    "smp": f"samples_{suffix}",
-                    "max": "x.max",
-                    "after": f">= time_bucket(INTERVAL {width}, ?::TIMESTAMP)",
-                    "exp": "expert_load_1h" if suffix == "1h" else "expert_load",
-                }
-        return {
-            "smp": "samples",
-            "max": "x.value",
-            "after": "> ?::TIMESTAMP",
-            "exp": "expert_load",
-        }
 
 
 # ------------------------------------------------------------------------ targets
@@ -77,34 +29,20 @@ def targets(q: Query, w: Window | None = None) -> pd.DataFrame:
     """Every target ever stored, or with a window those scraped in it: the ones in service then (a
     stack observed before, into the same database, is not counted in this one's pools)."""
     if w is None:
-        return q("SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets ORDER BY role, name", None)
-    return q(
-        """SELECT name, url, role, gpus, stack, hostname, last_seen FROM targets
-                WHERE name IN (SELECT DISTINCT target FROM scrapes WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP)
-                ORDER BY role, name""",
-        [w.start, w.end],
-    )
-
-
-# The collector's interval as stored: the median gap between a target's scrapes in the last 15 min.
-SCRAPE_INTERVAL_SQL = """
-SELECT median(epoch(ts) - epoch(prev)) AS seconds
-FROM (SELECT ts, lag(ts) OVER (PARTITION BY target ORDER BY ts) AS prev FROM scrapes
-      WHERE ts > (SELECT max(ts) FROM scrapes) - INTERVAL 15 MINUTE)
-WHERE prev IS NOT NULL
-"""
+        return run(q, "targets")
+    return run(q, "targets_in", {"start": w.start, "end": w.end})
 
 
 def scrape_interval(q: Query) -> float:
     """Seconds between scrape rounds, from what the collector stored (`serve --interval 30` gives 30);
     the default interval before there are two rounds."""
-    df = q(SCRAPE_INTERVAL_SQL, None)
+    df = run(q, "scrape_interval")
     seconds = df["seconds"].iloc[0] if len(df) else None
     return DEFAULT_INTERVAL if seconds is None or pd.isna(seconds) or seconds <= 0 else float(seconds)
 
 
 def latest_scrape_time(q: Query) -> datetime | None:
-    df = q("SELECT max(ts) AS ts FROM scrapes", None)
+    df = run(q, "latest_scrape")
     ts = df["ts"].iloc[0] if len(df) else None
     return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
 
@@ -214,89 +152,27 @@ def per_user_tokens_per_second(tpot_counts: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------------ gauges
-GAUGE_SQL = """
-WITH per_ts AS (
-    SELECT x.ts, s.role,
-           sum(x.value) FILTER (WHERE s.metric = 'vllm:num_requests_running') AS running,
-           sum(x.value) FILTER (WHERE s.metric = 'vllm:num_requests_waiting') AS waiting,
-           avg(x.value) FILTER (WHERE s.metric = 'vllm:kv_cache_usage_perc') AS kv_mean,
-           max({max}) FILTER (WHERE s.metric = 'vllm:kv_cache_usage_perc') AS kv_max
-    FROM {smp} x JOIN series_targets s USING (series_id)
-    WHERE x.ts {after} AND x.ts <= ?::TIMESTAMP AND s.role IN ('prefill', 'decode')
-      AND s.metric IN ('vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc')
-    GROUP BY ALL
-)
-SELECT time_bucket(to_seconds(?::BIGINT), ts) AS bucket, role,
-       avg(running) AS running, avg(waiting) AS waiting, avg(kv_mean) AS kv_mean, max(kv_max) AS kv_max
-FROM per_ts GROUP BY ALL ORDER BY bucket, role
-"""
-
-
 def queue_and_kv(q: Query, w: Window) -> pd.DataFrame:
     """Running and waiting requests (sum over engines) and KV-cache use (mean, max) per pool."""
-    return q(GAUGE_SQL.format(**w.tables), [w.start, w.end, w.step_seconds])
+    return at_resolution(q, "live_gauges", w)
 
 
 # --------------------------------------------------------------------------- GPUs
-GPU_LATEST_SQL = """
-WITH last AS (SELECT target, max(ts) AS ts FROM scrapes WHERE up GROUP BY target)
-SELECT s.target, s.hostname, json_extract_string(s.labels, '$.gpu')::INTEGER AS gpu,
-       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_GPU_UTIL') AS util_pct,
-       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_POWER_USAGE') AS power_watts,
-       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_FB_USED') AS fb_used_mib,
-       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_GPU_TEMP') AS temp_c,
-       max(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_MEMORY_TEMP') AS memory_temp_c,
-       max(x.ts) AS ts
-FROM samples x JOIN series_targets s USING (series_id) JOIN last l ON l.target = s.target AND l.ts = x.ts
-WHERE s.role = 'gpu' AND x.ts >= (SELECT min(ts) FROM last) AND x.ts > ?::TIMESTAMP
-GROUP BY ALL ORDER BY s.target, gpu
-"""
-
-
 def gpus_latest(q: Query, since: datetime) -> pd.DataFrame:
     """Each GPU's latest utilisation, power, memory and temperature (NULL where DCGM had none)."""
-    return q(GPU_LATEST_SQL, [since])
-
-
-GPU_TIME_SQL = """
-SELECT time_bucket(to_seconds(?::BIGINT), x.ts) AS bucket,
-       avg(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_GPU_UTIL') AS util_pct,
-       sum(x.value) FILTER (WHERE s.metric = 'DCGM_FI_DEV_POWER_USAGE')
-         / count(DISTINCT x.ts) AS power_watts
-FROM {smp} x JOIN series_targets s USING (series_id)
-WHERE x.ts {after} AND x.ts <= ?::TIMESTAMP AND s.role = 'gpu'
-  AND s.metric IN ('DCGM_FI_DEV_GPU_UTIL', 'DCGM_FI_DEV_POWER_USAGE')
-GROUP BY ALL ORDER BY bucket
-"""
+    return run(q, "gpus_latest", {"since": since})
 
 
 def gpus_over_time(q: Query, w: Window) -> pd.DataFrame:
     """Mean GPU utilisation and total rack power per step."""
-    return q(GPU_TIME_SQL.format(**w.tables), [w.step_seconds, w.start, w.end])
+    return at_resolution(q, "gpus_over_time", w)
 
 
 # ------------------------------------------------------------------------- health
-HEALTH_SQL = """
-WITH s AS (
-    SELECT target, arg_max(up, ts) AS up, max(ts) AS last_scrape,
-           -- _null: the last scrape's own values, NULL included (arg_max skips NULLs: a recovered
-           -- target showed its old error beside up)
-           arg_max_null(duration_seconds, ts) AS duration_seconds, arg_max_null(samples, ts) AS samples,
-           arg_max_null(error, ts) AS error,
-           count(*) FILTER (WHERE NOT up) AS failures, count(*) AS scrapes
-    FROM scrapes WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP GROUP BY target),
-r AS (
-    SELECT target, sum(count) AS refused, arg_max(kind || ': ' || reason, ts) AS last_refusal
-    FROM rejected WHERE ts > ?::TIMESTAMP AND ts <= ?::TIMESTAMP GROUP BY target)
-SELECT s.*, coalesce(r.refused, 0)::BIGINT AS refused, r.last_refusal
-FROM s LEFT JOIN r USING (target) ORDER BY up, target
-"""
-
-
 def scrape_health(q: Query, w: Window) -> pd.DataFrame:
     """Per target: up at the last scrape, its duration, samples and error; failures in the window;
     inputs refused or repaired in the window (samples, records, snapshots) and the latest reason."""
-    return q(HEALTH_SQL, [w.start, w.end, w.start, w.end])
+    return run(q, "scrape_health", {"start": w.start, "end": w.end})
 
 
 # ---------------------------------------------------------------------- headline

@@ -57,7 +57,8 @@ def seeded():
 
 
 def window() -> live.Window:
-    return live.Window(T0, T0 + timedelta(seconds=20), 30)  # one raw step holds both intervals
+    # through the scrapes at T0 + 20 s ([start, end): a microsecond past them); one raw step holds both intervals
+    return live.Window(T0, T0 + timedelta(seconds=20, microseconds=1), 30)
 
 
 def test_pool_gpus_come_from_the_targets(seeded):
@@ -148,7 +149,8 @@ def test_headline_uses_recent_complete_steps():
 
 def test_window_step_never_below_two_scrape_intervals():
     w = live.Window.ending(T0, 300)
-    assert w.step_seconds == 10 and w.start == T0 - timedelta(seconds=300)
+    assert w.step_seconds == 10 and w.end == T0 + timedelta(microseconds=1)  # the scrape at T0 inside
+    assert w.start == w.end - timedelta(seconds=300)
     assert live.Window.ending(T0, 86400).step_seconds == 720
 
 

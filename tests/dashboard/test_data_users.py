@@ -56,7 +56,7 @@ def finished(df: pd.DataFrame) -> pd.Series:
 def test_summary_matches_the_records(seeded) -> None:
     q, rec = seeded
     w = Window.between(T0, T0 + timedelta(minutes=5))
-    inside = rec[(finished(rec) > w.start) & (finished(rec) <= w.end)]
+    inside = rec[(finished(rec) >= w.start) & (finished(rec) < w.end)]
     s = users.summary(q, w)
     assert s is not None and s.exact
     assert (s.requests, s.users, s.generated_tokens) == (
@@ -88,7 +88,7 @@ def test_hourly_quantiles_come_within_half_a_percent(seeded) -> None:
 def test_histogram_and_over_time_cover_every_timed_request(seeded) -> None:
     q, rec = seeded
     w = Window.between(T0, T0 + timedelta(minutes=5))
-    inside = rec[(finished(rec) > w.start) & (finished(rec) <= w.end) & rec.itl_mean_seconds.notna()]
+    inside = rec[(finished(rec) >= w.start) & (finished(rec) < w.end) & rec.itl_mean_seconds.notna()]
     hist = users.tps_histogram(q, w)
     assert hist.requests.sum() == len(inside)
     peak = hist.tokens_per_second[hist.requests.idxmax()]
@@ -101,12 +101,12 @@ def test_users_table_orders_and_sums(seeded) -> None:
     q, rec = seeded
     w = Window.between(T0 - timedelta(minutes=5), T0 + timedelta(minutes=5))
     top = users.users_table(q, w, limit=5)
-    per_user = rec[finished(rec) <= w.end].groupby("user")
+    per_user = rec[finished(rec) < w.end].groupby("user")
     tokens = (per_user.prompt_tokens.sum() + per_user.generated_tokens.sum()).sort_values(ascending=False)
     assert list(top.user_id) == list(tokens.index[:5])
     assert list(top.tokens) == list(tokens.iloc[:5])
     u = top.user_id[0]
-    mine = rec[(rec.user == u) & (finished(rec) <= w.end)]
+    mine = rec[(rec.user == u) & (finished(rec) < w.end)]
     assert top.tps_mean[0] == pytest.approx(mine.itl_mean_seconds.notna().sum() / mine.itl_mean_seconds.sum())
     with pytest.raises(ValueError, match="cannot order"):
         users.users_table(q, w, order="user_id; DROP TABLE requests")

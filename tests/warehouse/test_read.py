@@ -200,3 +200,25 @@ def test_the_cost_page_the_report_and_the_live_page_count_the_same_tokens(day):
     by_role = rates.assign(prompt=rates.prompt_per_s * rates.seconds, generated=rates.generated_per_s * rates.seconds)
     assert by_role.loc[by_role.role == "prefill", "prompt"].sum() == pytest.approx(r.prompt_tokens, rel=1e-12)
     assert by_role.loc[by_role.role == "decode", "generated"].sum() == pytest.approx(r.generated_tokens, rel=1e-12)
+
+
+def test_an_interval_hours_long_counts_its_share_in_a_window_it_reaches_back_into():
+    """A target scraped at 10:00 and next at 13:00 (the collector was down): the increase of 9,000
+    tokens spreads over the three hours, so 11:00:30 .. 11:59:30 holds 59/180 of it, whether the
+    raw row or its rolled-up minutes and hours serve the window."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing = Ingestor()
+    for t, prompt in ((DAY + timedelta(hours=10), 0.0), (DAY + timedelta(hours=13), 9_000.0)):
+        ing.write(con, ScrapeBatch(PREFILL, t, True, 0.01, parse_page(prefill_page(prompt, 0.0).encode())))
+    window = (DAY + timedelta(hours=11, seconds=30), DAY + timedelta(hours=11, minutes=59, seconds=30))
+    assert numbers(LocalQuery(con), window)["prompt"] == pytest.approx(9_000 * 59 / 180)
+    ing.write(
+        con,
+        ScrapeBatch(
+            PREFILL, DAY + timedelta(hours=14, minutes=1), True, 0.01, parse_page(prefill_page(9_000.0, 0.0).encode())
+        ),
+    )
+    assert Holdings.of(LocalQuery(con)).through == DAY + timedelta(hours=14, minutes=1)  # rolled up now
+    assert numbers(LocalQuery(con), window)["prompt"] == pytest.approx(9_000 * 59 / 180)
+    assert Holdings.of(LocalQuery(con)).longest_seconds == 3 * 3600

@@ -108,7 +108,7 @@ def test_pages_give_the_same_numbers_from_rollups_and_raw(con):
 
 def test_window_steps_of_a_minute_or_more_are_whole_minutes():
     w = live.Window.between(T0, T0 + timedelta(hours=3, minutes=7))
-    assert w.step_seconds % 60 == 0 and w.tables["smp"] == "samples_1m"
+    assert w.step_seconds % 60 == 0 and w.period == timedelta(minutes=1)
     assert served_by(plan(T0, T0 + timedelta(minutes=15), live.Window.ending(T0, 900).step_seconds, Holdings())) == (
         "increments",
     )
@@ -164,6 +164,11 @@ def test_retention_never_drops_rows_that_are_not_rolled_up():
 
 def test_day_ranges_read_hours():
     week, day = live.Window.ending(T0, 7 * 86400), live.Window.ending(T0, 86400)
-    assert served_by(plan(week.start, week.end, week.step_seconds, Holdings())) == ("increments", "increments_1h")
+    # whole hours from the hour table, the edge minutes (the window ends a microsecond past T0) from the minutes
+    assert served_by(plan(week.start, week.end, week.step_seconds, Holdings())) == (
+        "increments",
+        "increments_1m",
+        "increments_1h",
+    )
     assert served_by(plan(day.start, day.end, day.step_seconds, Holdings())) == ("increments", "increments_1m")
-    assert week.tables["smp"] == "samples_1h" and day.tables["smp"] == "samples_1m"
+    assert (week.period, day.period) == (timedelta(hours=1), timedelta(minutes=1))

@@ -14,3 +14,7 @@ SELECT time_bucket(INTERVAL 1 HOUR, ts) AS ts, series_id, sum(delta) AS delta, s
 FROM increments_1m
 WHERE ts >= coalesce((SELECT through FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)
 GROUP BY ALL;
+-- The longest interval a stored increment covers: how far past a piece of a window a raw row may
+-- still reach back into it (the read layer bounds its scans of the raw table with it).
+CREATE TABLE IF NOT EXISTS longest_interval (seconds DOUBLE NOT NULL);
+INSERT INTO longest_interval SELECT coalesce(max(seconds), 0) FROM increments;

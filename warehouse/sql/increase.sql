@@ -15,15 +15,30 @@
 -- The minute and hour tables hold exactly the raw rows before $through, split by minute and by
 -- hour, so the pieces add up to the raw rows and nothing is counted twice.
 src AS (
-    SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi,
-           i.delta, i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle, p.a, p.b
+    -- Raw rows of each raw piece [a, b): an interval touches it when ts > a and ts - seconds < b, so
+    -- ts < b + $reach_us (the longest interval stored) bounds each scan of the raw table.
+    SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi, i.delta,
+           i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle,
+           epoch_us($start::TIMESTAMP) AS a, epoch_us($r0::TIMESTAMP) AS b
     FROM increments i
-    JOIN (VALUES (epoch_us($start::TIMESTAMP), epoch_us($r0::TIMESTAMP), false),
-                 (epoch_us($r1::TIMESTAMP), epoch_us($end::TIMESTAMP), false),
-                 (epoch_us($r0::TIMESTAMP), epoch_us($r1::TIMESTAMP), true)) AS p(a, b, unrolled)
-      ON epoch_us(i.ts) > p.a AND epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT < p.b
-         AND (NOT p.unrolled OR i.ts >= $through::TIMESTAMP)
-    WHERE i.ts > $start::TIMESTAMP AND i.series_id IN (SELECT series_id FROM picked)
+    WHERE i.ts > $start::TIMESTAMP AND i.ts < make_timestamp(epoch_us($r0::TIMESTAMP) + $reach_us)
+      AND i.series_id IN (SELECT series_id FROM picked)
+    UNION ALL
+    SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi, i.delta,
+           i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle,
+           epoch_us($r1::TIMESTAMP), epoch_us($end::TIMESTAMP)
+    FROM increments i
+    WHERE i.ts > $r1::TIMESTAMP AND i.ts < make_timestamp(epoch_us($end::TIMESTAMP) + $reach_us)
+      AND i.series_id IN (SELECT series_id FROM picked)
+    UNION ALL
+    -- raw rows not rolled up yet, over the pieces the rollups serve
+    SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi, i.delta,
+           i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle,
+           epoch_us($r0::TIMESTAMP), epoch_us($r1::TIMESTAMP)
+    FROM increments i
+    WHERE i.ts > $r0::TIMESTAMP AND i.ts >= $through::TIMESTAMP
+      AND i.ts < make_timestamp(epoch_us($r1::TIMESTAMP) + $reach_us)
+      AND i.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds, p.a, p.b
     FROM increments_1m m
