@@ -29,6 +29,7 @@ from collectors import DEFAULT_INTERVAL
 from .readonly import Params
 from .requests import ITL_BIN_SCALE
 from .sql import sql
+from .sql import text as written
 
 Query = Callable[[str, Params | None], pd.DataFrame]
 """A read: a DuckDB-backed callable (the query API's client, or `LocalQuery` in this process)."""
@@ -111,7 +112,7 @@ def bind(text: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def run(q: Query, name: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
     """warehouse/sql/<name>.sql (its includes in place) with the named parameters it uses."""
-    return q(*bind(expand(sql(name)), params or {}))
+    return q(*bind(sql(name), params or {}))
 
 
 def at_resolution(q: Query, name: str, w: Window, params: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -120,7 +121,7 @@ def at_resolution(q: Query, name: str, w: Window, params: dict[str, Any] | None 
     period's start, so the period the window starts in counts whole ($since); the statement also
     gets $start, $end and $step_us."""
     period = w.period
-    text = expand(sql(name)).replace("/*samples*/", SAMPLES[period]).replace("/*expert_load*/", EXPERT_LOAD[period])
+    text = sql(name).replace("/*samples*/", SAMPLES[period]).replace("/*expert_load*/", EXPERT_LOAD[period])
     since = floor(w.start, period) if period is not None else w.start
     p = {"start": w.start, "since": since, "end": w.end, "step_us": w.step_seconds * US}
     return q(*bind(text, {**p, **(params or {})}))
@@ -203,27 +204,11 @@ def served_by(p: dict[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-INCLUDES = ("increase", "requests_hourly", "requests_hour_sums", "requests_hour_itl")
-"""Statements other statements include: a line `/*name*/` stands for warehouse/sql/<name>.sql."""
-
-
-def expand(text: str) -> str:
-    """`text` with every include in place (includes may include others)."""
-    while True:
-        out = text
-        for name in INCLUDES:
-            out = out.replace(f"/*{name}*/", sql(name))
-        if out == text:
-            return out
-        text = out
-
-
 def statement(name: str) -> str:
     """warehouse/sql/<name>.sql, its `/*increase*/` line replaced by the read layer's CTEs."""
-    text = sql(name)
-    if "/*increase*/" not in text:
+    if "/*increase*/" not in written(name):
         raise ValueError(f"warehouse/sql/{name}.sql does not read increases (no /*increase*/ line)")
-    return expand(text)
+    return sql(name)
 
 
 def request_hours(start: datetime, end: datetime) -> dict[str, Any]:

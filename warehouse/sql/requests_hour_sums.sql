@@ -9,9 +9,5 @@ SELECT time_bucket(INTERVAL 1 HOUR, finished_at) AS ts, user_id, tenant, model, 
        coalesce(sum(itl_mean_seconds), 0) AS itl_sum_seconds, coalesce(sum(ttft_seconds), 0) AS ttft_sum_seconds,
        sum(e2e_seconds) AS e2e_sum_seconds
 FROM requests
-WHERE ingested_at >= coalesce($ingested_from::TIMESTAMP,
-                              (SELECT max(through) FROM rollup_state WHERE name = '1h'), '-infinity'::TIMESTAMP)
-  AND ingested_at < coalesce($ingested_until::TIMESTAMP, 'infinity'::TIMESTAMP)
-  AND finished_at >= coalesce($finished_from::TIMESTAMP, '-infinity'::TIMESTAMP)
-  AND finished_at < coalesce($finished_until::TIMESTAMP, 'infinity'::TIMESTAMP)
+WHERE /*requests_hour_where*/
 GROUP BY ALL
