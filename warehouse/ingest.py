@@ -3,6 +3,8 @@
 One `ScrapeBatch` per target per scrape: its samples (already parsed), its health. The
 ingestor assigns stable series ids, stores raw samples, and derives counter increases with
 Prometheus' increase() rules (first sight: no increase; a drop is a restart counted from zero).
+A restart's increase covers the time since the process started when the page says when
+(`process_start_time_seconds`), not the whole gap since the previous scrape.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 import duckdb
 import pyarrow as pa
@@ -75,6 +77,15 @@ def is_dcgm_blank(name: str, value: float) -> bool:
     if not name.startswith("DCGM_"):
         return False
     return value >= DCGM_INT64_BLANK_MIN or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK + 3
+
+
+def process_start(samples: list[Sample]) -> datetime | None:
+    """When the target's process started (`process_start_time_seconds`, which vLLM and the twin
+    export), as naive UTC; None when the page does not say."""
+    for s in samples:
+        if s.name == "process_start_time_seconds" and math.isfinite(s.value) and 0 < s.value < 32503680000:
+            return datetime.fromtimestamp(s.value, UTC).replace(tzinfo=None)
+    return None
 
 
 def series_id(target: str, name: str, labels: tuple[tuple[str, str], ...]) -> int:
@@ -142,6 +153,7 @@ class Ingestor:
         inc: dict[str, list] = {"series_id": [], "delta": [], "seconds": [], "reset": []}
         seen: set[int] = set()
         room = min(self.max_new_series, self.max_series - self._series_of[t.name])
+        started = process_start(batch.samples)
         refused: Counter[str] = Counter()
         for s in batch.samples:
             sid = series_id(t.name, s.name, s.labels)
@@ -166,9 +178,12 @@ class Ingestor:
                     continue  # out of order or duplicate scrape time: no increase
                 if prev is not None:
                     reset = v < prev[1]
+                    seconds = (batch.ts - prev[0]).total_seconds()
+                    if reset and started is not None and prev[0] < started < batch.ts:
+                        seconds = (batch.ts - started).total_seconds()  # counted since the restart
                     inc["series_id"].append(sid)
                     inc["delta"].append(v if reset else v - prev[1])
-                    inc["seconds"].append((batch.ts - prev[0]).total_seconds())
+                    inc["seconds"].append(seconds)
                     inc["reset"].append(reset)
                 self._last[sid] = (batch.ts, v)
         if new_series:

@@ -222,3 +222,26 @@ def test_an_interval_hours_long_counts_its_share_in_a_window_it_reaches_back_int
     assert Holdings.of(LocalQuery(con)).through == DAY + timedelta(hours=14, minutes=1)  # rolled up now
     assert numbers(LocalQuery(con), window)["prompt"] == pytest.approx(9_000 * 59 / 180)
     assert Holdings.of(LocalQuery(con)).longest_seconds == 3 * 3600
+
+
+def test_a_restart_after_a_gap_counts_from_the_process_start_not_over_the_gap():
+    """Scraped at 12:00 (5,000 prompt tokens so far), the collector away, the engine restarted at
+    12:50 and showing 600 at 13:00: those 600 were counted in 12:50 .. 13:00 (vLLM's
+    process_start_time_seconds says when), none in the hour before."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing = Ingestor()
+    restarted = DAY + timedelta(hours=12, minutes=50)
+    for t, prompt, started in (
+        (DAY + timedelta(hours=12), 5_000.0, DAY),
+        (DAY + timedelta(hours=13), 600.0, restarted),
+    ):
+        page = (
+            prefill_page(prompt, 0.0)
+            + f"process_start_time_seconds {(started - datetime(1970, 1, 1)).total_seconds()}\n"
+        )
+        ing.write(con, ScrapeBatch(PREFILL, t, True, 0.01, parse_page(page.encode())))
+    q = LocalQuery(con)
+    assert numbers(q, (DAY + timedelta(hours=12), restarted))["prompt"] == 0
+    assert numbers(q, (restarted, DAY + timedelta(hours=13, seconds=1)))["prompt"] == pytest.approx(600)
+    assert numbers(q, (restarted + timedelta(minutes=5), DAY + timedelta(hours=13)))["prompt"] == pytest.approx(300)
