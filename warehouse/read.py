@@ -5,7 +5,7 @@ A window is `[start, end)` of wall time; an increment stored at scrape time `ts`
 (docs/definitions.md, Windows). Raw increments are kept two days, their per-minute split 30 days,
 their per-hour split a year (warehouse/rollup.py); `plan` chooses which table serves which piece
 of a window (whole hours from the hour table where the step allows, whole minutes from the minute
-table, the edges from raw rows) and every page, report and export reads through it, so the same
+table, the edges from raw rows) and every page and report reads through it, so the same
 window gives the same numbers everywhere and consecutive windows add up.
 
 A statement (warehouse/sql/*.sql) names the series it wants in a `picked` CTE (series_id, ...),

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 import duckdb
 
+from .read import floor
 from .requests import roll_requests_1h
 from .sql import sql
 
@@ -31,12 +32,6 @@ class Retention:
     """Days per-minute rollups are kept."""
     hour_days: float = 365.0
     """Days per-hour rollups (per-expert load included) are kept."""
-
-
-def floor(ts: datetime, unit: timedelta) -> datetime:
-    if unit == timedelta(hours=1):
-        return ts.replace(minute=0, second=0, microsecond=0)
-    return ts.replace(second=0, microsecond=0)
 
 
 # (state name, unit, source increments, source samples, target table suffix)
