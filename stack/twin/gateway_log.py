@@ -3,6 +3,7 @@ gateway's feed schema (stack/gateway/records.py) and with its /metrics families.
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
 
 import numpy as np
@@ -16,7 +17,10 @@ USERS_PER_TENANT = 15
 
 class TwinGatewayLog:
     def __init__(self, seed: int, model: str, keep: int = 300_000) -> None:
-        self.log_id = f"twin-seed-{seed}"
+        # A new log each time the twin starts (it keeps its records in memory, and its sequence numbers
+        # start again at 1): a fixed id made the warehouse skip a restarted twin's records until their
+        # numbers passed the old cursor (seen: a Users page whose last request was 7 h old).
+        self.log_id = f"twin-seed-{seed}-{uuid.uuid4().hex[:12]}"
         self.model = model
         self.records: deque[dict[str, object]] = deque(maxlen=keep)
         self.seq = 0
