@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
-from .read import Query, ceil, floor, increases, request_hours, run
+from .read import Query, ceil, floor, increases, request_hours, run, timestamp
 
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
 HOUR = timedelta(hours=1)
@@ -245,7 +245,7 @@ def cost_report(q: Query, pools: Pools, start: datetime, end: datetime, sheet: P
     decode = _pool_cost(sheet, "decode", sum(g for _, g in dc), start, end, tokens, width)
     users = allocate(user_tokens(q, start, end), prefill.cost_usd, decode.cost_usd)
     seen = run(q, "counted", {"start": start, "end": end, "targets": [n for n, _ in pf + dc]})
-    first, last = (_time(seen[c].iloc[0]) if len(seen) else None for c in ("first_count", "last_count"))
+    first, last = (timestamp(seen[c].iloc[0]) if len(seen) else None for c in ("first_count", "last_count"))
     return CostReport(
         start,
         end,
@@ -260,10 +260,6 @@ def cost_report(q: Query, pools: Pools, start: datetime, end: datetime, sheet: P
         first,
         last,
     )
-
-
-def _time(v: Any) -> datetime | None:
-    return None if v is None or pd.isna(v) else pd.Timestamp(v).to_pydatetime()
 
 
 GPUS_IN_SERVICE_SQL = """

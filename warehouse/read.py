@@ -115,6 +115,17 @@ def run(q: Query, name: str, params: dict[str, Any] | None = None) -> pd.DataFra
     return q(*bind(sql(name), params or {}))
 
 
+def timestamp(v: Any) -> datetime | None:
+    """A stored time as a naive UTC datetime; None for a NULL (NaT)."""
+    return None if v is None or pd.isna(v) else pd.Timestamp(v).to_pydatetime()
+
+
+def run_time(q: Query, name: str, column: str, params: dict[str, Any] | None = None) -> datetime | None:
+    """One time from a one-row statement (a min or max); None where there is none."""
+    df = run(q, name, params)
+    return timestamp(df[column].iloc[0]) if len(df) else None
+
+
 def at_resolution(q: Query, name: str, w: Window, params: dict[str, Any] | None = None) -> pd.DataFrame:
     """warehouse/sql/<name>.sql over the gauge samples (/*samples*/) or per-expert load
     (/*expert_load*/) of the table that suits the window's step. A rollup row is stamped with its
@@ -141,12 +152,8 @@ class Holdings:
     @classmethod
     def of(cls, q: Query) -> Holdings:
         r = run(q, "holdings").iloc[0]
-
-        def when(v: Any) -> datetime | None:
-            return None if v is None or pd.isna(v) else pd.Timestamp(v).to_pydatetime()
-
         longest = 0.0 if r.longest is None or pd.isna(r.longest) else float(r.longest)
-        return cls(when(r.through), when(r.raw_from), when(r.minutes_from), longest)
+        return cls(timestamp(r.through), timestamp(r.raw_from), timestamp(r.minutes_from), longest)
 
 
 def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdings) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import pandas as pd
 
 from warehouse.cost import CostReport, NoData, cost_over_time, cost_report, daily_statement, pool_tokens, price_sheet
 from warehouse.prices import PriceSheet
-from warehouse.read import run
+from warehouse.read import run, run_time
 
 from .live import Query
 
@@ -42,17 +42,11 @@ def over_time(
     return cost_over_time(tokens, gpus, sheet, start, end, step)
 
 
-def _observed(q: Query, column: str) -> datetime | None:
-    df = run(q, "observed")
-    ts = df[column].iloc[0] if len(df) else None
-    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
-
-
 def first_count(q: Query) -> datetime | None:
     """The first scrape that found a target up: counters count from there."""
-    return _observed(q, "first")
+    return run_time(q, "observed", "first")
 
 
 def latest_count(q: Query) -> datetime | None:
     """The latest scrape that found a target up."""
-    return _observed(q, "latest")
+    return run_time(q, "observed", "latest")

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from collectors import DEFAULT_INTERVAL
-from warehouse.read import Query, Window, at_resolution, increases, run
+from warehouse.read import Query, Window, at_resolution, increases, run, run_time
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
 LATENCY_FAMILIES = (
@@ -42,9 +42,7 @@ def scrape_interval(q: Query) -> float:
 
 
 def latest_scrape_time(q: Query) -> datetime | None:
-    df = run(q, "latest_scrape")
-    ts = df["ts"].iloc[0] if len(df) else None
-    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
+    return run_time(q, "latest_scrape", "ts")
 
 
 def pool_gpus(tgts: pd.DataFrame) -> dict[str, int]:

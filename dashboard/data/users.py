@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from warehouse.read import request_hours, run
+from warehouse.read import request_hours, run, run_time
 from warehouse.requests import ITL_BIN_SCALE as BIN_SCALE
 
 from .live import Query, Window
@@ -191,9 +191,7 @@ def user_requests(q: Query, user: str, end: datetime, limit: int = 200) -> pd.Da
 
 
 def latest_request_time(q: Query) -> datetime | None:
-    df = run(q, "latest_request")
-    ts = df["ts"].iloc[0] if len(df) else None
-    return None if ts is None or pd.isna(ts) else pd.Timestamp(ts).to_pydatetime()
+    return run_time(q, "latest_request", "ts")
 
 
 def window(latest: datetime, seconds: float) -> Window:
