@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from moemeter.contract import TargetInfo
 from warehouse.experts import ExpertSnapshot, SnapshotError
-from warehouse.ingest import TargetInfo
 
 from .scrape import Fetch, ScrapeError
 

@@ -18,14 +18,15 @@ from prometheus_client.metrics_core import METRIC_TYPES
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from warehouse.ingest import Sample
+from moemeter.contract import Sample
+from moemeter.errors import MoemeterError
 
 MAX_PAGE_BYTES = 64 * 1024 * 1024
 MAX_SAMPLES = 500_000  # a DP64 decode instance with the plugin serves ~36,000
 MAX_LABEL_VALUE_BYTES = 4096  # label values are names and URLs, not payloads
 
 
-class ExpositionError(ValueError):
+class ExpositionError(MoemeterError, ValueError):
     """The page is not a valid exposition, or is over the limits."""
 
 

@@ -16,14 +16,16 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from warehouse.ingest import Sample, ScrapeBatch, TargetInfo
+from moemeter.contract import Sample, TargetInfo
+from moemeter.errors import MoemeterError
+from warehouse.ingest import ScrapeBatch
 
 # Families moemeter reads; everything else in a fleet's Prometheus stays there.
 DEFAULT_MATCH = '{__name__=~"vllm:.+|vllm_router_.+|DCGM_.+|moemeter_.+"}'
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
 
-class PromAPIError(RuntimeError):
+class PromAPIError(MoemeterError, RuntimeError):
     """The API answered with an error or something that is not its JSON."""
 
 

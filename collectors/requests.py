@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from warehouse.ingest import TargetInfo
+from moemeter.contract import TargetInfo
 from warehouse.requests import Cursor
 
 from .experts import endpoint_url

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 
 import httpx
 
-from warehouse.ingest import ScrapeBatch, TargetInfo
+from moemeter.contract import TargetInfo
+from warehouse.ingest import ScrapeBatch
 
 from .parse import MAX_PAGE_BYTES, ExpositionError, parse_page
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import httpx
 
+from moemeter.contract import POOLS, TargetInfo
 from warehouse.db import REASON_CHARS, Warehouse, record_rejected, storage_problem
 from warehouse.experts import ExpertIngestor
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.requests import FeedError, RequestIngestor
 from warehouse.rollup import Retention
 
@@ -258,9 +259,7 @@ class Collector:
         return results
 
     async def _snapshots(self, targets: list[TargetInfo], fetch: Fetch) -> list[SnapshotResult]:
-        due = [
-            t for t in targets if t.role in ("prefill", "decode") and self._snapshot_due.get(t.name, 0) <= self.rounds
-        ]
+        due = [t for t in targets if t.role in POOLS and self._snapshot_due.get(t.name, 0) <= self.rounds]
         results = list(await asyncio.gather(*(fetch_snapshot(t, fetch, self.timeout) for t in due)))
         for r in results:
             absent = r.absent

@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 
 from moemeter.columns import clean_text
-from warehouse.ingest import TargetInfo
+from moemeter.contract import ROLES, TargetInfo
+from moemeter.errors import MoemeterError
 
-ROLES = ("prefill", "decode", "router", "gateway", "gpu")
 
-
-class TargetsError(ValueError):
+class TargetsError(MoemeterError, ValueError):
     """The targets file is missing or does not describe targets."""
 
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from collectors import DEFAULT_INTERVAL
+from moemeter.errors import MoemeterError
 
 log = logging.getLogger("moemeter")
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,8 +32,8 @@ DEFAULT_DASHBOARD_PORT = 8501
 DEFAULT_LOCAL_BASE_PORT = 18100  # the local CPU stack's router; its other parts on the next nine ports
 
 
-class CliError(Exception):
-    """A user-facing error: printed without a traceback, exit status 2."""
+class CliError(MoemeterError):
+    """A bad flag or argument (every MoemeterError is printed without a traceback, exit status 2)."""
 
 
 def _parse_time(text: str) -> datetime:
@@ -53,13 +54,10 @@ def _parse_duration(text: str) -> float:
 
 # --------------------------------------------------------------------------- twin
 def cmd_twin(args: argparse.Namespace) -> int:
-    from stack.twin.config import ProfileError, load_profile
+    from stack.twin.config import load_profile
     from stack.twin.server import Twin, write_targets
 
-    try:
-        profile = load_profile(args.profile)
-    except ProfileError as exc:
-        raise CliError(str(exc)) from exc
+    profile = load_profile(args.profile)
     if args.fast_forward:
         return _fast_forward(profile, args)
     twin = Twin(profile, seed=args.seed, host=args.host)
@@ -110,9 +108,10 @@ def _serve_simulated_upstream(model: str, host: str, port: int) -> None:
 def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
     """Generate history through the real ingest path: twin pages -> parser -> warehouse."""
     from collectors.parse import parse_page
+    from moemeter.contract import TargetInfo
     from stack.twin.server import Twin
     from warehouse.experts import ExpertIngestor, ExpertSnapshot
-    from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+    from warehouse.ingest import Ingestor, ScrapeBatch
     from warehouse.requests import RequestIngestor
 
     if not args.db:
@@ -215,15 +214,12 @@ def _progress(done: float, total: float, wall: float) -> None:
 # -------------------------------------------------------------------------- serve
 def cmd_serve(args: argparse.Namespace) -> int:
     from collectors.service import Collector
-    from collectors.targets import TargetsError, load_targets
+    from collectors.targets import load_targets
     from warehouse.api import TOKEN_ENV, QueryServer, is_loopback
     from warehouse.limits import Limits
 
     def check_targets() -> None:
-        try:
-            load_targets(args.targets)
-        except TargetsError as exc:
-            raise CliError(str(exc)) from exc
+        load_targets(args.targets)
 
     if Path(args.targets).exists() or args.wait_targets <= 0:  # refused before anything is opened
         check_targets()
@@ -292,7 +288,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------ gateway
 def cmd_gateway(args: argparse.Namespace) -> int:
     from stack.gateway.app import Gateway, serve
-    from stack.gateway.keys import KeysError, hash_key, load_keys
+    from stack.gateway.keys import hash_key, load_keys
     from stack.gateway.metrics import GatewayMetrics
     from stack.gateway.records import RecordLog
 
@@ -304,10 +300,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         return 0
     if not args.upstream:
         raise CliError("--upstream URL is required (vllm-router, a vLLM server, or any OpenAI-compatible server)")
-    try:
-        keys = load_keys(args.keys) if args.keys else None
-    except KeysError as exc:
-        raise CliError(str(exc)) from exc
+    keys = load_keys(args.keys) if args.keys else None
     from warehouse.api import is_loopback
 
     if not is_loopback(args.host) and args.admin_port is None:
@@ -454,8 +447,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------- ingest
 def cmd_ingest(args: argparse.Namespace) -> int:
     from collectors.parse import ExpositionError, parse_page
-    from collectors.targets import ROLES
-    from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+    from moemeter.contract import ROLES, TargetInfo
+    from warehouse.ingest import Ingestor, ScrapeBatch
 
     if args.role not in ROLES:
         raise CliError(f"--role must be one of {list(ROLES)}")
@@ -527,22 +520,17 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- report
 def _report_pools(path: str) -> dict[str, list[tuple[str, int]]]:
-    from collectors.targets import TargetsError, load_targets
+    from collectors.targets import load_targets
+    from moemeter.contract import POOLS
 
-    try:
-        targets = load_targets(path)
-    except TargetsError as exc:
-        raise CliError(str(exc)) from exc
-    return {role: [(t.name, t.gpus) for t in targets if t.role == role] for role in ("prefill", "decode")}
+    targets = load_targets(path)
+    return {role: [(t.name, t.gpus) for t in targets if t.role == role] for role in POOLS}
 
 
 def _report_sheet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from warehouse.prices import PriceSheetError, load_sheet
+    from warehouse.prices import load_sheet
 
-    try:
-        return load_sheet(args.price_sheet) if args.price_sheet else None
-    except PriceSheetError as exc:
-        raise CliError(str(exc)) from exc
+    return load_sheet(args.price_sheet) if args.price_sheet else None
 
 
 def _with_query(args: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
@@ -705,10 +693,7 @@ def cmd_report_daily(args: argparse.Namespace) -> int:
 def cmd_prices_load(args: argparse.Namespace) -> int:
     from warehouse.prices import PriceSheetError, load_sheet, store_sheet
 
-    try:
-        sheet = load_sheet(args.file)
-    except PriceSheetError as exc:
-        raise CliError(str(exc)) from exc
+    sheet = load_sheet(args.file)
     wh = _open_warehouse(args.db)
     try:
         added = wh.write(lambda con: store_sheet(con, sheet, datetime.now(UTC).replace(tzinfo=None)))
@@ -723,21 +708,15 @@ def cmd_prices_load(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- pull
 def cmd_pull(args: argparse.Namespace) -> int:
     """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
-    from collectors.promapi import PromAPIError, http_get, pull_range
-    from collectors.targets import TargetsError, load_targets
+    from collectors.promapi import http_get, pull_range
+    from collectors.targets import load_targets
     from warehouse.ingest import Ingestor
 
-    try:
-        targets = load_targets(args.targets)
-    except TargetsError as exc:
-        raise CliError(str(exc)) from exc
+    targets = load_targets(args.targets)
     start, end = _parse_time(args.from_), _parse_time(args.to)
     if end <= start:
         raise CliError("--to must be after --from")
-    try:
-        batches = pull_range(http_get(args.prometheus), targets, start, end, args.step)
-    except PromAPIError as exc:
-        raise CliError(str(exc)) from exc
+    batches = pull_range(http_get(args.prometheus), targets, start, end, args.step)
     wh = _open_warehouse(args.db)
     ingestor = Ingestor()
     try:
@@ -879,14 +858,11 @@ def cmd_localstack(args: argparse.Namespace) -> int:
 
 def cmd_launch(args: argparse.Namespace) -> int:
     """Print a GPU rack profile's launch commands (and write its targets file)."""
-    from stack.launch import LaunchError, commands, load, targets
+    from stack.launch import commands, load, targets
     from stack.twin.server import write_targets
 
-    try:
-        profile = load(args.profile)
-        launches = commands(profile)
-    except LaunchError as exc:
-        raise CliError(str(exc)) from exc
+    profile = load(args.profile)
+    launches = commands(profile)
     print(f"# {args.profile}: image {profile['image']}; run each command on its tray")
     for launch in launches:
         print(launch.shell())
@@ -1381,7 +1357,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return int(args.func(args) or 0)
-    except CliError as exc:
+    except MoemeterError as exc:
         print(f"moemeter {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moemeter.errors import MoemeterError
+
 PROFILES = Path(__file__).parent / "profiles"
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 
-class LaunchError(ValueError):
+class LaunchError(MoemeterError, ValueError):
     """The profile cannot be turned into commands."""
 
 

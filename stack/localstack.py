@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moemeter.errors import MoemeterError
 from stack.launch import histogram_buckets
 from stack.loadgen.run import LoadGen
 from stack.loadgen.workload import WorkloadSpec
@@ -41,7 +42,7 @@ MODEL_NAME = "tiny-moe"
 KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_device":"cpu"}'
 
 
-class StackError(RuntimeError):
+class StackError(MoemeterError, RuntimeError):
     """A part of the stack is missing or did not come up."""
 
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 import httpx
 
+from moemeter.errors import MoemeterError
+
 PLANNED_CORES = 2  # start-up deadlines are set for the project's 2-core machines
 
 
@@ -18,7 +20,7 @@ def scaled(seconds: float) -> float:
     return seconds * max(1.0, PLANNED_CORES / len(os.sched_getaffinity(0)))
 
 
-class NotReady(RuntimeError):
+class NotReady(MoemeterError, RuntimeError):
     def __init__(self, message: str, child: str | None = None) -> None:
         super().__init__(message)
         self.child = child  # the name of the child that exited, if that is why

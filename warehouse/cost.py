@@ -18,6 +18,9 @@ from typing import Any
 
 import pandas as pd
 
+from moemeter.contract import POOLS, computed_tokens
+from moemeter.errors import MoemeterError
+
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
 from .read import Query, ceil, floor, increases, request_hours, run, timestamp
 
@@ -27,7 +30,7 @@ Pools = dict[str, list[tuple[str, int]]]
 """{"prefill": [(target, gpus), ...], "decode": [...]}: the targets of each pool and their GPUs."""
 
 
-class NoData(LookupError):
+class NoData(MoemeterError, LookupError):
     """The window holds no token counters for the pools: say so, never print zeros."""
 
 
@@ -35,7 +38,7 @@ def pool_tokens(q: Query, pools: Pools, start: datetime, end: datetime, step_sec
     """Per step of the window (epoch-aligned; None: the whole window in one row), through the read
     layer: prefill-pool prompt and cached prompt tokens, decode-pool generated tokens, and each pool's
     idle GPU-seconds. No row for a step that no counter interval reaches."""
-    members = [(n, role, g) for role in ("prefill", "decode") for n, g in pools.get(role, [])]
+    members = [(n, role, g) for role in POOLS for n, g in pools.get(role, [])]
     params = {
         "targets": [n for n, _, _ in members],
         "roles": [r for _, r, _ in members],
@@ -85,7 +88,7 @@ class CostReport:
 
     @property
     def computed_prompt_tokens(self) -> float:
-        return self.prompt_tokens - self.cached_prompt_tokens
+        return computed_tokens(self.prompt_tokens, self.cached_prompt_tokens)
 
     @property
     def cost_usd(self) -> float:
@@ -218,7 +221,7 @@ def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd
     if users.empty:
         return users.assign(computed_prompt_tokens=[], cost_usd=[])
     u = users.copy()
-    u["computed_prompt_tokens"] = u["prompt_tokens"] - u["cached_prompt_tokens"]
+    u["computed_prompt_tokens"] = computed_tokens(u["prompt_tokens"], u["cached_prompt_tokens"])
     comp, gen = u["computed_prompt_tokens"].sum(), u["generated_tokens"].sum()
     u["cost_usd"] = ((u["computed_prompt_tokens"] / comp * prefill_cost) if comp else 0.0) + (
         (u["generated_tokens"] / gen * decode_cost) if gen else 0.0
@@ -276,7 +279,7 @@ def daily_statement(
     service (average and peak, from the scrapes that found them up), GPU-hours, cost, input tokens
     and their cache-hit share, output tokens, revenue at the token price sheet, margin."""
     sheet = price_sheet(q, sheet)
-    members = [(n, g) for role in ("prefill", "decode") for n, g in pools.get(role, [])]
+    members = [(n, g) for role in POOLS for n, g in pools.get(role, [])]
     rows: list[dict[str, Any]] = []
     day = start.replace(hour=0, minute=0, second=0, microsecond=0)
     while day < end:

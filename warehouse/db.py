@@ -25,6 +25,8 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from moemeter.errors import MoemeterError
+
 from . import readonly
 
 log = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ def record_rejected(
         con.executemany("INSERT INTO rejected VALUES (?, ?, ?, ?, ?)", rows)
 
 
-class WarehouseError(RuntimeError):
+class WarehouseError(MoemeterError, RuntimeError):
     """The database cannot be opened or written."""
 
 

@@ -10,10 +10,12 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from moemeter.errors import MoemeterError
+
 from .db import insert_arrow
 
 
-class SnapshotError(ValueError):
+class SnapshotError(MoemeterError, ValueError):
     """A snapshot body does not follow schema moemeter.experts/1."""
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from moemeter.errors import MoemeterError
+
 from .read import Query
 
 FACT_TABLES = (
@@ -41,7 +43,7 @@ RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIMENSION_TABLES = ("series", "targets", "expert_placement", "gpu_prices", "token_prices", "request_feeds")
 
 
-class ExportError(ValueError):
+class ExportError(MoemeterError, ValueError):
     """The export cannot be done as asked."""
 
 

@@ -20,6 +20,8 @@ from datetime import UTC, datetime
 import duckdb
 import pyarrow as pa
 
+from moemeter.contract import Sample, TargetInfo
+
 from .db import insert_arrow, record_rejected
 from .rollup import Retention, Rollups
 
@@ -38,27 +40,6 @@ DCGM_FP64_BLANK = 140737488355328.0  # 2^47: DCGM_FP64_BLANK .. NOT_PERMISSIONED
 # label values (a request id, a timestamp) would otherwise add its page's worth every round.
 MAX_SERIES_PER_TARGET = 200_000
 MAX_NEW_SERIES_PER_ROUND = 50_000
-
-
-@dataclass(frozen=True)
-class TargetInfo:
-    """One entry of a targets file."""
-
-    name: str
-    url: str
-    role: str
-    gpus: int
-    stack: str = ""
-    hostname: str = ""
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: tuple[tuple[str, str], ...]  # sorted (key, value) pairs, le included
-    value: float
-    family: str
-    kind: str
 
 
 @dataclass

@@ -19,12 +19,14 @@ from typing import Any
 
 import duckdb
 
+from moemeter.errors import MoemeterError
+
 POOLS = ("prefill", "decode", "*")
 TOKEN_PRICES = ("usd_per_mtok_input_cache_hit", "usd_per_mtok_input_cache_miss", "usd_per_mtok_output")
 _WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
 
 
-class PriceSheetError(ValueError):
+class PriceSheetError(MoemeterError, ValueError):
     """A price sheet that cannot be used; the message names the file and line."""
 
 

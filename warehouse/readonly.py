@@ -32,6 +32,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from moemeter.errors import MoemeterError
+
 from .limits import Limits
 
 # Table functions a reader may call: row generators and catalog introspection, none reads a
@@ -95,7 +97,7 @@ def lock_down(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET lock_configuration = true")
 
 
-class QueryError(RuntimeError):
+class QueryError(MoemeterError, RuntimeError):
     """A query the warehouse would not or could not answer; the message says why and what to do."""
 
     status = 500

@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from moemeter.columns import clean_text, is_count
+from moemeter.errors import MoemeterError
 
 from .db import insert_arrow, record_rejected
 from .sql import sql
@@ -29,7 +30,7 @@ _INT = ("status", "prompt_tokens", "generated_tokens")
 _OPT_FLOAT = ("ttft_seconds", "itl_mean_seconds", "itl_max_seconds", "decode_tokens_per_second")
 
 
-class FeedError(ValueError):
+class FeedError(MoemeterError, ValueError):
     """A feed page that does not follow moemeter.requests/1."""
 
 

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 
+from moemeter.contract import POOLS
 from warehouse.cost import CostReport, NoData, cost_over_time, cost_report, daily_statement, pool_tokens, price_sheet
 from warehouse.prices import PriceSheet
 from warehouse.read import run, run_time
@@ -31,14 +32,14 @@ __all__ = [
 def pools(q: Query, start: datetime, end: datetime) -> dict[str, list[tuple[str, int]]]:
     """{"prefill": [(target, gpus)], "decode": [...]} of the targets seen in the window."""
     df = run(q, "pools_in", {"start": start, "end": end})
-    return {role: [(r.name, int(r.gpus)) for r in df[df.role == role].itertuples()] for role in ("prefill", "decode")}
+    return {role: [(r.name, int(r.gpus)) for r in df[df.role == role].itertuples()] for role in POOLS}
 
 
 def over_time(
     q: Query, p: dict[str, list[tuple[str, int]]], sheet: PriceSheet, start: datetime, end: datetime, step: timedelta
 ) -> pd.DataFrame:
     tokens = pool_tokens(q, p, start, end, step.total_seconds())
-    gpus = {role: sum(g for _, g in p[role]) for role in ("prefill", "decode")}
+    gpus = {role: sum(g for _, g in p[role]) for role in POOLS}
     return cost_over_time(tokens, gpus, sheet, start, end, step)
 
 

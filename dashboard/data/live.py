@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from collectors import DEFAULT_INTERVAL
+from moemeter.contract import computed_tokens
 from warehouse.read import Query, Window, at_resolution, increases, run, run_time
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
@@ -87,7 +88,7 @@ def tokens_per_gpu(rates: pd.DataFrame, gpus: dict[str, int]) -> pd.DataFrame:
     out = {}
     if gpus["prefill"]:
         out["prefill logical"] = prompt / gpus["prefill"]
-        out["prefill computed"] = (prompt - cached) / gpus["prefill"]
+        out["prefill computed"] = computed_tokens(prompt, cached) / gpus["prefill"]
     if gpus["decode"]:
         out["decode"] = generated / gpus["decode"]
     if gpus["rack"]:

@@ -6,6 +6,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from moemeter.contract import computed_tokens
+
 from .live import POOL_COLORS, _layout
 
 
@@ -36,7 +38,7 @@ def per_mtok_figure(over: pd.DataFrame) -> go.Figure:
             row=1,
             col=1,
         )
-    computed = over["prompt_tokens"] - over["cached_prompt_tokens"]
+    computed = computed_tokens(over["prompt_tokens"], over["cached_prompt_tokens"])
     for y, name, color in (
         (computed, "prompt, computed", POOL_COLORS["prefill"]),
         (over["cached_prompt_tokens"], "prompt, cache hits", "#aec7e8"),

@@ -7,6 +7,8 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from moemeter.contract import computed_tokens
+
 from .live import P90_PER_USER_REFERENCE, POOL_COLORS, _layout
 
 
@@ -77,7 +79,7 @@ def tps_over_time_figure(over: pd.DataFrame) -> go.Figure:
 def top_users_figure(table: pd.DataFrame) -> go.Figure:
     """Stacked bars of prompt (computed, cached) and generated tokens for the top users."""
     t = table.iloc[::-1]
-    computed = t["prompt_tokens"] - t["cached_prompt_tokens"]
+    computed = computed_tokens(t["prompt_tokens"], t["cached_prompt_tokens"])
     fig = go.Figure()
     for values, name, color in (
         (computed, "prompt, computed", "#1f77b4"),

@@ -27,10 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from moemeter.errors import MoemeterError
+
 POLICIES = ("vllm", "refined")
 
 
-class PlanError(ValueError):
+class PlanError(MoemeterError, ValueError):
     """The planner input breaks a constraint; the message names it."""
 
 

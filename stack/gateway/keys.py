@@ -15,11 +15,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moemeter.errors import MoemeterError
+
 ANONYMOUS = "anonymous"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class KeysError(ValueError):
+class KeysError(MoemeterError, ValueError):
     """The keys file is missing or malformed."""
 
 

@@ -14,6 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from moemeter.contract import FAMILIES, Family
+
 from .records import RequestRecord
 
 OTHER = "other"
@@ -33,12 +35,12 @@ class _Hist:
         self.counts[i] += 1
         self.sum += value
 
-    def family(self, name: str, doc: str) -> HistogramMetricFamily:
+    def family(self, f: Family) -> HistogramMetricFamily:
         cum, buckets = 0, []
         for b, c in zip((*self.bounds, float("inf")), self.counts):
             cum += c
             buckets.append(("+Inf" if b == float("inf") else repr(b), cum))
-        return HistogramMetricFamily(name, doc, buckets=buckets, sum_value=self.sum)
+        return HistogramMetricFamily(f.name, f.help, buckets=buckets, sum_value=self.sum)
 
 
 class GatewayMetrics(Collector):
@@ -77,30 +79,32 @@ class GatewayMetrics(Collector):
         self.e2e.observe(r.e2e_seconds)
 
     def collect(self) -> Iterator[Metric]:
-        req = CounterMetricFamily(
-            "moemeter_gateway_requests", "Requests finished, by user and outcome.", labels=["user", "outcome"]
-        )
+        """The families of moemeter/contract.py whose source is the gateway, with their HELP."""
+        req = _counter("moemeter_gateway_requests_total")
         for (u, outcome), n in sorted(self.requests.items()):
-            req.add_metric([u, outcome], n)
+            req.add_metric([outcome, u], n)  # the contract's label order: outcome, user
         yield req
-        for kind, doc in (
-            ("prompt", "Prompt tokens (upstream usage)"),
-            ("cached_prompt", "Prompt tokens the upstream served from its prefix cache"),
-            ("generation", "Generated tokens (upstream usage, or chunks counted when it gave none)"),
-        ):
-            fam = CounterMetricFamily(f"moemeter_gateway_{kind}_tokens", f"{doc}, by user.", labels=["user"])
+        for kind in ("prompt", "cached_prompt", "generation"):
+            fam = _counter(f"moemeter_gateway_{kind}_tokens_total")
             for (u, k), n in sorted(self.tokens.items()):
                 if k == kind:
                     fam.add_metric([u], n)
             yield fam
-        err = CounterMetricFamily("moemeter_gateway_errors", "Failed requests by error class.", labels=["class"])
+        err = _counter("moemeter_gateway_errors_total")
         for cls, n in sorted(self.errors.items()):
             err.add_metric([cls], n)
         yield err
-        yield self.ttft.family("moemeter_gateway_ttft_seconds", "Time to first token chunk, streams.")
-        yield self.itl.family("moemeter_gateway_itl_mean_seconds", "Per-request mean inter-token latency, streams.")
-        yield self.e2e.family("moemeter_gateway_request_duration_seconds", "Request received to response end.")
-        yield GaugeMetricFamily("moemeter_gateway_in_flight_requests", "Requests being served now.", self.in_flight)
-        yield GaugeMetricFamily(
-            "moemeter_gateway_records_pending", "Request records not yet durable.", self.records_pending()
-        )
+        yield self.ttft.family(FAMILIES["moemeter_gateway_ttft_seconds"])
+        yield self.itl.family(FAMILIES["moemeter_gateway_itl_mean_seconds"])
+        yield self.e2e.family(FAMILIES["moemeter_gateway_request_duration_seconds"])
+        yield _gauge("moemeter_gateway_in_flight_requests", self.in_flight)
+        yield _gauge("moemeter_gateway_records_pending", self.records_pending())
+
+
+def _counter(name: str) -> CounterMetricFamily:
+    f = FAMILIES[name]
+    return CounterMetricFamily(f.base, f.help, labels=list(f.labels))
+
+
+def _gauge(name: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, FAMILIES[name].help, value)

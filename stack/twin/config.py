@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moemeter.errors import MoemeterError
+
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "deepseek-v4.1-flash"
 
 
-class ProfileError(ValueError):
+class ProfileError(MoemeterError, ValueError):
     """A profile file is missing, malformed or inconsistent."""
 
 

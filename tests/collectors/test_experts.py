@@ -9,8 +9,8 @@ import httpx
 
 from collectors.experts import fetch_snapshot, snapshot_url
 from collectors.scrape import http_fetcher
+from moemeter.contract import TargetInfo
 from tests.conftest import reply
-from warehouse.ingest import TargetInfo
 
 GOOD = {"schema": "moemeter.experts/1", "logical_tokens_total": [[1, 2]], "phy2log": [[0, 1]], "ranks": 1}
 

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collectors.parse import ExpositionError, parse_page
+from moemeter.contract import TargetInfo
 from warehouse.db import apply_migrations
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("t", "http://x/metrics", "decode", 1)

@@ -11,8 +11,8 @@ import httpx
 from collectors.requests import fetch_feed
 from collectors.scrape import Response, ScrapeError, http_fetcher
 from collectors.service import Collector
+from moemeter.contract import TargetInfo
 from warehouse.db import Warehouse
-from warehouse.ingest import TargetInfo
 
 from ..stack.gateway.conftest import start_rig
 

@@ -12,8 +12,8 @@ import socket
 import httpx
 
 from collectors.scrape import http_fetcher, scrape_all, scrape_one
+from moemeter.contract import TargetInfo
 from tests.conftest import reply
-from warehouse.ingest import TargetInfo
 
 
 def closed_port() -> int:

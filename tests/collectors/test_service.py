@@ -9,8 +9,9 @@ import pytest
 
 from collectors.parse import parse_page
 from collectors.service import Collector
+from moemeter.contract import TargetInfo
 from warehouse.db import Warehouse
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("decode-0", "http://x/metrics", "decode", 1)

@@ -13,6 +13,7 @@ import pytest
 from collectors.parse import parse_page
 from dashboard.data import experts as data
 from dashboard.data.live import Window
+from moemeter.contract import TargetInfo
 from stack.twin.config import load_profile
 from stack.twin.exposition import expert_snapshot, render_plugin
 from stack.twin.model import RackModel
@@ -20,7 +21,7 @@ from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.eplb import what_if
 from warehouse.experts import ExpertIngestor, ExpertSnapshot
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("decode-0", "http://twin/decode-0/metrics", "decode", 64, "twin:test")

@@ -11,11 +11,12 @@ import pytest
 
 from collectors.parse import parse_page
 from dashboard.data import live
+from moemeter.contract import TargetInfo
 from stack.twin.config import load_profile
 from stack.twin.server import Twin
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 START = 1_000_000.0  # twin epoch seconds at T0

@@ -12,12 +12,13 @@ import pytest
 from collectors.parse import parse_page
 from dashboard.data import overhead as data
 from dashboard.data.live import Window
+from moemeter.contract import TargetInfo
 from stack.twin.config import load_profile
 from stack.twin.exposition import render_step_phases, render_vllm
 from stack.twin.model import RackModel
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 PREFILL = TargetInfo("prefill-0", "http://twin/prefill-0/metrics", "prefill", 2, "twin:test")

@@ -20,10 +20,11 @@ import pytest
 from collectors.parse import parse_page
 from collectors.service import Collector
 from dashboard.source import writer_warning
+from moemeter.contract import TargetInfo
 from tests.e2e.test_browser import free_port, wait_http
 from warehouse.api import QueryServer
 from warehouse.db import Warehouse
-from warehouse.ingest import ScrapeBatch, TargetInfo
+from warehouse.ingest import ScrapeBatch
 
 pytestmark = pytest.mark.integration
 DECODE = TargetInfo("decode-0", "http://127.0.0.1:1/metrics", "decode", 1, "test")

@@ -125,7 +125,8 @@ def test_snapshot_matrices_keep_their_shape():
 
 def test_expert_load_downsamples_to_hours_and_retention_keeps_what_is_not_rolled_up(con):
     from collectors.parse import parse_page
-    from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+    from moemeter.contract import TargetInfo
+    from warehouse.ingest import Ingestor, ScrapeBatch
     from warehouse.rollup import Retention
 
     scrapes, experts = Ingestor(Retention(raw_days=1 / 24)), ExpertIngestor()

@@ -9,11 +9,12 @@ import pytest
 
 from collectors.parse import parse_page
 from moemeter.cli import main
+from moemeter.contract import TargetInfo
 from stack.gateway.records import RequestRecord
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.export import ExportError, export_parquet
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.requests import RequestIngestor
 
 T0 = datetime(2026, 11, 30, 23, 58, 0)  # two minutes before midnight: the export spans two days

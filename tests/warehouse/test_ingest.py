@@ -8,8 +8,9 @@ import duckdb
 import pytest
 
 from collectors.parse import parse_page
+from moemeter.contract import TargetInfo
 from warehouse.db import apply_migrations
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo, is_dcgm_blank
+from warehouse.ingest import Ingestor, ScrapeBatch, is_dcgm_blank
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("decode-0", "http://x/metrics", "decode", 64, "test")

@@ -26,10 +26,11 @@ import pytest
 from collectors.parse import parse_page
 from dashboard.data import cost as cost_page
 from dashboard.data import live
+from moemeter.contract import TargetInfo
 from warehouse.api import LocalQuery
 from warehouse.cost import cost_report
 from warehouse.db import apply_migrations
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.prices import GpuPrice, PriceSheet, default_sheet
 from warehouse.read import Holdings, plan
 from warehouse.rollup import Retention

@@ -18,11 +18,12 @@ import httpx
 import pytest
 
 from collectors.parse import parse_page
+from moemeter.contract import TargetInfo
 from warehouse import api as api_module
 from warehouse import limits as limits_module
 from warehouse.api import QueryClient, QueryServer, table_to_json
 from warehouse.db import Warehouse
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.limits import Limits
 from warehouse.prices import default_sheet, store_sheet
 from warehouse.readonly import (

@@ -9,9 +9,10 @@ import pytest
 
 from collectors.parse import parse_page
 from dashboard.data import live
+from moemeter.contract import TargetInfo
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
-from warehouse.ingest import Ingestor, ScrapeBatch, TargetInfo
+from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.read import Holdings, plan, served_by
 from warehouse.rollup import Retention
 

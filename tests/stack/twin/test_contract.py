@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stack.twin.config import load_profile
 from stack.twin.server import Twin
 from stack.twin.stats import HIST_BUCKET_FAMILY, family_buckets
+from tests.test_contract import assert_as_declared, contract, declared
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
@@ -59,9 +60,21 @@ def test_vllm_families_labels_and_types_match_the_real_capture(pages, role, capt
     assert sorted(twin) == sorted(real)
     for name, spec in real.items():
         assert twin[name]["type"] == spec["type"], name
-        if name == "vllm:cache_config_info":  # its label set is the engine's config, not a contract
-            continue
         assert twin[name]["labels"] == spec["labels"], name
+
+
+def test_the_twin_renders_every_family_of_the_contract_as_declared(pages):
+    """Kind, HELP and label names, family by family, for every source the twin stands in for;
+    the contract itself is held to the real captures in tests/test_contract.py."""
+    rendered: dict[str, dict[str, tuple[str, str, tuple[str, ...] | None]]] = defaultdict(dict)
+    for name, text in pages.items():
+        rendered[name.split("-")[0]].update(declared(text))
+    assert_as_declared(rendered["decode"], contract("vllm") | contract("process") | contract("plugin"))
+    steps = {n: v for n, v in contract("plugin").items() if n.startswith(("moemeter_step", "moemeter_api"))}
+    assert_as_declared(rendered["prefill"], contract("vllm") | contract("process") | steps)  # experts: EPLB ones
+    assert_as_declared(rendered["router"], contract("router"))
+    assert_as_declared(rendered["gpu"], contract("dcgm"))
+    assert_as_declared(rendered["gateway"], contract("gateway"))
 
 
 def test_histogram_buckets_are_vllms_own_except_the_profiles_custom_family(pages, profile):
