@@ -65,7 +65,7 @@ class Collector:
     def __init__(
         self,
         warehouse: Warehouse,
-        targets_path: str | Path,
+        targets_path: str | Path | None,
         interval: float = DEFAULT_INTERVAL,
         timeout: float | None = None,
         snapshot_every: int = 12,
@@ -73,7 +73,7 @@ class Collector:
         prometheus: str | None = None,
     ) -> None:
         self.warehouse = warehouse
-        self.targets_path = Path(targets_path)
+        self.targets_path = Path(targets_path) if targets_path is not None else None  # None: rounds come from store()
         self.interval = interval
         self.timeout = timeout if timeout is not None else max(0.5, interval * 0.8)
         self.retention = retention or Retention()
@@ -92,6 +92,8 @@ class Collector:
         self.health = CollectorHealth()
 
     def refresh_targets(self) -> list[TargetInfo]:
+        if self.targets_path is None:
+            return self.targets
         try:
             targets = load_targets(self.targets_path)
             self._targets_error = None

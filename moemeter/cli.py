@@ -106,13 +106,16 @@ def _serve_simulated_upstream(model: str, host: str, port: int) -> None:
 
 
 def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    """Generate history through the real ingest path: twin pages -> parser -> warehouse."""
+    """Generate history through the real ingest path: twin pages -> parser -> the collector's
+    `store` (one round per interval, as a live collector stores it) -> warehouse."""
+    from collectors.experts import SnapshotResult
     from collectors.parse import parse_page
+    from collectors.requests import FeedResult
+    from collectors.service import Collector
     from moemeter.contract import TargetInfo
     from stack.twin.server import Twin
-    from warehouse.experts import ExpertIngestor, ExpertSnapshot
-    from warehouse.ingest import Ingestor, ScrapeBatch
-    from warehouse.requests import RequestIngestor
+    from warehouse.experts import ExpertSnapshot
+    from warehouse.ingest import ScrapeBatch
 
     if not args.db:
         raise CliError("--fast-forward needs --db PATH")
@@ -123,13 +126,18 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
         raise CliError(f"--tick must be between 0.01 s and the interval ({args.interval:g} s)")
     twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120, tick=args.tick)
     wh = _open_warehouse(args.db, memory_limit=args.memory_limit)
-    ingestor, experts, requests = Ingestor(), ExpertIngestor(), RequestIngestor()
+    collector = Collector(wh, targets_path=None, interval=args.interval)
     twin.pages(start.timestamp())  # warm up to the first scrape
     assert twin.model is not None
     feed = twin.model.gateway
-    read = wh.write(lambda con: requests.cursor(con, "gateway"))
+    endpoints = twin.endpoints()
+    targets = {
+        ep.name: TargetInfo(ep.name, f"twin://{ep.name}", ep.role, ep.gpus, f"twin:{profile.name}", ep.hostname)
+        for ep in endpoints
+    }
+    snapshots = {ep.name: ep.snapshot for ep in endpoints if ep.snapshot is not None}
+    read = wh.write(lambda con: collector.request_ingestor.cursor(con, "gateway"))
     after = read.seq if read is not None and read.log_id == feed.log_id else 0
-    roles = {ep.name: ep for ep in twin.endpoints()}
     t, n, rounds, began = 0.0, 0, 0, time.perf_counter()
     snapshot_every = max(1, round(60 / args.interval))
     report_every = max(1, int(seconds / args.interval) // 20)  # about every 5%
@@ -137,42 +145,19 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
         ts = start + timedelta(seconds=t)
         pages = twin.pages(start.timestamp() + t)
         batches = [
-            ScrapeBatch(
-                TargetInfo(
-                    name,
-                    f"twin://{name}",
-                    roles[name].role,
-                    roles[name].gpus,
-                    f"twin:{profile.name}",
-                    roles[name].hostname,
-                ),
-                ts,
-                True,
-                0.0,
-                parse_page(text.encode()),
-                bytes=len(text),
-            )
+            ScrapeBatch(targets[name], ts, True, 0.0, parse_page(text.encode()), bytes=len(text))
             for name, text in pages.items()
         ]
         # Expert snapshots once a minute, as the collector pulls them.
         snaps = [
-            (name, ExpertSnapshot.from_json(ep.snapshot()))
-            for name, ep in roles.items()
-            if ep.snapshot is not None and rounds % snapshot_every == 0
+            SnapshotResult(targets[name], ExpertSnapshot.from_json(snapshot()))
+            for name, snapshot in snapshots.items()
+            if rounds % snapshot_every == 0
         ]
-
         # The gateway's request feed, everything new since the last round (as the collector reads it).
         page = feed.page(after, len(feed.records))
         after = int(page["next"])  # type: ignore[call-overload]
-
-        def job(con, b=batches, s=snaps, at=ts, p=page):  # type: ignore[no-untyped-def]
-            stored = sum(ingestor.write(con, x) for x in b)
-            for name, snap in s:
-                experts.write(con, name, at, snap)
-            requests.write(con, "gateway", p, at)
-            return stored
-
-        n += wh.write(job, timeout=None)  # a checkpoint of a large file may take a while: wait for it
+        n += collector.store(batches, snaps, [FeedResult(targets["gateway"], [page])])
         t += args.interval
         rounds += 1
         if rounds % report_every == 0:
@@ -559,110 +544,13 @@ def cmd_report_cost(args: argparse.Namespace) -> int:
         report = _with_query(args, lambda q: cost_report(q, pools, start, end, sheet))
     except (NoData, ValueError) as exc:
         raise CliError(str(exc)) from exc
-    data = report.as_json()
     if args.json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(report.as_json(), indent=2))
     elif args.csv:
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(
-            [
-                "kind",
-                "name",
-                "gpus",
-                "gpu_hours",
-                "cost_usd",
-                "prompt_tokens",
-                "cached_prompt_tokens",
-                "generated_tokens",
-                "usd_per_mtok",
-            ]
-        )
-        pf, dc, tot = data["pools"]["prefill"], data["pools"]["decode"], data["total"]
-        w.writerow(
-            [
-                "pool",
-                "prefill",
-                pf["gpus"],
-                pf["gpu_hours"],
-                pf["cost_usd"],
-                pf["prompt_tokens"],
-                pf["cached_prompt_tokens"],
-                "",
-                pf["usd_per_mtok_input"],
-            ]
-        )
-        w.writerow(
-            [
-                "pool",
-                "decode",
-                dc["gpus"],
-                dc["gpu_hours"],
-                dc["cost_usd"],
-                "",
-                "",
-                dc["generated_tokens"],
-                dc["usd_per_mtok_output"],
-            ]
-        )
-        w.writerow(
-            [
-                "total",
-                "",
-                pf["gpus"] + dc["gpus"],
-                round(pf["gpu_hours"] + dc["gpu_hours"], 6),
-                tot["cost_usd"],
-                pf["prompt_tokens"],
-                pf["cached_prompt_tokens"],
-                dc["generated_tokens"],
-                tot["usd_per_mtok_blended"],
-            ]
-        )
-        for u in data["users"]:
-            w.writerow(
-                [
-                    "user",
-                    u["user"],
-                    "",
-                    "",
-                    u["cost_usd"],
-                    u["prompt_tokens"],
-                    u["cached_prompt_tokens"],
-                    u["generated_tokens"],
-                    "",
-                ]
-            )
+        sys.stdout.write(report.as_csv())
     else:
-        print(_cost_text(data))
+        print(report.as_text())
     return 0
-
-
-def _cost_text(d: dict) -> str:  # type: ignore[type-arg]
-    def usd(v: float | None, per: str = "") -> str:
-        return "n/a (no tokens)" if v is None else f"${v:,.{4 if per else 2}f}{per}"
-
-    w, pf, dc, t = d["window"], d["pools"]["prefill"], d["pools"]["decode"], d["total"]
-    lines = [
-        f"{w['from']} .. {w['to']} ({w['hours']:g} h; tokens counted {w['first_count']} .. {w['last_count']}); price sheet "
-        f"{d['price_sheet']['name']}; per-user method: {d['method']}",
-        f"prefill  {pf['gpus']:>4} GPUs {pf['gpu_hours']:>10,.2f} GPU-h {usd(pf['cost_usd']):>14}  "
-        f"{pf['computed_prompt_tokens']:>15,} computed + {pf['cached_prompt_tokens']:,} cached prompt tokens  "
-        f"{usd(pf['usd_per_mtok_input'], '/M input')}  idle {usd(pf['idle_cost_usd'])}",
-        f"decode   {dc['gpus']:>4} GPUs {dc['gpu_hours']:>10,.2f} GPU-h {usd(dc['cost_usd']):>14}  "
-        f"{dc['generated_tokens']:>15,} generated tokens  {usd(dc['usd_per_mtok_output'], '/M output')}  "
-        f"idle {usd(dc['idle_cost_usd'])}",
-        f"total    {usd(t['cost_usd'])}  {t['tokens']:,} tokens  {usd(t['usd_per_mtok_blended'], '/M blended')}"
-        + (f"  revenue {usd(t['revenue_usd'])}  margin {usd(t['margin_usd'])}" if t["revenue_usd"] is not None else ""),
-    ]
-    if d["users"]:
-        lines.append("users (top 20 by cost):")
-        lines += [
-            f"  {u['user']:<24} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
-            f"{u['generated_tokens']:>10,} generated"
-            for u in d["users"][:20]
-        ]
-    return "\n".join(lines)
 
 
 def cmd_report_daily(args: argparse.Namespace) -> int:

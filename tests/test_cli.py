@@ -176,6 +176,11 @@ def test_fast_forward_writes_history_through_the_ingest_path(tmp_path, capsys):
     assert main(["query", "--db", db, "--json", sql]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert row["n"] == row["d"] > 10_000 and row["ok"]
+    # and the decode instance's expert snapshot of the first round (one a minute), through the collector's store
+    assert (
+        main(["query", "--db", db, "--json", "SELECT target, count(*) AS n FROM expert_snapshots GROUP BY target"]) == 0
+    )
+    assert json.loads(capsys.readouterr().out) == [{"target": "decode-0", "n": 1}]
 
 
 def test_eplb_plan_prints_the_vllm_placement_as_json(tmp_path, capsys):

@@ -11,6 +11,8 @@ the query API), so the CLI and the Cost page share them.
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -154,6 +156,112 @@ class CostReport:
             ],
         }
         return out
+
+    def as_csv(self) -> str:
+        """`moemeter report cost --csv`: a row per pool, the total, and a row per user."""
+        data, out = self.as_json(), io.StringIO()
+        w = csv.writer(out)
+        w.writerow(
+            [
+                "kind",
+                "name",
+                "gpus",
+                "gpu_hours",
+                "cost_usd",
+                "prompt_tokens",
+                "cached_prompt_tokens",
+                "generated_tokens",
+                "usd_per_mtok",
+            ]
+        )
+        pf, dc, tot = data["pools"]["prefill"], data["pools"]["decode"], data["total"]
+        w.writerow(
+            [
+                "pool",
+                "prefill",
+                pf["gpus"],
+                pf["gpu_hours"],
+                pf["cost_usd"],
+                pf["prompt_tokens"],
+                pf["cached_prompt_tokens"],
+                "",
+                pf["usd_per_mtok_input"],
+            ]
+        )
+        w.writerow(
+            [
+                "pool",
+                "decode",
+                dc["gpus"],
+                dc["gpu_hours"],
+                dc["cost_usd"],
+                "",
+                "",
+                dc["generated_tokens"],
+                dc["usd_per_mtok_output"],
+            ]
+        )
+        w.writerow(
+            [
+                "total",
+                "",
+                pf["gpus"] + dc["gpus"],
+                round(pf["gpu_hours"] + dc["gpu_hours"], 6),
+                tot["cost_usd"],
+                pf["prompt_tokens"],
+                pf["cached_prompt_tokens"],
+                dc["generated_tokens"],
+                tot["usd_per_mtok_blended"],
+            ]
+        )
+        for u in data["users"]:
+            w.writerow(
+                [
+                    "user",
+                    u["user"],
+                    "",
+                    "",
+                    u["cost_usd"],
+                    u["prompt_tokens"],
+                    u["cached_prompt_tokens"],
+                    u["generated_tokens"],
+                    "",
+                ]
+            )
+        return out.getvalue()
+
+    def as_text(self) -> str:
+        """`moemeter report cost`: the window, each pool, the total, the top 20 users."""
+        d = self.as_json()
+
+        def usd(v: float | None, per: str = "") -> str:
+            return "n/a (no tokens)" if v is None else f"${v:,.{4 if per else 2}f}{per}"
+
+        w, pf, dc, t = d["window"], d["pools"]["prefill"], d["pools"]["decode"], d["total"]
+        lines = [
+            f"{w['from']} .. {w['to']} ({w['hours']:g} h; tokens counted {w['first_count']} .. {w['last_count']}); price sheet "
+            f"{d['price_sheet']['name']}; per-user method: {d['method']}",
+            f"prefill  {pf['gpus']:>4} GPUs {pf['gpu_hours']:>10,.2f} GPU-h {usd(pf['cost_usd']):>14}  "
+            f"{pf['computed_prompt_tokens']:>15,} computed + {pf['cached_prompt_tokens']:,} cached prompt tokens  "
+            f"{usd(pf['usd_per_mtok_input'], '/M input')}  idle {usd(pf['idle_cost_usd'])}",
+            f"decode   {dc['gpus']:>4} GPUs {dc['gpu_hours']:>10,.2f} GPU-h {usd(dc['cost_usd']):>14}  "
+            f"{dc['generated_tokens']:>15,} generated tokens  {usd(dc['usd_per_mtok_output'], '/M output')}  "
+            f"idle {usd(dc['idle_cost_usd'])}",
+            f"total    {usd(t['cost_usd'])}  {t['tokens']:,} tokens  {usd(t['usd_per_mtok_blended'], '/M blended')}"
+            + (
+                f"  revenue {usd(t['revenue_usd'])}  margin {usd(t['margin_usd'])}"
+                if t["revenue_usd"] is not None
+                else ""
+            ),
+        ]
+        if d["users"]:
+            lines.append("users (top 20 by cost):")
+            lines += [
+                f"  {u['user']:<24} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
+                f"{u['generated_tokens']:>10,} generated"
+                for u in d["users"][:20]
+            ]
+        return "\n".join(lines)
 
 
 def _iso(t: datetime | None) -> str | None:
