@@ -140,6 +140,7 @@ _FAMILIES = [
         "vllm:nixl_bytes_transferred",
         "histogram",
         ("engine", "model_name"),
+        unit="bytes",
         help="Histogram of bytes transferred per NIXL KV Cache transfers.",
     ),
     Family(
@@ -147,6 +148,7 @@ _FAMILIES = [
         "vllm:nixl_num_descriptors",
         "histogram",
         ("engine", "model_name"),
+        unit="descriptors",
         help="Histogram of number of descriptors per NIXL  KV Cache transfers.",
     ),
     Family(
@@ -154,6 +156,7 @@ _FAMILIES = [
         "vllm:nixl_num_failed_transfers_total",
         "counter",
         ("engine", "model_name"),
+        unit="transfers",
         help="Number of failed NIXL KV Cache transfers, including handshake and notification failures. NOTE: KV expiry is tracked separately in vllm:nixl_num_kv_expired_reqs.",
     ),
     Family(
@@ -161,6 +164,7 @@ _FAMILIES = [
         "vllm:nixl_num_failed_notifications_total",
         "counter",
         ("engine", "model_name"),
+        unit="notifications",
         help="Number of failed NIXL KV Cache notifications. Retained for compatibility; these failures are also included in vllm:nixl_num_failed_transfers.",
     ),
     Family(
@@ -168,6 +172,7 @@ _FAMILIES = [
         "vllm:nixl_num_kv_expired_reqs_total",
         "counter",
         ("engine", "model_name"),
+        unit="requests",
         help="Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance.",
     ),
     Family(
@@ -175,6 +180,7 @@ _FAMILIES = [
         "vllm:nixl_num_notifications_after_expiry_total",
         "counter",
         ("engine", "model_name"),
+        unit="notifications",
         help="Number of completion notifications for requests that were no longer tracked, usually because their KV lease expired. The KV blocks may have been reused before the transfer finished. Counted per notification (one per remote rank), not per request.",
     ),
     Family(
@@ -182,6 +188,7 @@ _FAMILIES = [
         "vllm:estimated_flops_per_gpu_total",
         "counter",
         ("engine", "model_name"),
+        unit="FLOPs",
         help="Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
     ),
     Family(
@@ -189,6 +196,7 @@ _FAMILIES = [
         "vllm:estimated_read_bytes_per_gpu_total",
         "counter",
         ("engine", "model_name"),
+        unit="bytes",
         help="Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).",
     ),
     Family(
@@ -196,6 +204,7 @@ _FAMILIES = [
         "vllm:estimated_write_bytes_per_gpu_total",
         "counter",
         ("engine", "model_name"),
+        unit="bytes",
         help="Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
     ),
     Family(
@@ -203,6 +212,7 @@ _FAMILIES = [
         "vllm:num_requests_running",
         "gauge",
         ("engine", "model_name"),
+        unit="requests",
         help="Number of requests in model execution batches.",
         read_by="Live: running requests",
     ),
@@ -211,6 +221,7 @@ _FAMILIES = [
         "vllm:num_requests_waiting",
         "gauge",
         ("engine", "model_name"),
+        unit="requests",
         help="Number of requests waiting to be processed.",
         read_by="Live: waiting requests",
     ),
@@ -219,6 +230,7 @@ _FAMILIES = [
         "vllm:num_requests_waiting_by_reason",
         "gauge",
         ("engine", "model_name", "reason"),
+        unit="requests",
         help="Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked status). Sum of all reasons equals vllm:num_requests_waiting.",
     ),
     Family(
@@ -226,6 +238,7 @@ _FAMILIES = [
         "vllm:num_requests_kv_fetch_by_stage",
         "gauge",
         ("engine", "model_name", "stage"),
+        unit="requests",
         help="Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async KV load that has not started; 'in_progress' = load started and not yet reported finished; 'completed_waiting' = load finished, request not running yet.",
     ),
     Family(
@@ -249,6 +262,7 @@ _FAMILIES = [
         "vllm:prefix_cache_queries_total",
         "counter",
         ("engine", "model_name"),
+        unit="tokens",
         help="Prefix cache queries, in terms of number of queried tokens.",
     ),
     Family(
@@ -256,6 +270,7 @@ _FAMILIES = [
         "vllm:prefix_cache_hits_total",
         "counter",
         ("engine", "model_name"),
+        unit="tokens",
         help="Prefix cache hits, in terms of number of cached tokens.",
     ),
     Family(
@@ -263,6 +278,7 @@ _FAMILIES = [
         "vllm:external_prefix_cache_queries_total",
         "counter",
         ("engine", "model_name"),
+        unit="tokens",
         help="External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens.",
     ),
     Family(
@@ -270,6 +286,7 @@ _FAMILIES = [
         "vllm:external_prefix_cache_hits_total",
         "counter",
         ("engine", "model_name"),
+        unit="tokens",
         help="External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens.",
     ),
     Family(
@@ -277,6 +294,7 @@ _FAMILIES = [
         "vllm:mm_cache_queries_total",
         "counter",
         ("engine", "model_name"),
+        unit="items",
         help="Multi-modal cache queries, in terms of number of queried items.",
     ),
     Family(
@@ -284,6 +302,7 @@ _FAMILIES = [
         "vllm:mm_cache_hits_total",
         "counter",
         ("engine", "model_name"),
+        unit="items",
         help="Multi-modal cache hits, in terms of number of cached items.",
     ),
     Family(
@@ -291,6 +310,7 @@ _FAMILIES = [
         "vllm:num_preemptions_total",
         "counter",
         ("engine", "model_name"),
+        unit="preemptions",
         help="Cumulative number of preemption from the engine.",
     ),
     Family(
@@ -307,6 +327,7 @@ _FAMILIES = [
         "vllm:prompt_tokens_by_source_total",
         "counter",
         ("engine", "model_name", "source"),
+        unit="tokens",
         help="Number of prompt tokens by source.",
         read_by="Live: cached (`local_cache_hit`) part, computed = prompt − cached",
     ),
@@ -315,6 +336,7 @@ _FAMILIES = [
         "vllm:prompt_tokens_cached_total",
         "counter",
         ("engine", "model_name"),
+        unit="tokens",
         help="Number of cached prompt tokens (local + external).",
     ),
     Family(
@@ -322,6 +344,7 @@ _FAMILIES = [
         "vllm:prompt_tokens_cached_by_source_total",
         "counter",
         ("engine", "model_name", "source"),
+        unit="tokens",
         help="Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host (offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
     ),
     Family(
@@ -338,6 +361,7 @@ _FAMILIES = [
         "vllm:request_success_total",
         "counter",
         ("engine", "finished_reason", "model_name"),
+        unit="requests",
         help="Count of successfully processed requests.",
     ),
     Family(
@@ -345,6 +369,7 @@ _FAMILIES = [
         "vllm:admission_rejections_total",
         "counter",
         ("model_name", "reason"),
+        unit="admission attempts",
         help="Number of admission attempts rejected by a queue limit, by reason.",
     ),
     Family(
@@ -466,6 +491,7 @@ _FAMILIES = [
         "vllm:request_num_preemptions",
         "histogram",
         ("engine", "model_name"),
+        unit="preemptions",
         help="Histogram of the number of times a request was preempted.",
     ),
     Family(
@@ -527,6 +553,7 @@ _FAMILIES = [
         "vllm_router_pd_prefill_errors_total",
         "counter",
         ("worker",),
+        unit="requests",
         meaning="Prefill requests that failed, per prefill worker.",
     ),
     Family(
@@ -534,6 +561,7 @@ _FAMILIES = [
         "vllm_router_prefix_routing_decisions_total",
         "counter",
         ("outcome", "policy", "stage"),
+        unit="decisions",
         meaning="Cache-aware routing outcomes per stage.",
     ),
     Family(
@@ -541,14 +569,23 @@ _FAMILIES = [
         "vllm_router_processed_requests_total",
         "counter",
         ("worker",),
+        unit="requests",
         meaning="Requests sent to each worker.",
     ),
-    Family("router", "vllm_router_pd_requests_total", "counter", ("route",), meaning="PD requests per OpenAI route."),
+    Family(
+        "router",
+        "vllm_router_pd_requests_total",
+        "counter",
+        ("route",),
+        unit="requests",
+        meaning="PD requests per OpenAI route.",
+    ),
     Family(
         "router",
         "vllm_router_pd_prefill_requests_total",
         "counter",
         ("worker",),
+        unit="requests",
         meaning="Requests sent to each prefill worker.",
     ),
     Family(
@@ -556,6 +593,7 @@ _FAMILIES = [
         "vllm_router_kv_routing_inputs_total",
         "counter",
         ("result", "transport"),
+        unit="inputs",
         meaning="KV-aware routing inputs and their result.",
     ),
     Family(
@@ -563,6 +601,7 @@ _FAMILIES = [
         "vllm_router_policy_decisions_total",
         "counter",
         ("policy", "worker"),
+        unit="decisions",
         meaning="Routing policy decisions per worker.",
     ),
     Family(
@@ -570,6 +609,7 @@ _FAMILIES = [
         "vllm_router_pd_decode_requests_total",
         "counter",
         ("worker",),
+        unit="requests",
         meaning="Requests sent to each decode worker.",
     ),
     Family(
@@ -585,6 +625,7 @@ _FAMILIES = [
         "vllm_router_pd_active_decode_requests",
         "gauge",
         ("rank", "worker"),
+        unit="requests",
         meaning="Requests decoding now, per decode worker.",
     ),
     Family(
@@ -599,6 +640,7 @@ _FAMILIES = [
         "vllm_router_pd_pending_decode_requests",
         "gauge",
         ("rank", "worker"),
+        unit="requests",
         meaning="Requests waiting for the decode worker (KV hand-over).",
     ),
     Family(
@@ -606,6 +648,7 @@ _FAMILIES = [
         "vllm_router_pd_prefill_occupancy",
         "gauge",
         ("rank", "worker"),
+        unit="ratio 0..1",
         meaning="Share of the prefill worker busy.",
     ),
     Family(
@@ -613,6 +656,7 @@ _FAMILIES = [
         "vllm_router_pd_unknown_prefill_requests",
         "gauge",
         ("rank", "worker"),
+        unit="requests",
         meaning="Prefill requests the router lost track of.",
     ),
     Family(
@@ -755,7 +799,8 @@ _FAMILIES = [
         unit="ratio 0..1",
         help="Ratio of cycles the device memory interface is active sending or receiving data.",
     ),
-    # moemeter's vLLM plugin, which owns these (stack/vllm_plugin has no dependencies): tests/stack/vllm_plugin/test_state.py holds the two identical
+    # moemeter's vLLM plugin, which declares these itself (it runs inside vLLM, without moemeter):
+    # tests/test_contract.py holds the two identical
     Family(
         "plugin",
         "moemeter_step_phase_seconds",
@@ -804,6 +849,7 @@ _FAMILIES = [
         "moemeter_eplb_balancedness",
         "gauge",
         ("layer", "model_name"),
+        unit="ratio 0..1",
         help="Mean over ranks / max over ranks of rank load since the last scrape, per MoE layer.",
         meaning="Mean over ranks / max over ranks of rank load in the last step window, per layer (definitions.md; vLLM's own log line averages over layers instead).",
         read_by="stored (the page recomputes it from the counter over any window)",
@@ -813,6 +859,7 @@ _FAMILIES = [
         "moemeter_eplb_rebalances_total",
         "counter",
         ("model_name",),
+        unit="rebalances",
         help="EPLB rebalances performed (0 while EPLB is off).",
         meaning="EPLB rebalances performed.",
     ),
@@ -830,7 +877,7 @@ _FAMILIES = [
         "moemeter_eplb_last_rebalance_timestamp_seconds",
         "gauge",
         ("model_name",),
-        unit="seconds",
+        unit="seconds since the Unix epoch",
         help="Unix time of the last rebalance; 0 before the first.",
         meaning="Unix time the last rebalance finished; 0 before the first.",
     ),
@@ -839,6 +886,7 @@ _FAMILIES = [
         "moemeter_expert_hot_share",
         "gauge",
         ("expert", "layer", "model_name", "position"),
+        unit="ratio 0..1",
         help="The hottest experts since the last scrape and their share of their layer's tokens.",
         meaning="The hottest experts of the last step window (position 1..8 over all layers) and the share of their layer's tokens each took. Label values change as hot experts drift; at most 8 series at a time.",
     ),
@@ -848,6 +896,7 @@ _FAMILIES = [
         "moemeter_gateway_requests_total",
         "counter",
         ("outcome", "user"),
+        unit="requests",
         help="Requests finished, by user and outcome.",
         meaning="Requests finished, by user and outcome (`ok`, or the error class: `bad_json`, `missing_model`, `unknown_model`, `body_too_large`, `unauthorized`, `upstream_unavailable`, `upstream_timeout`, `upstream_4xx`, `upstream_5xx`, `upstream_dropped`, `upstream_stream_error`, `client_disconnect`). At most `--max-user-labels` users (default 50) get their own label, in order of first traffic, kept for the process's life so counters never drop; later users count as `other`.",
         read_by="stored (the Users page reads the request feed)",
@@ -885,6 +934,7 @@ _FAMILIES = [
         "moemeter_gateway_errors_total",
         "counter",
         ("class",),
+        unit="requests",
         help="Failed requests by error class.",
         meaning="Failed requests by error class (the outcomes above other than `ok`).",
     ),
@@ -914,12 +964,20 @@ _FAMILIES = [
         unit="seconds",
         help="Request received to response end.",
     ),
-    Family("gateway", "moemeter_gateway_in_flight_requests", "gauge", (), help="Requests being served now."),
+    Family(
+        "gateway",
+        "moemeter_gateway_in_flight_requests",
+        "gauge",
+        (),
+        unit="requests",
+        help="Requests being served now.",
+    ),
     Family(
         "gateway",
         "moemeter_gateway_records_pending",
         "gauge",
         (),
+        unit="records",
         help="Request records not yet durable.",
         meaning="Request records queued but not yet durable in the request log (the feed shows only durable ones).",
     ),
@@ -929,7 +987,7 @@ _FAMILIES = [
         "process_start_time_seconds",
         "gauge",
         (),
-        unit="seconds",
+        unit="seconds since the Unix epoch",
         help="Start time of the process since unix epoch in seconds.",
         read_by="the warehouse: a counter reset's increase covers the time since the process started",
     ),
@@ -955,13 +1013,14 @@ def markdown_table() -> str:
         return text.replace("|", "\\|")
 
     rows = [
-        "| family (sample name) | source | type | labels | meaning | read by |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| family (sample name) | source | type | unit | labels | meaning | read by |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for f in _FAMILIES:
         labels = ", ".join(f.labels) or "(none)"
         rows.append(
-            f"| `{f.name}` | {cell(f.origin)} | {f.kind} | {labels} | {cell(f.meaning or f.help)} | {cell(f.read_by)} |"
+            f"| `{f.name}` | {cell(f.origin)} | {f.kind} | {f.unit or '—'} | {labels} | {cell(f.meaning or f.help)} "
+            f"| {cell(f.read_by)} |"
         )
     return "\n".join(rows) + "\n"
 

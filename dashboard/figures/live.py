@@ -11,12 +11,14 @@ QUANTILE_DASH = {0.5: "solid", 0.9: "dash", 0.99: "dot"}
 P90_PER_USER_REFERENCE = 196.0  # tokens/s, the write-up's P90 per-user decode throughput
 
 
-def _layout(fig: go.Figure, title: str, height: int = 320) -> go.Figure:
+def _layout(fig: go.Figure, title: str, height: int = 320, subtitle: str = "") -> go.Figure:
+    """A chart's title (short: half a 1280 px page holds about 45 characters), what it measures
+    below it, and the legend under the time axis's date line."""
     fig.update_layout(
-        title=title,
+        title=dict(text=title, subtitle=dict(text=subtitle)) if subtitle else title,
         height=height,
-        margin=dict(l=40, r=10, t=40, b=30),
-        legend=dict(orientation="h", y=-0.15),
+        margin=dict(l=40, r=10, t=64 if subtitle else 40, b=30),
+        legend=dict(orientation="h", y=-0.2, yanchor="top"),
         hovermode="x unified",
     )
     return fig
@@ -106,7 +108,7 @@ def per_user_figure(per_user: pd.DataFrame) -> go.Figure:
         annotation_position="bottom right",
     )
     fig.update_yaxes(title_text="tokens/s", rangemode="tozero")
-    return _layout(fig, "P90 per-user decode throughput (1 / P90 of per-request mean ITL)")
+    return _layout(fig, "P90 per-user decode tok/s", subtitle="1 / P90 of per-request mean inter-token latency")
 
 
 def queue_figure(gauges: pd.DataFrame) -> go.Figure:
@@ -122,7 +124,8 @@ def queue_figure(gauges: pd.DataFrame) -> go.Figure:
             row=1,
             col=2,
         )
-    return _layout(fig, "Requests (sum over engines)")
+    _layout(fig, "Requests (sum over engines)", height=340)
+    return fig.update_layout(margin_t=72, legend_y=-0.28)  # room for the subplots' own titles and dates
 
 
 def kv_figure(gauges: pd.DataFrame) -> go.Figure:
