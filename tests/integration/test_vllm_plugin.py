@@ -110,6 +110,18 @@ def _value(m: dict, name: str, **labels: str) -> float:
     return sum(v for (n, lab), v in m.items() if n == name and all(dict(lab).get(k) == x for k, x in labels.items()))
 
 
+def _phase_counts(url: str) -> dict[str, float]:
+    """Steps the plugin has timed so far, per phase (all engines)."""
+    m = _metrics(url)
+    phases = {dict(lab)["phase"] for n, lab in m if n == "moemeter_step_phase_seconds_count"}
+    return {p: _value(m, "moemeter_step_phase_seconds_count", phase=p) for p in phases}
+
+
+def _stepped_since(before: dict[str, float], now: dict[str, float]) -> bool:
+    """Every one of the plugin's five phases (schedule, prepare_inputs, forward, sample, update) timed again."""
+    return len(now) == 5 and all(n > before.get(p, 0.0) for p, n in now.items())
+
+
 def _routed(url: str) -> int:
     """Token-expert assignments the plugin has handed over so far, all layers."""
     return sum(map(sum, httpx.get(url + "/moemeter/experts").json()["logical_tokens_total"]))
@@ -197,16 +209,20 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
         async with httpx.AsyncClient() as client:
             fetch = http_fetcher(client)
             await collector.round(fetch)
-            before = _routed(url)
+            before, phases = _routed(url), _phase_counts(url)
             usage = httpx.post(
                 url + "/v1/completions",
                 json={"model": "tiny-moe", "prompt": "more tokens please", "max_tokens": 6, "ignore_eos": True},
                 timeout=120,
             ).json()["usage"]
-            # The plugin hands its totals over twice a second: the round after they arrived.
+            # The plugin hands its totals over twice a second, each process its own (the worker its
+            # expert counts, the engine core its step phases): the round after both arrived.
             deadline = time.monotonic() + scaled(30)
             while _routed(url) < before + 3 * TOP_K * (usage["prompt_tokens"] + usage["completion_tokens"] - 1):
                 assert time.monotonic() < deadline, "the plugin's expert totals did not arrive"
+                await asyncio.sleep(0.2)
+            while not _stepped_since(phases, _phase_counts(url)):
+                assert time.monotonic() < deadline, f"the engine core's step phases did not arrive: {phases}"
                 await asyncio.sleep(0.2)
             await collector.round(fetch)
             return usage
