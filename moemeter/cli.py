@@ -684,6 +684,37 @@ def cmd_eplb_rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rules(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from collectors.targets import load_targets
+    from warehouse.alerts import AlertRules
+    from warehouse.prices import default_sheet, load_sheet
+    from warehouse.rules import RulesError, alert_pack, file_sd, pool_costs
+
+    targets = load_targets(args.targets) if args.targets else None
+    pools = None
+    if targets is not None:
+        sheet = load_sheet(args.price_sheet) if args.price_sheet else default_sheet()
+        pools = pool_costs(targets, sheet, datetime.now(UTC).replace(tzinfo=None))
+    else:
+        print("no --targets: the $/M-token rules (they need each pool's GPUs) are left out", file=sys.stderr)
+    text = yaml.safe_dump(alert_pack(AlertRules(), pools), sort_keys=False, width=1000)
+    if args.sd_out:
+        if targets is None:
+            raise RulesError("--sd-out needs --targets: the file_sd file lists them")
+        Path(args.sd_out).write_text(json.dumps(file_sd(targets), indent=2) + "\n")
+        print(f"wrote {args.sd_out}", file=sys.stderr)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
 # ----------------------------------------------------------------------------- up
 def cmd_localstack(args: argparse.Namespace) -> int:
     """Real vLLM on CPU: prefill + decode (NIXL), vllm-router, the gateway, traffic through it; Ctrl-C stops it."""
@@ -1165,6 +1196,17 @@ def build_parser() -> argparse.ArgumentParser:
     s = eplb.add_parser("rules", help="print the EPLB hot-spot alerts as a Prometheus alerting-rules file")
     s.add_argument("--out", help="write to this file instead of stdout")
     s.set_defaults(func=cmd_eplb_rules)
+
+    s = sub.add_parser(
+        "rules", help="the alert pack: SLO burn, NIXL, KV cache, preemptions, stragglers, targets, idle, $/M, EPLB"
+    )
+    s.add_argument("--targets", help="targets file: each pool's GPUs, for the $/M-token rules (else left out)")
+    s.add_argument("--price-sheet", help="TOML price sheet (default: warehouse/price_sheets/default.toml)")
+    s.add_argument("--out", help="write the rules file here instead of stdout")
+    s.add_argument(
+        "--sd-out", help="also write a Prometheus file_sd file of the targets, with the labels the rules read"
+    )
+    s.set_defaults(func=cmd_rules)
 
     s = sub.add_parser("pull", help="backfill from a Prometheus-compatible HTTP API (query_range)")
     s.add_argument(

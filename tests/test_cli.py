@@ -30,6 +30,7 @@ SUBCOMMANDS = [
     "eplb",
     "eplb plan",
     "eplb rules",
+    "rules",
     "gateway",
     "loadgen",
     "launch",

@@ -1,5 +1,6 @@
-"""EPLB hot-spot alert rules: one definition, evaluated over the warehouse and exported as a
-Prometheus alerting-rules file for users who run Prometheus against the plugin's metrics."""
+"""Alert thresholds, one definition for the warehouse and for Prometheus: the EPLB hot-spot rules
+are evaluated here over the warehouse and exported as a Prometheus rules group; the rest of the
+alert pack (warehouse/rules.py) reads its thresholds from the same `AlertRules`."""
 
 from __future__ import annotations
 
@@ -21,6 +22,41 @@ class AlertRules:
     """...for at least this long, minutes."""
     max_rebalance_gap_seconds: float = 900.0
     """No EPLB rebalance for longer than this, seconds (3x the default interval)."""
+
+    slo_objective: float = 0.99
+    """The share of requests that must meet each latency target and not fail on the server side."""
+    slo_period_days: float = 30.0
+    """The objective's period: the error budget is (1 - objective) of its requests."""
+    slo_ttft_seconds: float = 2.5
+    """Time to first token target (a bucket boundary of the gateway's TTFT histogram)."""
+    slo_itl_seconds: float = 0.025
+    """Mean inter-token latency target, 40 tok/s per user (a bucket boundary of the gateway's ITL histogram)."""
+    burn_fast: float = 14.4
+    """Fast burn: 2% of a 30-day budget in one hour (over 1 h and 5 min), as in Google's SRE workbook."""
+    burn_slow: float = 6.0
+    """Slow burn: 5% of a 30-day budget in six hours (over 6 h and 30 min)."""
+    kv_usage_max: float = 0.95
+    """An engine's KV cache is saturated when its usage stays above this..."""
+    kv_minutes: float = 5.0
+    """...for this long, minutes."""
+    preemptions_per_minute: float = 1.0
+    """Preempted requests per minute and engine that page, sustained over 10 minutes."""
+    straggler_factor: float = 3.0
+    """A DP engine straggles when its waiting queue is this many times its pool's median..."""
+    straggler_min_waiting: float = 8.0
+    """...and at least this many requests long (an idle pool has no stragglers)."""
+    straggler_step_factor: float = 1.5
+    """...or its mean engine-step time is this many times its pool's median."""
+    straggler_minutes: float = 5.0
+    """...for this long, minutes."""
+    target_down_minutes: float = 2.0
+    """A target that failed its scrapes this long is down."""
+    idle_minutes: float = 15.0
+    """A pool whose engines are up and produced no token for this long is idle."""
+    cost_spike_factor: float = 2.0
+    """$/M tokens of a pool over the last hour at least this many times its 24-hour figure..."""
+    cost_spike_minutes: float = 30.0
+    """...for this long, minutes."""
 
 
 @dataclass(frozen=True)
@@ -116,41 +152,44 @@ def _since(series: pd.DataFrame, column: str, condition) -> pd.Timestamp | None:
 
 
 def prometheus_rules(rules: AlertRules) -> dict[str, object]:
-    """The same rules as a Prometheus alerting-rules file (YAML-serialisable)."""
+    """The EPLB rules as a Prometheus alerting-rules file (YAML-serialisable); the whole pack with
+    them is warehouse/rules.py's."""
+    return {"groups": [eplb_group(rules)]}
+
+
+def eplb_group(rules: AlertRules) -> dict[str, object]:
+    """The EPLB hot-spot rules as one Prometheus rules group."""
     rate = "sum by (model_name, layer, engine) (rate(moemeter_expert_rank_tokens_total[5m]))"
     mean = f"avg by (model_name, layer) ({rate})"
     return {
-        "groups": [
+        "name": "moemeter-eplb",
+        "rules": [
             {
-                "name": "moemeter-eplb",
-                "rules": [
-                    {
-                        "alert": "EPLBRankHot",
-                        "expr": f"{rate} / on (model_name, layer) group_left {mean} > {rules.hot_rank_factor}",
-                        "for": f"{rules.hot_rank_minutes:g}m",
-                        "labels": {"severity": "warning"},
-                        "annotations": {
-                            "summary": "EPLB hot spot: rank {{ $labels.engine }} of layer {{ $labels.layer }} carries "
-                            "{{ $value | humanize }}x the layer's mean load"
-                        },
-                    },
-                    {
-                        "alert": "EPLBLayerUnbalanced",
-                        "expr": f"avg_over_time(moemeter_eplb_balancedness[5m]) < {rules.min_balancedness}",
-                        "for": f"{rules.unbalanced_minutes:g}m",
-                        "labels": {"severity": "warning"},
-                        "annotations": {
-                            "summary": "Layer {{ $labels.layer }} balancedness {{ $value | humanize }} (mean/max rank load)"
-                        },
-                    },
-                    {
-                        "alert": "EPLBNoRebalance",
-                        "expr": f"moemeter_eplb_last_rebalance_timestamp_seconds > 0 and "
-                        f"time() - moemeter_eplb_last_rebalance_timestamp_seconds > {rules.max_rebalance_gap_seconds:g}",
-                        "labels": {"severity": "info"},
-                        "annotations": {"summary": "No EPLB rebalance for {{ $value | humanizeDuration }}"},
-                    },
-                ],
-            }
-        ]
+                "alert": "EPLBRankHot",
+                "expr": f"{rate} / on (model_name, layer) group_left {mean} > {rules.hot_rank_factor:g}",
+                "for": f"{rules.hot_rank_minutes:g}m",
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": "EPLB hot spot: rank {{ $labels.engine }} of layer {{ $labels.layer }} carries "
+                    '{{ $value | printf "%.2f" }}x the layer\'s mean load'
+                },
+            },
+            {
+                "alert": "EPLBLayerUnbalanced",
+                "expr": f"avg_over_time(moemeter_eplb_balancedness[5m]) < {rules.min_balancedness:g}",
+                "for": f"{rules.unbalanced_minutes:g}m",
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": 'Layer {{ $labels.layer }} balancedness {{ $value | printf "%.2f" }} (mean/max rank load)'
+                },
+            },
+            {
+                "alert": "EPLBNoRebalance",
+                # the gap first: `and` keeps its left side's value, which the summary shows
+                "expr": f"time() - moemeter_eplb_last_rebalance_timestamp_seconds > {rules.max_rebalance_gap_seconds:g}"
+                " and moemeter_eplb_last_rebalance_timestamp_seconds > 0",
+                "labels": {"severity": "info"},
+                "annotations": {"summary": "No EPLB rebalance for {{ $value | humanizeDuration }}"},
+            },
+        ],
     }

@@ -20,6 +20,19 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 SCHEMA = "moemeter.requests/1"
+SERVER_FAULTS = frozenset(
+    {
+        "upstream_timeout",
+        "upstream_unavailable",
+        "upstream_error",
+        "upstream_5xx",
+        "upstream_dropped",
+        "upstream_stream_error",
+        "gateway_error",
+    }
+)
+"""Outcomes that are the server side's failure, not the client's: they count against availability.
+A refused request (bad JSON, unknown model, no key), an upstream 4xx and a client that went away do not."""
 
 
 @dataclass

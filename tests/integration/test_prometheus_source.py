@@ -57,12 +57,14 @@ def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen])
     chosen = [t for t in all_targets if t["name"] in ("decode-0", "prefill-0", "gpu-tray-03")]
     write_targets(chosen, tmp / "targets.json")
     port = free_port()
+    assert main(["rules", "--out", str(tmp / "rules.yml")]) == 0  # the alert pack, evaluated by the real server
     (tmp / "prometheus.yml").write_text(
         json.dumps(
             {
                 # 5 s to render a 4 MB decode page: 2 s timed out on a 2-core machine with both cores
                 # taken (the busy-core clean-clone run of 9f954b7 beside a dashboard in Chromium)
-                "global": {"scrape_interval": "5s", "scrape_timeout": "5s"},
+                "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "5s"},
+                "rule_files": [str(tmp / "rules.yml")],
                 "scrape_configs": [
                     {
                         "job_name": "moemeter-twin",
@@ -185,6 +187,26 @@ def test_pull_backfills_the_warehouse_and_counts_increases(prometheus, capsys):
     )
     row = json.loads(capsys.readouterr().out)[0]
     assert row["n"] >= 64 * 3 and row["low"] >= 0, (row, target_health(url))  # 64 engines, three intervals each
+
+
+def test_the_real_server_evaluates_every_rule_of_the_pack(prometheus):
+    """promtool's unit tests hold the rules to hand-made series; here Prometheus evaluates them on
+    the twin's real pages: no rule errors, and the per-engine recording rules have the engines."""
+    url, targets_file, _ = prometheus
+    within = scaled(120)
+    deadline = time.monotonic() + within
+    while True:
+        groups = httpx.get(url + "/api/v1/rules").json()["data"]["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        if rules and all(not r["lastEvaluation"].startswith("0001") for r in rules):
+            break
+        assert time.monotonic() < deadline, f"Prometheus has not evaluated every rule within {within:g} s"
+        time.sleep(1)
+    assert {g["name"] for g in groups} == {"moemeter-slo", "moemeter-engines", "moemeter-targets", "moemeter-eplb"}
+    assert [(r["name"], r["lastError"]) for r in rules if r["health"] != "ok"] == []
+    engines = {f"{t.url.split('//')[1].split('/')[0]}" for t in load_targets(targets_file) if t.role != "gpu"}
+    waiting = httpx.get(url + "/api/v1/query", params={"query": "moemeter:engine_waiting:sum"}).json()["data"]
+    assert {r["metric"]["instance"] for r in waiting["result"]} == engines
 
 
 def test_api_errors_are_clear():

@@ -1,0 +1,292 @@
+"""The alert pack: one Prometheus rules file for the rack, over the families of the contract.
+
+Groups: SLO burn rates from the gateway's histograms and request counter (multi-window, as in
+Google's SRE workbook), NIXL transfer failures and expired KV, KV-cache saturation, preemptions,
+DP-engine stragglers, targets down or absent, idle pools, a $/M-token spike, and the EPLB rules of
+warehouse/alerts.py. Every threshold is a field of `AlertRules`. Series are aggregated before they
+are compared, to `role` (the pool), `instance` and `engine` at most, so the pack's own series stay
+bounded on a 72-GPU rack.
+
+The pack expects each scraped target to carry a `role` label (prefill, decode, router, gateway,
+gpu: the targets file's role; `moemeter rules --sd-out` writes a file_sd file with it). The $/M
+rule embeds each pool's GPUs (from the targets file) and GPU-hour price (the sheet's, in effect
+when the file is written): write the file again when either changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from moemeter.contract import POOLS, TargetInfo
+from moemeter.errors import MoemeterError
+from stack.gateway.metrics import ITL_BUCKETS, TTFT_BUCKETS
+from stack.gateway.records import SERVER_FAULTS
+from warehouse.alerts import AlertRules, eplb_group
+from warehouse.prices import PriceSheet
+
+WINDOWS = ("5m", "30m", "1h", "6h")
+"""The burn-rate windows: fast burn reads 1h with 5m, slow burn 6h with 30m."""
+
+POOL_TOKENS = {
+    "prefill": 'vllm:prompt_tokens_by_source_total{role="prefill",source="local_compute"}',
+    "decode": 'vllm:generation_tokens_total{role="decode"}',
+}
+"""The tokens a pool's $/M is over (docs/definitions.md): the prefill pool's computed prompt tokens
+(prompt - cached, which vLLM counts as source="local_compute"), the decode pool's generated tokens."""
+
+ENGINE = "role, instance, engine"
+"""What per-engine series are aggregated to."""
+
+
+class RulesError(MoemeterError, ValueError):
+    """Thresholds the pack cannot express (an SLO target that is no bucket boundary)."""
+
+
+@dataclass(frozen=True)
+class PoolCost:
+    gpus: int
+    usd_per_gpu_hour: float
+
+
+def pool_costs(targets: list[TargetInfo], sheet: PriceSheet, at: datetime) -> dict[str, PoolCost]:
+    """Each pool's GPUs in the targets file and its GPU-hour price in effect at `at` (UTC, naive)."""
+    out = {}
+    for pool in POOLS:
+        gpus = sum(t.gpus for t in targets if t.role == pool)
+        segments = sheet.gpu_segments(pool, at, at + timedelta(seconds=1))
+        if gpus and segments:
+            out[pool] = PoolCost(gpus, segments[0][2].usd_per_gpu_hour)
+    return out
+
+
+def alert_pack(rules: AlertRules, pools: dict[str, PoolCost] | None = None) -> dict[str, object]:
+    """The rules file (YAML-serialisable). Without `pools` the $/M group is left out."""
+    groups = [_slo(rules), _engines(rules), _targets(rules)]
+    if pools:
+        groups.append(_cost(rules, pools))
+    groups.append(eplb_group(rules))
+    return {"groups": groups}
+
+
+def file_sd(targets: list[TargetInfo]) -> list[dict[str, object]]:
+    """A Prometheus file_sd file of the targets, each with the labels the pack reads."""
+    from collectors.promapi import instance_of
+
+    return [
+        {
+            "targets": [instance_of(t.url)],
+            "labels": {"role": t.role, "target": t.name, "__metrics_path__": _path(t.url)},
+        }
+        for t in targets
+    ]
+
+
+# --------------------------------------------------------------------------- groups
+def _slo(r: AlertRules) -> dict[str, object]:
+    budget = 1 - r.slo_objective
+    if not 0 < budget < 1:
+        raise RulesError(f"slo_objective must lie between 0 and 1, not {r.slo_objective}")
+    record = []
+    for window in WINDOWS:
+        for objective, bad in (
+            ("ttft", _over("moemeter_gateway_ttft_seconds", r.slo_ttft_seconds, TTFT_BUCKETS, window)),
+            ("itl", _over("moemeter_gateway_itl_mean_seconds", r.slo_itl_seconds, ITL_BUCKETS, window)),
+            ("availability", _faults(window)),
+        ):
+            record.append(
+                {
+                    "record": f"moemeter:slo_burn:rate{window}",
+                    "expr": f"({bad}) / {budget:g}",
+                    "labels": {"objective": objective},
+                }
+            )
+    what = "{{ $labels.objective }} objective " + f"({r.slo_objective * 100:g}% of requests)"
+    alerts = [
+        {
+            "alert": "MoemeterSLOFastBurn",
+            "expr": f"moemeter:slo_burn:rate1h > {r.burn_fast:g} and moemeter:slo_burn:rate5m > {r.burn_fast:g}",
+            "for": "2m",
+            "labels": {"severity": "page"},
+            "annotations": {
+                "summary": f'{what} burns its error budget {{{{ $value | printf "%.1f" }}}}x too fast (1 h):'
+                f" at {r.burn_fast:g}x a {r.slo_period_days:g}-day budget lasts {r.slo_period_days / r.burn_fast:.1f} days",
+            },
+        },
+        {
+            "alert": "MoemeterSLOSlowBurn",
+            "expr": f"moemeter:slo_burn:rate6h > {r.burn_slow:g} and moemeter:slo_burn:rate30m > {r.burn_slow:g}",
+            "for": "15m",
+            "labels": {"severity": "ticket"},
+            "annotations": {
+                "summary": f'{what} burns its error budget {{{{ $value | printf "%.1f" }}}}x too fast (6 h)',
+            },
+        },
+    ]
+    return {"name": "moemeter-slo", "rules": record + alerts}
+
+
+def _engines(r: AlertRules) -> dict[str, object]:
+    waiting = f"sum by ({ENGINE}) (vllm:num_requests_waiting)"
+    step = (
+        f"sum by ({ENGINE}) (rate(moemeter_step_seconds_sum[5m]))"
+        f" / sum by ({ENGINE}) (rate(moemeter_step_seconds_count[5m]))"
+    )
+    rules: list[dict[str, object]] = [
+        {"record": "moemeter:engine_waiting:sum", "expr": waiting},
+        {"record": "moemeter:engine_step_seconds:mean5m", "expr": step},
+    ]
+    for alert, family, what in (
+        ("NIXLFailedTransfers", "vllm:nixl_num_failed_transfers_total", "KV transfers failed"),
+        ("NIXLFailedNotifications", "vllm:nixl_num_failed_notifications_total", "NIXL notifications failed"),
+        ("NIXLExpiredKV", "vllm:nixl_num_kv_expired_reqs_total", "requests' KV blocks expired before decode read them"),
+    ):
+        rules.append(
+            {
+                "alert": alert,
+                "expr": f"sum by (role, instance) (increase({family}[5m])) > 0",
+                "labels": {"severity": "warning"},
+                "annotations": {
+                    "summary": f'{{{{ $labels.role }}}} {{{{ $labels.instance }}}}: {{{{ $value | printf "%.0f" }}}} '
+                    f"{what} in 5 min"
+                },
+            }
+        )
+    rules += [
+        {
+            "alert": "KVCacheSaturated",
+            "expr": f"max by ({ENGINE}) (vllm:kv_cache_usage_perc) > {r.kv_usage_max:g}",
+            "for": f"{r.kv_minutes:g}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "{{ $labels.role }} {{ $labels.instance }} engine {{ $labels.engine }}: KV cache "
+                "{{ $value | humanizePercentage }} full for " + f"{r.kv_minutes:g} min"
+            },
+        },
+        {
+            "alert": "EnginePreempting",
+            "expr": f"sum by ({ENGINE}) (rate(vllm:num_preemptions_total[10m])) * 60 > {r.preemptions_per_minute:g}",
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "{{ $labels.role }} {{ $labels.instance }} engine {{ $labels.engine }}: "
+                '{{ $value | printf "%.1f" }} preemptions per minute'
+            },
+        },
+        {
+            "alert": "DPEngineStraggler",
+            "expr": f"moemeter:engine_waiting:sum > on (role) group_left () ({r.straggler_factor:g} * quantile by (role)"
+            f" (0.5, moemeter:engine_waiting:sum)) and moemeter:engine_waiting:sum >= {r.straggler_min_waiting:g}",
+            "for": f"{r.straggler_minutes:g}m",
+            "labels": {"severity": "warning", "signal": "waiting"},
+            "annotations": {
+                "summary": "{{ $labels.role }} {{ $labels.instance }} engine {{ $labels.engine }}: "
+                "{{ $value }} requests waiting, over " + f"{r.straggler_factor:g}x its pool's median"
+            },
+        },
+        {
+            "alert": "DPEngineStraggler",
+            "expr": f"moemeter:engine_step_seconds:mean5m > on (role) group_left () ({r.straggler_step_factor:g} * "
+            "quantile by (role) (0.5, moemeter:engine_step_seconds:mean5m))",
+            "for": f"{r.straggler_minutes:g}m",
+            "labels": {"severity": "warning", "signal": "step"},
+            "annotations": {
+                "summary": "{{ $labels.role }} {{ $labels.instance }} engine {{ $labels.engine }}: "
+                "{{ $value | humanizeDuration }} per engine step, over "
+                f"{r.straggler_step_factor:g}x its pool's median: every rank's all-to-all waits for it"
+            },
+        },
+    ]
+    return {"name": "moemeter-engines", "rules": rules}
+
+
+def _targets(r: AlertRules) -> dict[str, object]:
+    rules: list[dict[str, object]] = [
+        {
+            "alert": "TargetDown",
+            "expr": "up == 0",
+            "for": f"{r.target_down_minutes:g}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "{{ $labels.role }} target {{ $labels.instance }} has not answered a scrape for "
+                f"{r.target_down_minutes:g} min"
+            },
+        }
+    ]
+    for pool in POOLS:
+        rules.append(
+            {
+                "alert": "PoolAbsent",
+                "expr": f'absent(up{{role="{pool}"}})',
+                "for": f"{r.target_down_minutes:g}m",
+                "labels": {"severity": "page", "role": pool},
+                "annotations": {"summary": f"no {pool} target is scraped at all"},
+            }
+        )
+        tokens = POOL_TOKENS[pool]
+        rules.append(
+            {
+                "alert": "PoolIdle",
+                "expr": f"sum by (role) (rate({tokens}[{r.idle_minutes:g}m])) == 0"
+                f' and on (role) max by (role) (up{{role="{pool}"}}) == 1',
+                "for": "1m",
+                "labels": {"severity": "info", "role": pool},
+                "annotations": {"summary": f"the {pool} pool is up and produced no token in {r.idle_minutes:g} min"},
+            }
+        )
+    return {"name": "moemeter-targets", "rules": rules}
+
+
+def _cost(r: AlertRules, pools: dict[str, PoolCost]) -> dict[str, object]:
+    rules: list[dict[str, object]] = []
+    for pool, cost in pools.items():
+        usd_per_second = cost.gpus * cost.usd_per_gpu_hour / 3600
+        for window in ("1h", "24h"):
+            rules.append(
+                {
+                    "record": f"moemeter:pool_usd_per_mtok:{window}",
+                    "expr": f"{usd_per_second:.10g} / ((sum by (role) (rate({POOL_TOKENS[pool]}[{window}])) > 0) / 1e6)",
+                    "labels": {"role": pool},
+                }
+            )
+    rules.append(
+        {
+            "alert": "CostPerTokenSpike",
+            "expr": f"moemeter:pool_usd_per_mtok:1h > on (role) {r.cost_spike_factor:g} * moemeter:pool_usd_per_mtok:24h",
+            "for": f"{r.cost_spike_minutes:g}m",
+            "labels": {"severity": "ticket"},
+            "annotations": {
+                "summary": '{{ $labels.role }} pool: ${{ $value | printf "%.2f" }} per M tokens over the last hour, '
+                f"over {r.cost_spike_factor:g}x its 24-hour figure",
+                "description": ", ".join(
+                    f"{p}: {c.gpus} GPUs at ${c.usd_per_gpu_hour:g}/GPU-hour" for p, c in pools.items()
+                ),
+            },
+        }
+    )
+    return {"name": "moemeter-cost", "rules": rules}
+
+
+# --------------------------------------------------------------------------- helpers
+def _over(histogram: str, target: float, buckets: tuple[float, ...], window: str) -> str:
+    """The share of observations above `target` over `window`, from a histogram with that bucket."""
+    if target not in buckets:
+        raise RulesError(
+            f"{histogram}: the target {target:g} s is no bucket boundary ({', '.join(f'{b:g}' for b in buckets)})"
+        )
+    return f'1 - sum(rate({histogram}_bucket{{le="{target!r}"}}[{window}])) / sum(rate({histogram}_count[{window}]))'
+
+
+def _faults(window: str) -> str:
+    """The share of requests that failed on the server side (client errors are not the rack's)."""
+    faults = "|".join(sorted(SERVER_FAULTS))
+    return (
+        f'(sum(rate(moemeter_gateway_requests_total{{outcome=~"{faults}"}}[{window}])) or vector(0))'
+        f" / sum(rate(moemeter_gateway_requests_total[{window}]))"
+    )
+
+
+def _path(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).path or "/metrics"
