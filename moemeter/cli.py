@@ -60,7 +60,10 @@ def cmd_twin(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     if args.fast_forward:
         return _fast_forward(profile, args)
-    twin = Twin(profile, seed=args.seed, host=args.host)
+    from stack.twin.faults import Fault
+
+    faults = tuple(Fault.parse(spec) for spec in args.fault)
+    twin = Twin(profile, seed=args.seed, host=args.host, faults=faults)
     if args.base_port:
         twin.ports = {name: args.base_port + i for i, name in enumerate(twin.ports)}
     if args.openai_port:  # first: it needs none of the simulation, which takes a while to warm up
@@ -74,7 +77,8 @@ def cmd_twin(args: argparse.Namespace) -> int:
     gpus = sum(int(str(t["gpus"])) for t in targets if t["role"] == "gpu")
     print(
         f"twin {profile.name} (seed {args.seed}): {len(targets)} endpoints, {gpus} GPUs"
-        + (f", targets in {args.targets_out}" if args.targets_out else ""),
+        + (f", targets in {args.targets_out}" if args.targets_out else "")
+        + (f", faults: {', '.join(map(str, faults))}" if faults else ""),
         flush=True,
     )
     _wait_for_signal()
@@ -1026,6 +1030,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--targets-out", help="write the targets file the twin serves here")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
     s.add_argument("--base-port", type=int, default=0, help="first port (default: free ports)")
+    s.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KIND:INSTANCE[:ENGINE]",
+        help="carry a named fault (repeatable): straggler, nixl-failures or kv-saturated, on a decode "
+        "instance or one of its engines, e.g. straggler:decode-0:7 (stack/twin/faults.py)",
+    )
     s.add_argument(
         "--openai-port",
         type=int,

@@ -40,6 +40,12 @@ ROOT = Path(__file__).parents[1]
 PROFILE = ROOT / "stack" / "profiles" / "local-cpu"
 MODEL_NAME = "tiny-moe"
 KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_device":"cpu"}'
+KV_CACHE_BYTES = 256 * 2**20
+"""Each engine's KV cache: 43,680 tokens of the tiny model, ten 4,096-token sequences, for traffic
+two sessions at a time. vLLM zeroes it at start; on a busy shared VM zeroing vLLM's usual 1 GiB
+took 125 s (py-spy: `allocate_kv_cache`, a clean-clone `make test` with one core busy), close to
+the start-up deadline, since a VM that handed its free memory back to the host gets it again page
+by page."""
 
 
 class StackError(MoemeterError, RuntimeError):
@@ -109,7 +115,6 @@ class LocalCpuStack:
         env = {
             **os.environ,
             "VLLM_PLUGINS": "moemeter",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
             # per engine, not per core: on one core both share it, never a port
             "VLLM_CPU_OMP_THREADS_BIND": str(core),
             "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.ports[f"{name}-nixl"]),
@@ -120,6 +125,7 @@ class LocalCpuStack:
             "VLLM_MLA_DISABLE": "1",
         }
         env.pop("MOEMETER_VLLM_STATE_DIR", None)  # each server hands its plugin data over in its own directory
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
         cmd = [
             str(self.vllm_python),
             "-m",
@@ -133,6 +139,8 @@ class LocalCpuStack:
             "bfloat16",
             "--max-model-len",
             "4096",
+            "--kv-cache-memory-bytes",
+            str(KV_CACHE_BYTES),
             "--host",
             "127.0.0.1",
             "--port",

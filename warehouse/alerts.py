@@ -43,8 +43,8 @@ class AlertRules:
     """Preempted requests per minute and engine that page, sustained over 10 minutes."""
     straggler_factor: float = 3.0
     """A DP engine straggles when its waiting queue is this many times its pool's median..."""
-    straggler_min_waiting: float = 8.0
-    """...and at least this many requests long (an idle pool has no stragglers)."""
+    straggler_min_waiting: float = 4.0
+    """...and at least this many requests long, on average over 2 minutes (an idle pool has no stragglers)."""
     straggler_step_factor: float = 1.5
     """...or its mean engine-step time is this many times its pool's median."""
     straggler_minutes: float = 5.0

@@ -127,13 +127,13 @@ def _slo(r: AlertRules) -> dict[str, object]:
 
 
 def _engines(r: AlertRules) -> dict[str, object]:
-    waiting = f"sum by ({ENGINE}) (vllm:num_requests_waiting)"
+    waiting = f"sum by ({ENGINE}) (avg_over_time(vllm:num_requests_waiting[2m]))"  # a moment's queue is no straggler
     step = (
         f"sum by ({ENGINE}) (rate(moemeter_step_seconds_sum[5m]))"
         f" / sum by ({ENGINE}) (rate(moemeter_step_seconds_count[5m]))"
     )
     rules: list[dict[str, object]] = [
-        {"record": "moemeter:engine_waiting:sum", "expr": waiting},
+        {"record": "moemeter:engine_waiting:avg2m", "expr": waiting},
         {"record": "moemeter:engine_step_seconds:mean5m", "expr": step},
     ]
     for alert, family, what in (
@@ -175,13 +175,14 @@ def _engines(r: AlertRules) -> dict[str, object]:
         },
         {
             "alert": "DPEngineStraggler",
-            "expr": f"moemeter:engine_waiting:sum > on (role) group_left () ({r.straggler_factor:g} * quantile by (role)"
-            f" (0.5, moemeter:engine_waiting:sum)) and moemeter:engine_waiting:sum >= {r.straggler_min_waiting:g}",
+            "expr": f"moemeter:engine_waiting:avg2m > on (role) group_left () ({r.straggler_factor:g} * quantile by (role)"
+            f" (0.5, moemeter:engine_waiting:avg2m)) and moemeter:engine_waiting:avg2m >= {r.straggler_min_waiting:g}",
             "for": f"{r.straggler_minutes:g}m",
             "labels": {"severity": "warning", "signal": "waiting"},
             "annotations": {
                 "summary": "{{ $labels.role }} {{ $labels.instance }} engine {{ $labels.engine }}: "
-                "{{ $value }} requests waiting, over " + f"{r.straggler_factor:g}x its pool's median"
+                '{{ $value | printf "%.1f" }} requests waiting (2-min mean), over '
+                + f"{r.straggler_factor:g}x its pool's median"
             },
         },
         {

@@ -19,6 +19,7 @@ import numpy as np
 
 from .config import TwinProfile
 from .experts import ExpertModel
+from .faults import PREEMPTIONS_PER_SECOND, Fault, FaultMap
 from .gateway_log import TwinGatewayLog
 from .stats import GpuStats, InstanceStats, RouterStats
 
@@ -68,9 +69,13 @@ class RackModel:
         prefill_urls: list[str] | None = None,
         decode_urls: list[str] | None = None,
         tick: float = TICK_SECONDS,
+        faults: tuple[Fault, ...] = (),
     ) -> None:
         self.profile = profile
         self.tick = tick
+        self.faults = FaultMap(faults, profile.topology.decode_instances, profile.topology.decode_dp)
+        self.fault_rng = np.random.default_rng([seed, 2])  # its own stream: no fault, the same rack
+        self.preempt_carry = np.zeros(profile.topology.decode_instances * profile.topology.decode_dp)
         self.overhead_rng = np.random.default_rng(seed + 1_000_003)  # apart, so the workload stream is unchanged
         self.step_carry = np.zeros(profile.topology.decode_instances)
         self.rng = np.random.default_rng(seed)
@@ -278,10 +283,17 @@ class RackModel:
             d = int(np.argmin(load + self.rng.random(n_dc) * 0.5))
             load[d] += 1
             self.dc_engine[a] = d
-            self.kv_ready[a] = self.prefill_end[a] + xfer[j]
             self.first_token[a] = np.nan
             self.progress[a] = 0.0
-        dinst, deng = np.divmod(self.dc_engine[done], topo.decode_dp)
+        # Faults (faults.py): a slow link to a straggler, failed transfers read a second time.
+        fm, dc = self.faults, self.dc_engine[done]
+        xfer = xfer * fm.kv_slowdown[dc]
+        failed = np.zeros(done.size)
+        if fm.failure_share.any():
+            failed = (self.fault_rng.random(done.size) < fm.failure_share[dc]).astype(float)
+            xfer = xfer * (1.0 + failed)
+        self.kv_ready[done] = self.prefill_end[done] + xfer
+        dinst, deng = np.divmod(dc, topo.decode_dp)
         blocks = np.ceil(prompt / BLOCK_TOKENS)
         for i, inst in enumerate(self.decode):
             sel = dinst == i
@@ -293,6 +305,7 @@ class RackModel:
             h["vllm:nixl_post_time_seconds"].observe(e, np.full(sel.sum(), perf.kv_transfer_latency_seconds * 0.4))
             h["vllm:nixl_bytes_transferred"].observe(e, kv_bytes[sel])
             h["vllm:nixl_num_descriptors"].observe(e, blocks[sel])
+            np.add.at(inst.counters["nixl_failed_transfers"], e, failed[sel])
         self._router_requests(done, pf_global, self.dc_engine[done], xfer)
 
     def _router_requests(
@@ -321,6 +334,7 @@ class RackModel:
         batch = np.bincount(self.dc_engine[active], minlength=n_dc).astype(np.float64)
         context = np.bincount(self.dc_engine[active], weights=ctx, minlength=n_dc).astype(np.float64)
         self.decode_batch, self.decode_context = batch, context
+        self._preempt(context, t1 - t0)
         # A sequence counts for the part of the tick it is in the batch (long fast-forward ticks
         # would otherwise charge every step with sequences that join late or leave early).
         begin = np.maximum(t0, self.kv_ready[active])
@@ -378,6 +392,19 @@ class RackModel:
         done = active[finished]
         if done.size:
             self._finish_decode(done, finish_time[finished])
+
+    def _preempt(self, context: np.ndarray, dt: float) -> None:
+        """A KV-saturated engine (faults.py) preempts while its sequences outgrow its cache."""
+        capacity = self.faults.kv_capacity
+        if (capacity == 1.0).all():
+            return
+        full = (capacity < 1.0) & (context > self.profile.performance.decode_kv_capacity_tokens * capacity)
+        self.preempt_carry[full] += dt * PREEMPTIONS_PER_SECOND
+        whole = np.floor(self.preempt_carry)
+        self.preempt_carry -= whole
+        dp = self.profile.topology.decode_dp
+        for i, inst in enumerate(self.decode):
+            inst.counters["num_preemptions"] += whole[i * dp : (i + 1) * dp]
 
     def _step_phases(self, inst: InstanceStats, engines: np.ndarray, step: np.ndarray, weight: float) -> None:
         """The plugin's view of `weight` engine steps of `step` seconds on each of `engines`; the
@@ -480,7 +507,8 @@ class RackModel:
             g["waiting"][:] = waiting_dc[s]
             g["waiting_deferred"][:] = waiting_dc[s]
             g["kv_fetch_in_progress"][:] = waiting_dc[s]
-            g["kv_cache_usage"][:] = np.minimum(self.decode_context[s] / perf.decode_kv_capacity_tokens, 1.0)
+            capacity = perf.decode_kv_capacity_tokens * self.faults.kv_capacity[s]
+            g["kv_cache_usage"][:] = np.minimum(self.decode_context[s] / capacity, 1.0)
         r = self.router
         for i, url in enumerate(r.prefill_urls):
             s = slice(i * topo.prefill_dp, (i + 1) * topo.prefill_dp)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .config import TwinProfile
 from .exposition import expert_snapshot, render_dcgm, render_plugin, render_router, render_step_phases, render_vllm
+from .faults import Fault
 from .model import TICK_SECONDS, RackModel
 from .stats import InstanceStats
 
@@ -51,8 +52,10 @@ class Twin:
         host: str = "127.0.0.1",
         ports: list[int] | None = None,
         tick: float = TICK_SECONDS,
+        faults: tuple[Fault, ...] = (),
     ) -> None:
         self.profile = profile
+        self.faults = faults
         self.tick = tick  # simulation step; fast-forward may take longer ones
         self.seed = seed
         self.host = host
@@ -73,7 +76,7 @@ class Twin:
 
     # ---------------------------------------------------------------- pages
     def _build_model(self, prefill_urls: list[str], decode_urls: list[str]) -> None:
-        self.model = RackModel(self.profile, self.seed, self._start, prefill_urls, decode_urls, self.tick)
+        self.model = RackModel(self.profile, self.seed, self._start, prefill_urls, decode_urls, self.tick, self.faults)
 
     def endpoints(self) -> list[Endpoint]:
         assert self.model is not None

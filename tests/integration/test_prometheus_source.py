@@ -205,7 +205,7 @@ def test_the_real_server_evaluates_every_rule_of_the_pack(prometheus):
     assert {g["name"] for g in groups} == {"moemeter-slo", "moemeter-engines", "moemeter-targets", "moemeter-eplb"}
     assert [(r["name"], r["lastError"]) for r in rules if r["health"] != "ok"] == []
     engines = {f"{t.url.split('//')[1].split('/')[0]}" for t in load_targets(targets_file) if t.role != "gpu"}
-    waiting = httpx.get(url + "/api/v1/query", params={"query": "moemeter:engine_waiting:sum"}).json()["data"]
+    waiting = httpx.get(url + "/api/v1/query", params={"query": "moemeter:engine_waiting:avg2m"}).json()["data"]
     assert {r["metric"]["instance"] for r in waiting["result"]} == engines
 
 

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from collectors.parse import parse_page
+from stack.localstack import KV_CACHE_BYTES
 from stack.ready import scaled
 from tests.e2e.test_browser import free_port
 
@@ -48,12 +49,12 @@ def vllm_server(tmp_path_factory):
     env = {
         **os.environ,
         "VLLM_PLUGINS": "moemeter",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "0",
         "HF_HUB_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
     }
     env.pop("MOEMETER_VLLM_STATE_DIR", None)
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     log = (tmp / "vllm.log").open("w")
     proc = subprocess.Popen(
         [
@@ -69,6 +70,8 @@ def vllm_server(tmp_path_factory):
             "bfloat16",
             "--max-model-len",
             "2048",
+            "--kv-cache-memory-bytes",
+            str(KV_CACHE_BYTES),
             "--host",
             "127.0.0.1",
             "--port",

@@ -1,0 +1,123 @@
+"""The alert pack end to end: the twin carries a straggler, failing NIXL transfers and a full KV
+cache on named decode engines; a real Prometheus scrapes it through the file_sd file `moemeter
+rules --sd-out` writes and evaluates the pack. Its own ALERTS series must name those engines and
+no other (pending while an alert's `for` runs, firing after)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from moemeter.cli import main
+from stack.ready import scaled
+from stack.twin.server import write_targets
+from tests.e2e.test_browser import free_port, wait_http
+
+pytestmark = pytest.mark.integration
+PROMETHEUS = shutil.which("prometheus")
+STRAGGLER, FAILING, SATURATED = "7", "5", "3"
+FAULTS = [f"straggler:decode-0:{STRAGGLER}", f"nixl-failures:decode-0:{FAILING}", f"kv-saturated:decode-0:{SATURATED}"]
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    if PROMETHEUS is None:
+        pytest.skip("needs Debian's prometheus package (make test installs it)")
+    tmp = tmp_path_factory.mktemp("pack")
+    faults = [a for f in FAULTS for a in ("--fault", f)]
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter.cli", "twin", "--seed", "6", "--targets-out", str(tmp / "all.json"), *faults],
+        stdout=subprocess.DEVNULL,
+    )
+    procs = [twin]
+    try:
+        within = scaled(180)
+        deadline = time.monotonic() + within
+        while not (tmp / "all.json").exists() and twin.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (tmp / "all.json").exists(), f"the twin did not publish its targets within {within:g} s"
+        chosen = [t for t in json.loads((tmp / "all.json").read_text()) if t["role"] in ("prefill", "decode")]
+        write_targets(chosen, tmp / "targets.json")
+        assert (
+            main(
+                [
+                    "rules",
+                    "--targets",
+                    str(tmp / "targets.json"),
+                    "--out",
+                    str(tmp / "rules.yml"),
+                    "--sd-out",
+                    str(tmp / "sd.json"),
+                ]
+            )
+            == 0
+        )
+        (tmp / "prometheus.yml").write_text(
+            json.dumps(
+                {
+                    "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "5s"},
+                    "rule_files": [str(tmp / "rules.yml")],
+                    "scrape_configs": [{"job_name": "rack", "file_sd_configs": [{"files": [str(tmp / "sd.json")]}]}],
+                }
+            )
+        )
+        port = free_port()
+        procs.append(
+            subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={tmp / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/-/ready", scaled(30))
+        yield url
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(20)
+
+
+def alerts(url: str) -> dict[str, list[dict[str, str]]]:
+    """alertname -> the label sets Prometheus holds it for, pending or firing."""
+    result = httpx.get(url + "/api/v1/query", params={"query": "ALERTS"}).json()["data"]["result"]
+    out: dict[str, list[dict[str, str]]] = {}
+    for r in result:
+        out.setdefault(r["metric"]["alertname"], []).append(r["metric"])
+    return out
+
+
+def test_the_injected_faults_raise_their_alerts_on_their_engines_only(prometheus):
+    expected = ("DPEngineStraggler", "NIXLFailedTransfers", "KVCacheSaturated", "EnginePreempting")
+    within = scaled(240)
+    deadline = time.monotonic() + within
+    seen: dict[str, list[dict[str, str]]] = {}
+    while time.monotonic() < deadline:
+        seen = alerts(prometheus)
+        if all(name in seen for name in expected):
+            break
+        time.sleep(2)
+    missing = [name for name in expected if name not in seen]
+    assert not missing, f"within {within:g} s Prometheus raised {sorted(seen)}, not {missing}"
+
+    def engines(name: str) -> list[tuple[str, str]]:
+        return sorted((m["role"], m.get("engine", "")) for m in seen[name])
+
+    assert engines("DPEngineStraggler") == [("decode", STRAGGLER)]
+    assert engines("KVCacheSaturated") == [("decode", SATURATED)]
+    assert engines("EnginePreempting") == [("decode", SATURATED)]
+    # per instance, and without `for`: firing at once, on decode-0 alone
+    assert [(m["role"], m["alertstate"]) for m in seen["NIXLFailedTransfers"]] == [("decode", "firing")]
+    for quiet in ("MoemeterSLOFastBurn", "PoolAbsent", "TargetDown", "PoolIdle"):
+        assert quiet not in seen, f"{quiet} raised on the twin: {seen[quiet]}"
