@@ -6,7 +6,6 @@ no other (pending while an alert's `for` runs, firing after)."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -17,10 +16,9 @@ import pytest
 from moemeter.cli import main
 from stack.ready import scaled
 from stack.twin.server import write_targets
-from tests.e2e.test_browser import free_port, wait_http
+from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus
 
 pytestmark = pytest.mark.integration
-PROMETHEUS = shutil.which("prometheus")
 STRAGGLER, FAILING, SATURATED = "7", "5", "3"
 FAULTS = [f"straggler:decode-0:{STRAGGLER}", f"nixl-failures:decode-0:{FAILING}", f"kv-saturated:decode-0:{SATURATED}"]
 
@@ -58,30 +56,8 @@ def prometheus(tmp_path_factory):
             )
             == 0
         )
-        (tmp / "prometheus.yml").write_text(
-            json.dumps(
-                {
-                    "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "5s"},
-                    "rule_files": [str(tmp / "rules.yml")],
-                    "scrape_configs": [{"job_name": "rack", "file_sd_configs": [{"files": [str(tmp / "sd.json")]}]}],
-                }
-            )
-        )
-        port = free_port()
-        procs.append(
-            subprocess.Popen(
-                [
-                    PROMETHEUS,
-                    f"--config.file={tmp / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={tmp / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/-/ready", scaled(30))
+        scrape = {"job_name": "rack", "file_sd_configs": [{"files": [str(tmp / "sd.json")]}]}
+        url = start_prometheus(tmp, [scrape], procs)
         yield url
     finally:
         for p in procs:

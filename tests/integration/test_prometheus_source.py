@@ -56,8 +56,17 @@ def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen])
     all_targets = json.loads((tmp / "all.json").read_text())
     chosen = [t for t in all_targets if t["name"] in ("decode-0", "prefill-0", "gpu-tray-03")]
     write_targets(chosen, tmp / "targets.json")
-    port = free_port()
     assert main(["rules", "--out", str(tmp / "rules.yml")]) == 0  # the alert pack, evaluated by the real server
+    targets = [str(t["url"]).split("//")[1].split("/")[0] for t in chosen]
+    scrape = {"job_name": "moemeter-twin", "static_configs": [{"targets": targets}]}
+    url = start_prometheus(tmp, [scrape], procs)
+    wait_for_scrapes(url, len(chosen), 5, scaled(180))
+    yield url, tmp / "targets.json", tmp
+
+
+def start_prometheus(tmp, scrape_configs: list[dict], procs: list[subprocess.Popen]) -> str:
+    """Debian's Prometheus on a free loopback port, the alert pack in tmp/rules.yml loaded, until
+    it is ready; its address. Added to `procs` for the caller to stop."""
     (tmp / "prometheus.yml").write_text(
         json.dumps(
             {
@@ -65,19 +74,15 @@ def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen])
                 # taken (the busy-core clean-clone run of 9f954b7 beside a dashboard in Chromium)
                 "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "5s"},
                 "rule_files": [str(tmp / "rules.yml")],
-                "scrape_configs": [
-                    {
-                        "job_name": "moemeter-twin",
-                        "static_configs": [{"targets": [str(t["url"]).split("//")[1].split("/")[0] for t in chosen]}],
-                    }
-                ],
+                "scrape_configs": scrape_configs,
             }
         )
     )  # JSON is YAML
+    port = free_port()
     procs.append(
         subprocess.Popen(
             [
-                PROMETHEUS,
+                str(PROMETHEUS),
                 f"--config.file={tmp / 'prometheus.yml'}",
                 f"--storage.tsdb.path={tmp / 'data'}",
                 f"--web.listen-address=127.0.0.1:{port}",
@@ -88,8 +93,7 @@ def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen])
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/-/ready", scaled(30))
-    wait_for_scrapes(url, len(chosen), 5, scaled(180))
-    yield url, tmp / "targets.json", tmp
+    return url
 
 
 def target_health(url: str) -> dict[str, tuple[str, str, float]]:
