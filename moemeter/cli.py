@@ -597,6 +597,20 @@ def cmd_prices_load(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_slo_load(args: argparse.Namespace) -> int:
+    from warehouse.slo import load_slo_sheet, store_slo_sheet
+
+    sheet = load_slo_sheet(args.file)
+    wh = _open_warehouse(args.db)
+    try:
+        added = wh.write(lambda con: store_slo_sheet(con, sheet, datetime.now(UTC).replace(tzinfo=None)))
+    finally:
+        wh.close()
+    classes = ", ".join(sorted({c.name for c in sheet.classes}))
+    print(f"SLO sheet {sheet.name} ({classes}): {added} new entries stored in {args.db}")
+    return 0
+
+
 # --------------------------------------------------------------------------- pull
 def cmd_pull(args: argparse.Namespace) -> int:
     """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
@@ -697,15 +711,21 @@ def cmd_rules(args: argparse.Namespace) -> int:
     from warehouse.alerts import AlertRules
     from warehouse.prices import default_sheet, load_sheet
     from warehouse.rules import RulesError, alert_pack, file_sd, pool_costs
+    from warehouse.slo import default_slo_sheet, load_slo_sheet
 
     targets = load_targets(args.targets) if args.targets else None
     pools = None
     if targets is not None:
         sheet = load_sheet(args.price_sheet) if args.price_sheet else default_sheet()
-        pools = pool_costs(targets, sheet, datetime.now(UTC).replace(tzinfo=None))
+        pools = pool_costs(targets, sheet, datetime.now(UTC).replace(tzinfo=None))  # the prices in effect now
     else:
         print("no --targets: the $/M-token rules (they need each pool's GPUs) are left out", file=sys.stderr)
-    text = yaml.safe_dump(alert_pack(AlertRules(), pools), sort_keys=False, width=1000)
+    slo_sheet = load_slo_sheet(args.slo_sheet) if args.slo_sheet else default_slo_sheet()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    slo = slo_sheet.default_at(now)
+    if slo is None:
+        raise RulesError(f"SLO sheet {slo_sheet.name}: no default class is in effect now")
+    text = yaml.safe_dump(alert_pack(AlertRules(), slo, pools), sort_keys=False, width=1000)
     if args.sd_out:
         if targets is None:
             raise RulesError("--sd-out needs --targets: the file_sd file lists them")
@@ -1214,6 +1234,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--targets", help="targets file: each pool's GPUs, for the $/M-token rules (else left out)")
     s.add_argument("--price-sheet", help="TOML price sheet (default: warehouse/price_sheets/default.toml)")
+    s.add_argument(
+        "--slo-sheet",
+        help="TOML SLO sheet: its default class sets the burn-rate objectives (default: warehouse/slo_sheets/default.toml)",
+    )
     s.add_argument("--out", help="write the rules file here instead of stdout")
     s.add_argument(
         "--sd-out", help="also write a Prometheus file_sd file of the targets, with the labels the rules read"
@@ -1280,6 +1304,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="TOML price sheet")
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (needs the writer: stop `serve` first)")
     s.set_defaults(func=cmd_prices_load)
+
+    s = sub.add_parser("slo", help="SLO sheets: load a new version of the classes and assignments")
+    sl = s.add_subparsers(dest="slo_command", required=True, metavar="SLO_COMMAND")
+    s = sl.add_parser("load", help="add an SLO sheet's entries (never changes a stored target or assignment)")
+    s.add_argument("file", help="TOML SLO sheet (warehouse/slo_sheets/default.toml shows the form)")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (needs the writer: stop `serve` first)")
+    s.set_defaults(func=cmd_slo_load)
 
     s = sub.add_parser("query", help="run one SELECT on the warehouse and print it")
     s.add_argument("sql", help="a single SELECT statement")

@@ -31,6 +31,8 @@ SUBCOMMANDS = [
     "eplb plan",
     "eplb rules",
     "rules",
+    "slo",
+    "slo load",
     "gateway",
     "loadgen",
     "launch",

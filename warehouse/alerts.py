@@ -23,16 +23,9 @@ class AlertRules:
     max_rebalance_gap_seconds: float = 900.0
     """No EPLB rebalance for longer than this, seconds (3x the default interval)."""
 
-    slo_objective: float = 0.99
-    """The share of requests that must meet each latency target and not fail on the server side."""
-    slo_period_days: float = 30.0
-    """The objective's period: the error budget is (1 - objective) of its requests."""
-    slo_ttft_seconds: float = 2.5
-    """Time to first token target (a bucket boundary of the gateway's TTFT histogram)."""
-    slo_itl_seconds: float = 0.025
-    """Mean inter-token latency target, 40 tok/s per user (a bucket boundary of the gateway's ITL histogram)."""
     burn_fast: float = 14.4
-    """Fast burn: 2% of a 30-day budget in one hour (over 1 h and 5 min), as in Google's SRE workbook."""
+    """Fast burn of the SLO sheet's default class (warehouse/slo.py holds the objectives and targets):
+    2% of a 30-day budget in one hour (over 1 h and 5 min), as in Google's SRE workbook."""
     burn_slow: float = 6.0
     """Slow burn: 5% of a 30-day budget in six hours (over 6 h and 30 min)."""
     kv_usage_max: float = 0.95

@@ -40,7 +40,16 @@ FACT_TABLES = (
 )
 TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-DIMENSION_TABLES = ("series", "targets", "expert_placement", "gpu_prices", "token_prices", "request_feeds")
+DIMENSION_TABLES = (
+    "series",
+    "targets",
+    "expert_placement",
+    "gpu_prices",
+    "token_prices",
+    "slo_classes",
+    "slo_assignments",
+    "request_feeds",
+)
 
 
 class ExportError(MoemeterError, ValueError):

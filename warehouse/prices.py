@@ -9,9 +9,8 @@ with the line of the entry it is in.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
-from datetime import UTC, datetime, time
+from datetime import datetime, time
 from importlib import resources
 from math import gcd
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import duckdb
 
 from moemeter.errors import MoemeterError
+from warehouse.sheets import entry_at, known, lines, load_toml, when
 
 POOLS = ("prefill", "decode", "*")
 TOKEN_PRICES = ("usd_per_mtok_input_cache_hit", "usd_per_mtok_input_cache_miss", "usd_per_mtok_output")
@@ -105,30 +105,6 @@ class PriceSheet:
         return current
 
 
-def _lines(text: str, table: str) -> list[int]:
-    """Line numbers (1-based) of each `[[table]]` header, in order."""
-    return [i + 1 for i, line in enumerate(text.splitlines()) if line.strip().startswith(f"[[{table}]]")]
-
-
-def _when(value: Any, where: str) -> datetime:
-    if isinstance(value, datetime):
-        dt = value
-    elif isinstance(value, str):
-        try:
-            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError as exc:
-            raise PriceSheetError(f"{where}: effective must be an ISO 8601 time, got {value!r}") from exc
-    else:
-        raise PriceSheetError(f"{where}: effective is missing (an ISO 8601 time, e.g. 2026-12-01T00:00:00Z)")
-    return dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
-
-
-def _known(entry: dict[str, Any], keys: set[str], where: str) -> None:
-    unknown = set(entry) - keys
-    if unknown:
-        raise PriceSheetError(f"{where}: unknown keys {sorted(unknown)}; an entry has {sorted(keys)}")
-
-
 def _price(entry: dict[str, Any], key: str, where: str) -> float:
     v = entry.get(key)
     if v is None:
@@ -139,21 +115,18 @@ def _price(entry: dict[str, Any], key: str, where: str) -> float:
 
 
 def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise PriceSheetError(f"{origin}: not valid TOML: {exc}") from exc
+    data = load_toml(text, origin, PriceSheetError)
     name = data.get("name", Path(origin).stem)
-    gpu_lines, token_lines = _lines(text, "gpu"), _lines(text, "tokens")
+    gpu_lines, token_lines = lines(text, "gpu"), lines(text, "tokens")
     gpus: list[GpuPrice] = []
     for i, entry in enumerate(data.get("gpu", [])):
-        where = f"{origin}, line {gpu_lines[i] if i < len(gpu_lines) else '?'} ([[gpu]] entry {i + 1})"
-        _known(entry, {"effective", "pool", "usd_per_gpu_hour", "source"}, where)
+        where = entry_at(origin, "gpu", gpu_lines, i)
+        known(entry, {"effective", "pool", "usd_per_gpu_hour", "source"}, where, PriceSheetError)
         pool = entry.get("pool", "*")
         if pool not in POOLS:
             raise PriceSheetError(f"{where}: unknown pool {pool!r}; pools are prefill, decode and * (every GPU)")
         p = GpuPrice(
-            _when(entry.get("effective"), where),
+            when(entry.get("effective"), where, PriceSheetError),
             pool,
             _price(entry, "usd_per_gpu_hour", where),
             str(entry.get("source") or ""),
@@ -169,13 +142,14 @@ def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
         gpus.append(p)
     tokens: list[TokenPrice] = []
     for i, entry in enumerate(data.get("tokens", [])):
-        where = f"{origin}, line {token_lines[i] if i < len(token_lines) else '?'} ([[tokens]] entry {i + 1})"
-        _known(
+        where = entry_at(origin, "tokens", token_lines, i)
+        known(
             entry,
             {"effective", "off_peak_utc", "source", *TOKEN_PRICES, *("off_peak_" + k for k in TOKEN_PRICES)},
             where,
+            PriceSheetError,
         )
-        eff = _when(entry.get("effective"), where)
+        eff = when(entry.get("effective"), where, PriceSheetError)
         if any(t.effective == eff for t in tokens):
             raise PriceSheetError(
                 f"{where}: a second token price effective {eff:%Y-%m-%d %H:%M} (overlapping effective dates)"

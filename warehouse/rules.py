@@ -20,10 +20,11 @@ from datetime import datetime, timedelta
 
 from moemeter.contract import POOLS, TargetInfo
 from moemeter.errors import MoemeterError
-from stack.gateway.metrics import ITL_BUCKETS, TTFT_BUCKETS
+from stack.gateway.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from stack.gateway.records import SERVER_FAULTS
 from warehouse.alerts import AlertRules, eplb_group
 from warehouse.prices import PriceSheet
+from warehouse.slo import SloClass
 
 WINDOWS = ("5m", "30m", "1h", "6h")
 """The burn-rate windows: fast burn reads 1h with 5m, slow burn 6h with 30m."""
@@ -40,7 +41,7 @@ ENGINE = "role, instance, engine"
 
 
 class RulesError(MoemeterError, ValueError):
-    """Thresholds the pack cannot express (an SLO target that is no bucket boundary)."""
+    """Targets the pack cannot express (an SLO target that is no bucket boundary, no default class)."""
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,11 @@ def pool_costs(targets: list[TargetInfo], sheet: PriceSheet, at: datetime) -> di
     return out
 
 
-def alert_pack(rules: AlertRules, pools: dict[str, PoolCost] | None = None) -> dict[str, object]:
-    """The rules file (YAML-serialisable). Without `pools` the $/M group is left out."""
-    groups = [_slo(rules), _engines(rules), _targets(rules)]
+def alert_pack(rules: AlertRules, slo: SloClass, pools: dict[str, PoolCost] | None = None) -> dict[str, object]:
+    """The rules file (YAML-serialisable): the gateway's traffic is held to `slo`, the SLO sheet's
+    default class (its histograms have no class label: per-class attainment is the warehouse's).
+    Without `pools` the $/M group is left out."""
+    groups = [_slo(rules, slo), _engines(rules), _targets(rules)]
     if pools:
         groups.append(_cost(rules, pools))
     groups.append(eplb_group(rules))
@@ -83,25 +86,29 @@ def file_sd(targets: list[TargetInfo]) -> list[dict[str, object]]:
 
 
 # --------------------------------------------------------------------------- groups
-def _slo(r: AlertRules) -> dict[str, object]:
-    budget = 1 - r.slo_objective
-    if not 0 < budget < 1:
-        raise RulesError(f"slo_objective must lie between 0 and 1, not {r.slo_objective}")
+def _slo(r: AlertRules, c: SloClass) -> dict[str, object]:
+    budget = 1 - c.objective
+    targets = [
+        t
+        for t in (
+            ("ttft", "moemeter_gateway_ttft_seconds", c.ttft_seconds, TTFT_BUCKETS),
+            ("itl", "moemeter_gateway_itl_mean_seconds", c.itl_seconds, ITL_BUCKETS),
+            ("e2e", "moemeter_gateway_request_duration_seconds", c.e2e_seconds, E2E_BUCKETS),
+        )
+        if t[2] is not None
+    ]
     record = []
     for window in WINDOWS:
-        for objective, bad in (
-            ("ttft", _over("moemeter_gateway_ttft_seconds", r.slo_ttft_seconds, TTFT_BUCKETS, window)),
-            ("itl", _over("moemeter_gateway_itl_mean_seconds", r.slo_itl_seconds, ITL_BUCKETS, window)),
-            ("availability", _faults(window)),
-        ):
+        bad = [(name, _over(family, target, buckets, window)) for name, family, target, buckets in targets if target]
+        for objective, share in [*bad, ("availability", _faults(window))]:
             record.append(
                 {
                     "record": f"moemeter:slo_burn:rate{window}",
-                    "expr": f"({bad}) / {budget:g}",
-                    "labels": {"objective": objective},
+                    "expr": f"({share}) / {budget:g}",
+                    "labels": {"objective": objective, "slo_class": c.name},
                 }
             )
-    what = "{{ $labels.objective }} objective " + f"({r.slo_objective * 100:g}% of requests)"
+    what = "{{ $labels.slo_class }} {{ $labels.objective }} objective " + f"({c.objective * 100:g}% of requests)"
     alerts = [
         {
             "alert": "MoemeterSLOFastBurn",
@@ -110,7 +117,7 @@ def _slo(r: AlertRules) -> dict[str, object]:
             "labels": {"severity": "page"},
             "annotations": {
                 "summary": f'{what} burns its error budget {{{{ $value | printf "%.1f" }}}}x too fast (1 h):'
-                f" at {r.burn_fast:g}x a {r.slo_period_days:g}-day budget lasts {r.slo_period_days / r.burn_fast:.1f} days",
+                f" at {r.burn_fast:g}x a {c.period_days:g}-day budget lasts {c.period_days / r.burn_fast:.1f} days",
             },
         },
         {

@@ -7,7 +7,7 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import fields
+from dataclasses import fields, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +19,11 @@ from moemeter.contract import FAMILIES, TargetInfo
 from warehouse.alerts import AlertRules
 from warehouse.prices import default_sheet
 from warehouse.rules import PoolCost, RulesError, alert_pack, pool_costs
+from warehouse.slo import default_slo_sheet
+
+NOW = datetime(2026, 12, 1)
+INTERACTIVE = default_slo_sheet().default_at(NOW)
+assert INTERACTIVE is not None
 
 HERE = Path(__file__).parent
 TARGETS = [
@@ -69,9 +74,7 @@ def test_every_alert_fires_in_promtool_and_stays_silent_where_it_should(pack: Pa
 
 
 def test_the_pack_reads_only_families_of_the_contract():
-    doc = alert_pack(
-        AlertRules(), pool_costs([TargetInfo(**t) for t in TARGETS], default_sheet(), datetime(2026, 12, 1))
-    )
+    doc = alert_pack(AlertRules(), INTERACTIVE, pool_costs([TargetInfo(**t) for t in TARGETS], default_sheet(), NOW))
     recorded = {r["record"] for g in doc["groups"] for r in g["rules"] if "record" in r}  # type: ignore[index]
     exprs = " ".join(str(r["expr"]) for g in doc["groups"] for r in g["rules"])  # type: ignore[index]
     names = set(re.findall(r"\b((?:vllm:|moemeter_|moemeter:)[a-z0-9_:]+)", exprs))
@@ -81,18 +84,19 @@ def test_the_pack_reads_only_families_of_the_contract():
     assert names - declared - recorded == set()
 
 
-def test_thresholds_come_from_alert_rules():
-    rules = AlertRules(slo_objective=0.999, burn_fast=10, kv_usage_max=0.9, straggler_factor=4)
-    doc = yaml.safe_dump(alert_pack(rules))
+def test_thresholds_come_from_alert_rules_and_objectives_from_the_slo_sheet():
+    rules = AlertRules(burn_fast=10, kv_usage_max=0.9, straggler_factor=4)
+    strict = replace(INTERACTIVE, name="strict", objective=0.999, e2e_seconds=60.0)
+    doc = yaml.safe_dump(alert_pack(rules, strict))
     assert "/ 0.001" in doc and "> 10 and" in doc and "> 0.9" in doc and "(4 * quantile" in doc
+    assert 'moemeter_gateway_request_duration_seconds_bucket{le="60.0"}' in doc  # the e2e target
+    assert "slo_class: strict" in doc
     assert "moemeter-cost" not in doc  # no pools: no $/M rules
 
 
 def test_an_slo_target_off_the_histograms_buckets_is_refused():
     with pytest.raises(RulesError, match=r"target 0.3 s is no bucket boundary"):
-        alert_pack(AlertRules(slo_ttft_seconds=0.3))
-    with pytest.raises(RulesError, match="between 0 and 1"):
-        alert_pack(AlertRules(slo_objective=1.0))
+        alert_pack(AlertRules(), replace(INTERACTIVE, ttft_seconds=0.3))
 
 
 def test_rules_without_targets_leave_the_cost_rules_out_and_say_so(tmp_path, capsys):
@@ -130,7 +134,22 @@ def test_the_file_sd_output_passes_promtool_and_carries_the_role(tmp_path):
 
 def test_docs_name_every_alert_and_threshold():
     text = (HERE.parents[1] / "docs" / "alerts.md").read_text()
-    doc = alert_pack(AlertRules(), {"decode": PoolCost(1, 1.0)})
+    doc = alert_pack(AlertRules(), INTERACTIVE, {"decode": PoolCost(1, 1.0)})
     alerts = {r["alert"] for g in doc["groups"] for r in g["rules"] if "alert" in r}  # type: ignore[index]
     assert {a for a in alerts if f"`{a}`" not in text} == set()
     assert {f.name for f in fields(AlertRules) if f"`{f.name}`" not in text} == set()
+
+
+def test_rules_take_their_objectives_from_the_slo_sheet(tmp_path, capsys):
+    sheet = tmp_path / "slo.toml"
+    sheet.write_text(
+        '[[class]]\nname = "gold"\neffective = "2026-01-01T00:00:00Z"\ndefault = true\n'
+        "ttft_ms = 1000\ne2e_ms = 30000\nobjective = 0.999\n"
+    )
+    assert main(["rules", "--slo-sheet", str(sheet)]) == 0
+    out = capsys.readouterr().out
+    assert 'moemeter_gateway_ttft_seconds_bucket{le="1.0"}' in out and "/ 0.001" in out
+    assert "slo_class: gold" in out and "moemeter_gateway_itl_mean_seconds" not in out  # no ITL target
+    sheet.write_text(sheet.read_text().replace("ttft_ms = 1000", "ttft_ms = 1200"))
+    assert main(["rules", "--slo-sheet", str(sheet)]) == 2
+    assert "the target 1.2 s is no bucket boundary" in capsys.readouterr().err

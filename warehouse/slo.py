@@ -1,0 +1,261 @@
+"""SLO sheets: service classes with latency targets and an objective, and which users and tenants
+belong to which class, versioned by effective time like price sheets (warehouse/slo_sheets/
+default.toml is the default).
+
+A class has targets for time to first token (`ttft_ms`), mean inter-token latency (`itl_ms`, or
+`tokens_per_second_per_user`, its inverse) and end-to-end latency (`e2e_ms`), any of them; an
+objective (the share of requests that must meet every target, e.g. 0.99) over a period
+(`period_days`, 30 unless said). One class is the default: requests of users and tenants assigned
+to none. A user's own assignment wins over their tenant's. Loading a sheet into the warehouse
+(`moemeter slo load`) only adds versions: an entry already stored with other values is refused,
+so past attainment never changes. Every mistake is refused with the file and line of its entry.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from moemeter.errors import MoemeterError
+from warehouse.sheets import entry_at, known, lines, load_toml, when
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CLASS_KEYS = {
+    "name",
+    "effective",
+    "ttft_ms",
+    "itl_ms",
+    "tokens_per_second_per_user",
+    "e2e_ms",
+    "objective",
+    "period_days",
+    "default",
+    "source",
+}
+
+
+class SloSheetError(MoemeterError, ValueError):
+    """An SLO sheet that cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class SloClass:
+    name: str
+    effective: datetime  # UTC, naive; in effect until the next entry of the same name
+    ttft_seconds: float | None
+    itl_seconds: float | None
+    e2e_seconds: float | None
+    objective: float
+    period_days: float
+    default: bool
+    source: str = ""
+
+    def met(self, ttft: float | None, itl: float | None, e2e: float | None) -> bool:
+        """Whether a request met every target this class sets. A target the request has no
+        measure for (no inter-token latency of a one-token answer) does not apply to it."""
+        return all(
+            target is None or value is None or value <= target
+            for target, value in ((self.ttft_seconds, ttft), (self.itl_seconds, itl), (self.e2e_seconds, e2e))
+        )
+
+
+@dataclass(frozen=True)
+class Assignment:
+    effective: datetime
+    kind: str  # "user" | "tenant"
+    name: str
+    slo_class: str
+
+
+@dataclass(frozen=True)
+class SloSheet:
+    name: str
+    classes: tuple[SloClass, ...]
+    assignments: tuple[Assignment, ...]
+
+    def class_at(self, name: str, t: datetime) -> SloClass | None:
+        """The version of class `name` in effect at `t`."""
+        current = None
+        for c in sorted((c for c in self.classes if c.name == name), key=lambda c: c.effective):
+            if c.effective <= t:
+                current = c
+        return current
+
+    def default_at(self, t: datetime) -> SloClass | None:
+        """The default class in effect at `t`: of the classes in effect then, the one whose latest
+        version says default."""
+        names = {c.name for c in self.classes}
+        live = [c for c in (self.class_at(n, t) for n in sorted(names)) if c is not None and c.default]
+        return max(live, key=lambda c: c.effective) if live else None
+
+    def class_of(self, user: str, tenant: str, t: datetime) -> SloClass | None:
+        """The class a request of `user` (of `tenant`) that finished at `t` is held to."""
+        for kind, who in (("user", user), ("tenant", tenant)):
+            chosen = None
+            for a in sorted(self.assignments, key=lambda a: a.effective):
+                if a.kind == kind and a.name == who and a.effective <= t:
+                    chosen = a.slo_class
+            if chosen is not None:
+                return self.class_at(chosen, t) or self.default_at(t)
+        return self.default_at(t)
+
+
+# --------------------------------------------------------------------------- parsing
+def _positive(entry: dict[str, Any], key: str, where: str) -> float | None:
+    v = entry.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+        raise SloSheetError(f"{where}: {key} must be a finite number > 0, got {v!r}")
+    return float(v)
+
+
+def _name(entry: dict[str, Any], key: str, where: str) -> str:
+    v = entry.get(key)
+    if not isinstance(v, str) or not _NAME.match(v):
+        raise SloSheetError(f"{where}: {key} must be a name of letters, digits, '_', '-' or '.', got {v!r}")
+    return v
+
+
+def _class(entry: dict[str, Any], where: str) -> SloClass:
+    known(entry, CLASS_KEYS, where, SloSheetError)
+    name = _name(entry, "name", where)
+    itl = _positive(entry, "itl_ms", where)
+    tps = _positive(entry, "tokens_per_second_per_user", where)
+    if itl is not None and tps is not None:
+        raise SloSheetError(f"{where}: give itl_ms or tokens_per_second_per_user, not both (one is 1000 / the other)")
+    ttft, e2e = _positive(entry, "ttft_ms", where), _positive(entry, "e2e_ms", where)
+    if ttft is None and itl is None and tps is None and e2e is None:
+        raise SloSheetError(
+            f"{where}: class {name!r} has no target (ttft_ms, itl_ms, tokens_per_second_per_user, e2e_ms)"
+        )
+    objective = entry.get("objective")
+    if not isinstance(objective, int | float) or isinstance(objective, bool) or not 0 < objective < 1:
+        raise SloSheetError(f"{where}: objective must lie strictly between 0 and 1 (e.g. 0.99), got {objective!r}")
+    period = _positive(entry, "period_days", where) or 30.0
+    default = entry.get("default", False)
+    if not isinstance(default, bool):
+        raise SloSheetError(f"{where}: default must be true or false, got {default!r}")
+    return SloClass(
+        name,
+        when(entry.get("effective"), where, SloSheetError),
+        ttft / 1000 if ttft is not None else None,
+        itl / 1000 if itl is not None else (1 / tps if tps is not None else None),
+        e2e / 1000 if e2e is not None else None,
+        float(objective),
+        period,
+        default,
+        str(entry.get("source") or ""),
+    )
+
+
+def _assignment(entry: dict[str, Any], where: str, classes: set[str]) -> Assignment:
+    known(entry, {"effective", "user", "tenant", "class"}, where, SloSheetError)
+    kinds = [k for k in ("user", "tenant") if k in entry]
+    if len(kinds) != 1:
+        raise SloSheetError(f"{where}: an assignment names one user or one tenant, got {kinds or 'neither'}")
+    slo_class = _name(entry, "class", where)
+    if slo_class not in classes:
+        raise SloSheetError(f"{where}: no class {slo_class!r} in this sheet; it has {', '.join(sorted(classes))}")
+    who = entry[kinds[0]]
+    if not isinstance(who, str) or not who:
+        raise SloSheetError(f"{where}: {kinds[0]} must be a non-empty string, got {who!r}")
+    return Assignment(when(entry.get("effective"), where, SloSheetError), kinds[0], who, slo_class)
+
+
+def parse_slo_sheet(text: str, origin: str = "SLO sheet") -> SloSheet:
+    data = load_toml(text, origin, SloSheetError)
+    unknown = set(data) - {"name", "class", "assign"}
+    if unknown:
+        raise SloSheetError(f"{origin}: unknown keys {sorted(unknown)}; a sheet has name, [[class]] and [[assign]]")
+    class_lines, assign_lines = lines(text, "class"), lines(text, "assign")
+    classes: list[SloClass] = []
+    for i, entry in enumerate(data.get("class", [])):
+        where = entry_at(origin, "class", class_lines, i)
+        c = _class(entry, where)
+        if any(o.name == c.name and o.effective == c.effective for o in classes):
+            raise SloSheetError(f"{where}: a second entry for class {c.name!r} effective {c.effective:%Y-%m-%d %H:%M}")
+        clash = next((o for o in classes if o.default and c.default and o.effective == c.effective), None)
+        if clash is not None:
+            raise SloSheetError(f"{where}: {clash.name!r} is already the default from {c.effective:%Y-%m-%d %H:%M}")
+        classes.append(c)
+    if not classes:
+        raise SloSheetError(f"{origin}: no [[class]] entries")
+    if not any(c.default for c in classes):
+        raise SloSheetError(f"{origin}: no class says default = true (the class of everyone not assigned)")
+    names = {c.name for c in classes}
+    assignments: list[Assignment] = []
+    for i, entry in enumerate(data.get("assign", [])):
+        where = entry_at(origin, "assign", assign_lines, i)
+        a = _assignment(entry, where, names)
+        if any((o.kind, o.name, o.effective) == (a.kind, a.name, a.effective) for o in assignments):
+            raise SloSheetError(
+                f"{where}: {a.kind} {a.name!r} is assigned twice effective {a.effective:%Y-%m-%d %H:%M}"
+            )
+        assignments.append(a)
+    return SloSheet(str(data.get("name", Path(origin).stem)), tuple(classes), tuple(assignments))
+
+
+def load_slo_sheet(path: str | Path) -> SloSheet:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SloSheetError(f"cannot read SLO sheet {p}: {exc.strerror}") from exc
+    return parse_slo_sheet(text, str(p))
+
+
+def default_slo_sheet() -> SloSheet:
+    text = resources.files("warehouse").joinpath("slo_sheets/default.toml").read_text()
+    return parse_slo_sheet(text, "warehouse/slo_sheets/default.toml")
+
+
+# --------------------------------------------------------------------------- storage
+_CLASS_COLUMNS = ("ttft_seconds", "itl_seconds", "e2e_seconds", "objective", "period_days", "is_default")
+
+
+def store_slo_sheet(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime) -> int:
+    """Add the sheet's entries to the warehouse; returns the entries added. Refuses one that would
+    change a stored entry (same class or same user/tenant, same effective time, other values)."""
+    added = 0
+    for c in sheet.classes:
+        values = [c.ttft_seconds, c.itl_seconds, c.e2e_seconds, c.objective, c.period_days, c.default]
+        row = con.execute(
+            f"SELECT {', '.join(_CLASS_COLUMNS)} FROM slo_classes WHERE class = ? AND effective = ?",
+            [c.name, c.effective],
+        ).fetchall()
+        if row and list(row[0]) != values:
+            raise SloSheetError(
+                f"{sheet.name}: class {c.name!r} effective {c.effective:%Y-%m-%d %H:%M} is already stored with "
+                "other targets; targets are never edited in place: add an entry with a later effective time"
+            )
+        if not row:
+            con.execute(
+                "INSERT INTO slo_classes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [c.effective, c.name, *values, sheet.name, c.source, now],
+            )
+            added += 1
+    for a in sheet.assignments:
+        row = con.execute(
+            "SELECT class FROM slo_assignments WHERE kind = ? AND name = ? AND effective = ?",
+            [a.kind, a.name, a.effective],
+        ).fetchall()
+        if row and row[0][0] != a.slo_class:
+            raise SloSheetError(
+                f"{sheet.name}: {a.kind} {a.name!r} is already in class {row[0][0]!r} from "
+                f"{a.effective:%Y-%m-%d %H:%M}; add an assignment with a later effective time"
+            )
+        if not row:
+            con.execute(
+                "INSERT INTO slo_assignments VALUES (?, ?, ?, ?, ?, ?)",
+                [a.effective, a.kind, a.name, a.slo_class, sheet.name, now],
+            )
+            added += 1
+    return added
