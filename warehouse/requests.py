@@ -27,7 +27,14 @@ SCHEMA = "moemeter.requests/1"
 MAX_TEXT = 1024  # the gateway cuts user names to 256 characters; anything this long is not a record
 _TEXT = ("request_id", "user", "tenant", "model", "endpoint", "outcome")
 _INT = ("status", "prompt_tokens", "generated_tokens")
-_OPT_FLOAT = ("ttft_seconds", "itl_mean_seconds", "itl_max_seconds", "decode_tokens_per_second")
+_OPT_FLOAT = (
+    "ttft_seconds",
+    "itl_mean_seconds",
+    "itl_max_seconds",
+    "decode_tokens_per_second",
+    "slo_ttft_seconds",  # absent from records of gateways before per-request targets: NULL
+    "slo_itl_seconds",
+)
 
 
 class FeedError(MoemeterError, ValueError):
@@ -97,6 +104,8 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
         nums["decode_tokens_per_second"],
         nums["e2e_seconds"],
         bool(r.get("usage_reported")),
+        nums["slo_ttft_seconds"],
+        nums["slo_itl_seconds"],
     )
 
 
@@ -120,6 +129,8 @@ _COLUMNS = (
     "decode_tokens_per_second",
     "e2e_seconds",
     "usage_reported",
+    "slo_ttft_seconds",
+    "slo_itl_seconds",
 )
 _TYPES = {
     "started_at": pa.timestamp("us"),

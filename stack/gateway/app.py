@@ -41,6 +41,30 @@ _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 _RESPONSE_ID = re.compile(rb'"id": ?"((?:chatcmpl|cmpl)-[^"\\]*)"')  # the first "id" of a response or chunk
 
 
+SLO_TTFT_HEADER = "x-slo-ttft-ms"
+SLO_TPOT_HEADER = "x-slo-tpot-ms"
+"""A request's own targets, in milliseconds (as llm-d reads x-llm-d-slo-ttft-ms and -tpot-ms): they
+are recorded with it, and its attainment is judged by them instead of its class's. TPOT, time per
+output token, is the mean inter-token latency."""
+MAX_SLO_MS = 86_400_000.0
+
+
+def slo_target(request: web.Request, header: str) -> float | None:
+    """The target a request's header sets, in seconds; None without the header."""
+    raw = request.headers.get(header)
+    if raw is None:
+        return None
+    try:
+        ms = float(raw)
+    except ValueError:
+        ms = float("nan")
+    if not 0 < ms <= MAX_SLO_MS:  # NaN fails too
+        raise Refused(
+            400, "bad_slo_header", f"{header} must be a number of milliseconds above 0 and at most a day, got {raw!r}."
+        )
+    return ms / 1000
+
+
 class Refused(Exception):
     """A request the gateway answers itself, with an OpenAI-style error body."""
 
@@ -404,6 +428,8 @@ class Gateway:
         try:
             try:
                 rec.tenant = rec.user = self._attribute(request)
+                rec.slo_ttft_seconds = slo_target(request, SLO_TTFT_HEADER)
+                rec.slo_itl_seconds = slo_target(request, SLO_TPOT_HEADER)
                 if self.metrics.in_flight > self.max_in_flight:
                     raise Refused(
                         429,

@@ -29,10 +29,12 @@ SERVER_FAULTS = frozenset(
         "upstream_dropped",
         "upstream_stream_error",
         "gateway_error",
+        "overloaded",
     }
 )
-"""Outcomes that are the server side's failure, not the client's: they count against availability.
-A refused request (bad JSON, unknown model, no key), an upstream 4xx and a client that went away do not."""
+"""Outcomes that are the server side's failure, not the client's: they count against availability
+(the gateway turning requests away when it is full is one). A refused request (bad JSON, unknown
+model, no key, a malformed SLO header), an upstream 4xx and a client that went away do not."""
 
 
 @dataclass
@@ -57,6 +59,8 @@ class RequestRecord:
     decode_tokens_per_second: float | None = None  # 1 / itl_mean_seconds
     e2e_seconds: float = 0.0
     usage_reported: bool = False  # token counts came from the upstream's usage, not from counting chunks
+    slo_ttft_seconds: float | None = None  # the request's own TTFT target (x-slo-ttft-ms), when it set one
+    slo_itl_seconds: float | None = None  # its own mean inter-token latency target (x-slo-tpot-ms)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)

@@ -101,6 +101,7 @@ def test_a_new_log_is_read_from_its_start_and_a_gap_is_counted(con) -> None:
         ({"cached_prompt_tokens": 10**6}, "cached_prompt_tokens"),
         ({"status": "200"}, "status"),
         ({"user": "x" * 5000}, "over 1024 characters long"),
+        ({"slo_ttft_seconds": "fast"}, "slo_ttft_seconds"),
     ],
 )
 def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.LogCaptureFixture, change, why) -> None:
@@ -113,6 +114,21 @@ def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.Log
     assert RequestIngestor().write(con, "gw", page, T0) == 2
     assert why in caplog.text and "record 2 refused" in caplog.text
     assert con.execute("SELECT seq, rejected FROM request_feeds").fetchall() == [(3, 1)]
+
+
+def test_per_request_targets_are_stored_and_older_records_have_none(con) -> None:
+    old = rec(1).to_json()
+    del old["slo_ttft_seconds"], old["slo_itl_seconds"]  # a gateway from before per-request targets
+    page = {
+        "schema": "moemeter.requests/1",
+        "log_id": "A",
+        "records": [{"seq": 1, **old}, {"seq": 2, **rec(2, slo_ttft_seconds=0.25, slo_itl_seconds=0.0125).to_json()}],
+    }
+    assert RequestIngestor().write(con, "gw", page, T0) == 2
+    assert con.execute("SELECT seq, slo_ttft_seconds, slo_itl_seconds FROM requests ORDER BY seq").fetchall() == [
+        (1, None, None),
+        (2, 0.25, 0.0125),
+    ]
 
 
 def test_pages_that_are_not_feeds_are_refused(con) -> None:

@@ -317,3 +317,21 @@ def test_operator_endpoints_can_live_apart_from_the_api(tmp_path: Path) -> None:
         loop.loop.call_soon_threadsafe(stop.set)
         task.result(10)
         loop.close()
+
+
+def test_per_request_slo_targets_are_recorded_and_a_bad_one_refused(rig: Rig) -> None:
+    body = {"model": "twin-moe", "prompt": "a b c", "max_tokens": 3}
+    ok = httpx.post(rig.url + "/v1/completions", json=body, headers={"x-slo-ttft-ms": "250", "x-slo-tpot-ms": "12.5"})
+    plain = httpx.post(rig.url + "/v1/completions", json=body)
+    assert ok.status_code == plain.status_code == 200
+    forwarded = len(rig.upstream.request_ids)
+    bad = [
+        httpx.post(rig.url + "/v1/completions", json=body, headers={name: value})
+        for name, value in (("x-slo-ttft-ms", "fast"), ("x-slo-tpot-ms", "0"), ("x-slo-ttft-ms", "nan"))
+    ]
+    assert [r.status_code for r in bad] == [400, 400, 400]
+    assert "x-slo-ttft-ms must be a number of milliseconds" in bad[0].json()["error"]["message"]
+    assert len(rig.upstream.request_ids) == forwarded  # refused before the upstream saw them
+    recs = records(rig)
+    assert [(r["slo_ttft_seconds"], r["slo_itl_seconds"]) for r in recs[:2]] == [(0.25, 0.0125), (None, None)]
+    assert [(r["status"], r["outcome"]) for r in recs[2:]] == [(400, "bad_slo_header")] * 3
