@@ -16,9 +16,13 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from collectors import DEFAULT_INTERVAL
 from moemeter.errors import MoemeterError
+
+if TYPE_CHECKING:
+    from stack.twin.faults import Fault
 
 log = logging.getLogger("moemeter")
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,14 +59,13 @@ def _parse_duration(text: str) -> float:
 # --------------------------------------------------------------------------- twin
 def cmd_twin(args: argparse.Namespace) -> int:
     from stack.twin.config import load_profile
+    from stack.twin.faults import Fault
     from stack.twin.server import Twin, write_targets
 
     profile = load_profile(args.profile)
-    if args.fast_forward:
-        return _fast_forward(profile, args)
-    from stack.twin.faults import Fault
-
     faults = tuple(Fault.parse(spec) for spec in args.fault)
+    if args.fast_forward:
+        return _fast_forward(profile, args, faults)
     twin = Twin(profile, seed=args.seed, host=args.host, faults=faults)
     if args.base_port:
         twin.ports = {name: args.base_port + i for i, name in enumerate(twin.ports)}
@@ -109,7 +112,7 @@ def _serve_simulated_upstream(model: str, host: str, port: int) -> None:
     print(f"twin: OpenAI-compatible server for the gateway at http://{host}:{port}/v1 (model {model})", flush=True)
 
 
-def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] = ()) -> int:  # type: ignore[no-untyped-def]
     """Generate history through the real ingest path: twin pages -> parser -> the collector's
     `store` (one round per interval, as a live collector stores it) -> warehouse."""
     from collectors.experts import SnapshotResult
@@ -128,7 +131,7 @@ def _fast_forward(profile, args: argparse.Namespace) -> int:  # type: ignore[no-
     start = end - timedelta(seconds=seconds)
     if not 0.01 <= args.tick <= args.interval:
         raise CliError(f"--tick must be between 0.01 s and the interval ({args.interval:g} s)")
-    twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120, tick=args.tick)
+    twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120, tick=args.tick, faults=faults)
     wh = _open_warehouse(args.db, memory_limit=args.memory_limit)
     collector = Collector(wh, targets_path=None, interval=args.interval)
     twin.pages(start.timestamp())  # warm up to the first scrape

@@ -3,7 +3,8 @@
 Groups: SLO burn rates from the gateway's histograms and request counter (multi-window, as in
 Google's SRE workbook), NIXL transfer failures and expired KV, KV-cache saturation, preemptions,
 DP-engine stragglers, targets down or absent, idle pools, a $/M-token spike, and the EPLB rules of
-warehouse/alerts.py. Every threshold is a field of `AlertRules`. Series are aggregated before they
+warehouse/alerts.py. Every threshold is a field of `AlertRules`; the SLO objectives and targets
+are the SLO sheet's (warehouse/slo.py). Series are aggregated before they
 are compared, to `role` (the pool), `instance` and `engine` at most, so the pack's own series stay
 bounded on a 72-GPU rack.
 
@@ -88,18 +89,14 @@ def file_sd(targets: list[TargetInfo]) -> list[dict[str, object]]:
 # --------------------------------------------------------------------------- groups
 def _slo(r: AlertRules, c: SloClass) -> dict[str, object]:
     budget = 1 - c.objective
-    targets = [
-        t
-        for t in (
-            ("ttft", "moemeter_gateway_ttft_seconds", c.ttft_seconds, TTFT_BUCKETS),
-            ("itl", "moemeter_gateway_itl_mean_seconds", c.itl_seconds, ITL_BUCKETS),
-            ("e2e", "moemeter_gateway_request_duration_seconds", c.e2e_seconds, E2E_BUCKETS),
-        )
-        if t[2] is not None
-    ]
+    measures = (
+        ("ttft", "moemeter_gateway_ttft_seconds", c.ttft_seconds, TTFT_BUCKETS),
+        ("itl", "moemeter_gateway_itl_mean_seconds", c.itl_seconds, ITL_BUCKETS),
+        ("e2e", "moemeter_gateway_request_duration_seconds", c.e2e_seconds, E2E_BUCKETS),
+    )
     record = []
     for window in WINDOWS:
-        bad = [(name, _over(family, target, buckets, window)) for name, family, target, buckets in targets if target]
+        bad = [(name, _over(hist, target, buckets, window)) for name, hist, target, buckets in measures if target]
         for objective, share in [*bad, ("availability", _faults(window))]:
             record.append(
                 {
