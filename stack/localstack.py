@@ -41,7 +41,7 @@ PROFILE = ROOT / "stack" / "profiles" / "local-cpu"
 MODEL_NAME = "tiny-moe"
 KV_CONFIG = '{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_buffer_device":"cpu"}'
 KV_CACHE_BYTES = 256 * 2**20
-"""Each engine's KV cache: 43,680 tokens of the tiny model, ten 4,096-token sequences, for traffic
+"""Each engine's KV cache: 43,648 tokens of the tiny model, ten 4,096-token sequences, for traffic
 two sessions at a time. vLLM zeroes it at start; on a busy shared VM zeroing vLLM's usual 1 GiB
 took 125 s (py-spy: `allocate_kv_cache`, a clean-clone `make test` with one core busy), close to
 the start-up deadline, since a VM that handed its free memory back to the host gets it again page

@@ -33,7 +33,7 @@ class AlertRules:
     kv_minutes: float = 5.0
     """...for this long, minutes."""
     preemptions_per_minute: float = 1.0
-    """Preempted requests per minute and engine that page, sustained over 10 minutes."""
+    """Preempted requests per minute and engine that warn (the rate over 10 minutes, held 5)."""
     straggler_factor: float = 3.0
     """A DP engine straggles when its waiting queue is this many times its pool's median..."""
     straggler_min_waiting: float = 4.0
