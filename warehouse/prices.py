@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 
 from moemeter.errors import MoemeterError
-from warehouse.sheets import entry_at, known, lines, load_toml, when
+from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
 POOLS = ("prefill", "decode", "*")
 TOKEN_PRICES = ("usd_per_mtok_input_cache_hit", "usd_per_mtok_input_cache_miss", "usd_per_mtok_output")
@@ -176,12 +176,7 @@ def parse_sheet(text: str, origin: str = "price sheet") -> PriceSheet:
 
 
 def load_sheet(path: str | Path) -> PriceSheet:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise PriceSheetError(f"cannot read price sheet {p}: {exc.strerror}") from exc
-    return parse_sheet(text, str(p))
+    return parse_sheet(read_sheet(path, "price sheet", PriceSheetError), str(Path(path)))
 
 
 def default_sheet() -> PriceSheet:

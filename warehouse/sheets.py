@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tomllib
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 
@@ -43,3 +44,11 @@ def known(entry: dict[str, Any], keys: set[str], where: str, error: type[Excepti
     unknown = set(entry) - keys
     if unknown:
         raise error(f"{where}: unknown keys {sorted(unknown)}; an entry has {sorted(keys)}")
+
+
+def read_sheet(path: str | Path, what: str, error: type[Exception]) -> str:
+    p = Path(path)
+    try:
+        return p.read_text()
+    except OSError as exc:
+        raise error(f"cannot read {what} {p}: {exc.strerror}") from exc

@@ -24,7 +24,7 @@ from typing import Any
 import duckdb
 
 from moemeter.errors import MoemeterError
-from warehouse.sheets import entry_at, known, lines, load_toml, when
+from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CLASS_KEYS = {
@@ -204,12 +204,7 @@ def parse_slo_sheet(text: str, origin: str = "SLO sheet") -> SloSheet:
 
 
 def load_slo_sheet(path: str | Path) -> SloSheet:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SloSheetError(f"cannot read SLO sheet {p}: {exc.strerror}") from exc
-    return parse_slo_sheet(text, str(p))
+    return parse_slo_sheet(read_sheet(path, "SLO sheet", SloSheetError), str(Path(path)))
 
 
 def default_slo_sheet() -> SloSheet:
