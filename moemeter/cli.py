@@ -16,7 +16,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from collectors import DEFAULT_INTERVAL
 from moemeter.errors import MoemeterError
@@ -542,6 +542,17 @@ def _with_query(args: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
         raise CliError(f"query failed: {exc}") from exc
 
 
+def _print_report(args: argparse.Namespace, report: Any) -> int:
+    """A report as --json, --csv or text (its as_json, as_csv, as_text)."""
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    elif args.csv:
+        sys.stdout.write(report.as_csv())
+    else:
+        print(report.as_text())
+    return 0
+
+
 def cmd_report_cost(args: argparse.Namespace) -> int:
     from warehouse.cost import NoData, cost_report
 
@@ -551,13 +562,7 @@ def cmd_report_cost(args: argparse.Namespace) -> int:
         report = _with_query(args, lambda q: cost_report(q, pools, start, end, sheet))
     except (NoData, ValueError) as exc:
         raise CliError(str(exc)) from exc
-    if args.json:
-        print(json.dumps(report.as_json(), indent=2))
-    elif args.csv:
-        sys.stdout.write(report.as_csv())
-    else:
-        print(report.as_text())
-    return 0
+    return _print_report(args, report)
 
 
 def cmd_report_daily(args: argparse.Namespace) -> int:
@@ -583,6 +588,19 @@ def cmd_report_daily(args: argparse.Namespace) -> int:
         with pd.option_context("display.width", 250, "display.max_columns", 30):
             print(df.to_string(index=False))
     return 0
+
+
+def cmd_report_slo(args: argparse.Namespace) -> int:
+    from warehouse.goodput import NoSloSheet, slo_report
+
+    start, end = _parse_time(args.from_), _parse_time(args.to)
+    pools = _report_pools(args.targets) if args.targets else None
+    sheet = _report_sheet(args)
+    try:
+        report = _with_query(args, lambda q: slo_report(q, start, end, pools, sheet, args.by))
+    except (NoSloSheet, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    return _print_report(args, report)
 
 
 def cmd_prices_load(args: argparse.Namespace) -> int:
@@ -1268,7 +1286,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rack", help="partition under rack=NAME/ too, so several racks export into one dataset")
     s.set_defaults(func=cmd_export)
 
-    s = sub.add_parser("report", help="cost reports for finance: $/M tokens by pool, per user, per day")
+    s = sub.add_parser(
+        "report", help="reports: $/M tokens by pool, per user, per day; SLO attainment, goodput and $/M good tokens"
+    )
     rep = s.add_subparsers(dest="report_command", required=True, metavar="REPORT")
     for name, func, what in (
         (
@@ -1282,9 +1302,20 @@ def build_parser() -> argparse.ArgumentParser:
             "the daily statement: GPUs in service, GPU-hours, cost, "
             "input tokens and cache-hit share, output tokens, revenue, margin",
         ),
+        (
+            "slo",
+            cmd_report_slo,
+            "per SLO class (or tenant): requests, met, attainment, goodput, $/M good tokens, error budget left, burn rates",
+        ),
     ):
         s = rep.add_parser(name, help=what)
-        s.add_argument("--targets", required=True, help="targets file: roles and GPUs of the pools")
+        if name == "slo":
+            s.add_argument(
+                "--targets", help="targets file: roles and GPUs of the pools (default: the targets the warehouse saw)"
+            )
+            s.add_argument("--by", choices=("class", "tenant"), default="class", help="a row per class, or per tenant")
+        else:
+            s.add_argument("--targets", required=True, help="targets file: roles and GPUs of the pools")
         s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601 (UTC if no offset)")
         s.add_argument("--to", required=True, help="end (exclusive), ISO 8601")
         s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")

@@ -49,6 +49,13 @@ def pool_tokens(q: Query, pools: Pools, start: datetime, end: datetime, step_sec
     return increases(q, "pool_tokens", start, end, step_seconds, params)
 
 
+def stored_pools(q: Query, start: datetime, end: datetime) -> Pools:
+    """The pools of the prefill and decode targets the warehouse saw in the window (role and GPUs,
+    as the targets file gave them)."""
+    df = run(q, "pools_in", {"start": start, "end": end})
+    return {role: [(r.name, int(r.gpus)) for r in df[df.role == role].itertuples()] for role in POOLS}
+
+
 def price_sheet(q: Query, override: PriceSheet | None = None) -> PriceSheet:
     """The sheet given, else every version stored in the warehouse, else the default sheet."""
     if override is not None:

@@ -20,6 +20,7 @@ from moemeter.columns import clean_text, is_count
 from moemeter.errors import MoemeterError
 
 from .db import insert_arrow, record_rejected
+from .slo import ensure_slo_sheet, slo_params
 from .sql import sql
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,7 @@ class RequestIngestor:
                 log.error("gateway %s: request record %d refused: %s", gateway, seq, exc)
         record_rejected(con, now, gateway, "request", refused + repaired)
         if rows:
+            ensure_slo_sheet(con, now)  # the first records are held to the default sheet unless one was loaded
             cols = list(zip(*rows))
             table = {"gateway": pa.array([gateway] * len(rows)), "seq": pa.array(cols[0], pa.int64())}
             for i, name in enumerate(_COLUMNS):
@@ -226,9 +228,10 @@ ITL_BIN_SCALE = 100.0
 
 
 def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
-    """Add the requests ingested in [start, until) to their finishing hour's per-user sums and
-    inter-token latency histogram."""
+    """Add the requests ingested in [start, until) to their finishing hour's per-user sums, inter-token
+    latency histogram and per-class SLO sums."""
     window = {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
+    ensure_slo_sheet(con, until)  # a warehouse from before SLO sheets holds requests and no sheet
     con.execute(
         "INSERT INTO requests_1h "
         + sql("requests_hour_sums")
@@ -247,4 +250,19 @@ def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: dat
         + sql("requests_hour_itl")
         + " ON CONFLICT (ts, bin) DO UPDATE SET requests = requests + excluded.requests",
         {**window, "bin_scale": ITL_BIN_SCALE},
+    )
+    con.execute(
+        "INSERT INTO requests_slo_1h "
+        + sql("requests_slo")
+        + """ ON CONFLICT (ts, class, tenant) DO UPDATE SET
+                 requests = requests + excluded.requests, held = held + excluded.held, met = met + excluded.met,
+                 failed = failed + excluded.failed, missed_ttft = missed_ttft + excluded.missed_ttft,
+                 missed_itl = missed_itl + excluded.missed_itl, missed_e2e = missed_e2e + excluded.missed_e2e,
+                 prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+                 cached_prompt_tokens = cached_prompt_tokens + excluded.cached_prompt_tokens,
+                 generated_tokens = generated_tokens + excluded.generated_tokens,
+                 good_prompt_tokens = good_prompt_tokens + excluded.good_prompt_tokens,
+                 good_cached_prompt_tokens = good_cached_prompt_tokens + excluded.good_cached_prompt_tokens,
+                 good_generated_tokens = good_generated_tokens + excluded.good_generated_tokens""",
+        {**window, **slo_params(None, None)},
     )

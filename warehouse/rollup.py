@@ -130,6 +130,7 @@ class Rollups:
             ("requests", now - timedelta(days=r.raw_days), through.get("1h")),
             ("requests_1h", now - timedelta(days=r.hour_days), None),
             ("requests_itl_1h", now - timedelta(days=r.hour_days), None),
+            ("requests_slo_1h", now - timedelta(days=r.hour_days), None),
             ("samples_1h", now - timedelta(days=r.hour_days), None),
             ("increments_1h", now - timedelta(days=r.hour_days), None),
         ]

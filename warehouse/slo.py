@@ -7,8 +7,10 @@ A class has targets for time to first token (`ttft_ms`), mean inter-token latenc
 objective (the share of requests that must meet every target, e.g. 0.99) over a period
 (`period_days`, 30 unless said). One class is the default: requests of users and tenants assigned
 to none. A user's own assignment wins over their tenant's. Loading a sheet into the warehouse
-(`moemeter slo load`) only adds versions: an entry already stored with other values is refused,
-so past attainment never changes. Every mistake is refused with the file and line of its entry.
+(`moemeter slo load`) only adds versions: an entry already stored with other values is refused, and
+so is a new entry effective before the newest request stored (it would change attainment already
+rolled up), so past attainment never changes. The default sheet is stored with the first request
+records when none was loaded before. Every mistake is refused with the file and line of its entry.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import duckdb
 
 from moemeter.errors import MoemeterError
+from stack.gateway.records import SERVER_FAULTS
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -216,9 +219,34 @@ def default_slo_sheet() -> SloSheet:
 _CLASS_COLUMNS = ("ttft_seconds", "itl_seconds", "e2e_seconds", "objective", "period_days", "is_default")
 
 
+NEWEST_REQUEST_SQL = """SELECT greatest((SELECT max(finished_at) FROM requests),
+                                  (SELECT max(ts) + INTERVAL 1 HOUR FROM requests_slo_1h))"""
+
+
 def store_slo_sheet(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime) -> int:
     """Add the sheet's entries to the warehouse; returns the entries added. Refuses one that would
-    change a stored entry (same class or same user/tenant, same effective time, other values)."""
+    change a stored entry (same class or same user/tenant, same effective time, other values), and a
+    new one effective at or before the newest stored request, whose attainment it would change."""
+    newest = con.execute(NEWEST_REQUEST_SQL).fetchall()[0][0]
+    return _store(con, sheet, now, newest)
+
+
+def ensure_slo_sheet(con: duckdb.DuckDBPyConnection, now: datetime) -> None:
+    """Store the default sheet if the warehouse holds none: requests are always held to a stored sheet."""
+    if not con.execute("SELECT count(*) FROM slo_classes").fetchall()[0][0]:
+        _store(con, default_slo_sheet(), now, None)
+
+
+def _past(sheet: SloSheet, what: str, effective: datetime, newest: datetime | None) -> None:
+    if newest is not None and effective <= newest:
+        raise SloSheetError(
+            f"{sheet.name}: {what} effective {effective:%Y-%m-%d %H:%M} would change the attainment of requests "
+            f"already stored (the newest finished {newest:%Y-%m-%d %H:%M:%S} UTC); give it an effective time "
+            "after that"
+        )
+
+
+def _store(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime, newest: datetime | None) -> int:
     added = 0
     for c in sheet.classes:
         values = [c.ttft_seconds, c.itl_seconds, c.e2e_seconds, c.objective, c.period_days, c.default]
@@ -232,6 +260,7 @@ def store_slo_sheet(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: dateti
                 "other targets; targets are never edited in place: add an entry with a later effective time"
             )
         if not row:
+            _past(sheet, f"class {c.name!r}", c.effective, newest)
             con.execute(
                 "INSERT INTO slo_classes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [c.effective, c.name, *values, sheet.name, c.source, now],
@@ -248,9 +277,41 @@ def store_slo_sheet(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: dateti
                 f"{a.effective:%Y-%m-%d %H:%M}; add an assignment with a later effective time"
             )
         if not row:
+            _past(sheet, f"the assignment of {a.kind} {a.name!r}", a.effective, newest)
             con.execute(
                 "INSERT INTO slo_assignments VALUES (?, ?, ?, ?, ?, ?)",
                 [a.effective, a.kind, a.name, a.slo_class, sheet.name, now],
             )
             added += 1
     return added
+
+
+STORED_CLASSES_SQL = f"SELECT class, effective, {', '.join(_CLASS_COLUMNS)} FROM slo_classes ORDER BY class, effective"
+STORED_ASSIGNMENTS_SQL = "SELECT effective, kind, name, class FROM slo_assignments ORDER BY kind, name, effective"
+
+
+def stored_slo_sheet(classes: list[tuple[Any, ...]], assignments: list[tuple[Any, ...]]) -> SloSheet | None:
+    """The versions stored in the warehouse (rows of STORED_CLASSES_SQL and STORED_ASSIGNMENTS_SQL) as
+    one sheet; None when none is stored."""
+    if not classes:
+        return None
+    return SloSheet(
+        "warehouse",
+        tuple(
+            SloClass(name, _naive(eff), ttft, itl, e2e, float(obj), float(days), bool(dflt))
+            for name, eff, ttft, itl, e2e, obj, days, dflt in classes
+        ),
+        tuple(Assignment(_naive(eff), kind, name, cls) for eff, kind, name, cls in assignments),
+    )
+
+
+def _naive(v: Any) -> datetime:
+    import pandas as pd
+
+    return pd.Timestamp(v).to_pydatetime().replace(tzinfo=None)
+
+
+def slo_params(edges_start: datetime | None, edges_end: datetime | None) -> dict[str, Any]:
+    """The parameters of /*request_slo*/ besides the hours': the server faults, and the window's edges
+    read from the records (None: none)."""
+    return {"server_faults": sorted(SERVER_FAULTS), "edges_start": edges_start, "edges_end": edges_end}

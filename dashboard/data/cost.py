@@ -11,9 +11,18 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from moemeter.contract import POOLS
-from warehouse.cost import CostReport, NoData, cost_over_time, cost_report, daily_statement, pool_tokens, price_sheet
+from warehouse.cost import (
+    CostReport,
+    NoData,
+    cost_over_time,
+    cost_report,
+    daily_statement,
+    pool_tokens,
+    price_sheet,
+)
+from warehouse.cost import stored_pools as pools
 from warehouse.prices import PriceSheet
-from warehouse.read import run, run_time
+from warehouse.read import run_time
 
 from .live import Query
 
@@ -27,12 +36,6 @@ __all__ = [
     "over_time",
     "latest_count",
 ]
-
-
-def pools(q: Query, start: datetime, end: datetime) -> dict[str, list[tuple[str, int]]]:
-    """{"prefill": [(target, gpus)], "decode": [...]} of the targets seen in the window."""
-    df = run(q, "pools_in", {"start": start, "end": end})
-    return {role: [(r.name, int(r.gpus)) for r in df[df.role == role].itertuples()] for role in POOLS}
 
 
 def over_time(

@@ -19,6 +19,7 @@ INCLUDE_ONLY = {
     "increase",
     "requests_hourly",
     "requests_hour_where",
+    "request_slo",
 }  # CTE lists that only make sense inside a statement
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT|DELETE|UPDATE)\b[\s\S]*\b(FROM|INTO|SET)\b")
 

@@ -8,7 +8,14 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-INCLUDES = ("increase", "requests_hourly", "requests_hour_sums", "requests_hour_itl", "requests_hour_where")
+INCLUDES = (
+    "increase",
+    "requests_hourly",
+    "requests_hour_sums",
+    "requests_hour_itl",
+    "requests_hour_where",
+    "request_slo",
+)
 
 
 @cache

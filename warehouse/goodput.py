@@ -1,0 +1,285 @@
+"""SLO attainment, goodput, error budget, burn rates and $/M good tokens (docs/definitions.md, "SLOs").
+
+Counts come from the gateway's request records through warehouse/sql/requests_slo.sql: a window's
+whole hours from the hourly SLO sums (and the records not rolled up yet), its edges from the
+records, so a report is exact as far back as the hourly sums go and as fine as the records where
+they are kept. Each class is read at the version in effect at the window's end for its objective and
+period. A figure with nothing under it (no request held to a class) is None, never 0 or NaN.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+
+from moemeter.errors import MoemeterError
+
+from .alerts import AlertRules
+from .cost import HOUR, NoData, Pools, allocate, cost_report, stored_pools
+from .prices import PriceSheet
+from .read import Query, ceil, floor, request_hours, run
+from .slo import STORED_ASSIGNMENTS_SQL, STORED_CLASSES_SQL, SloClass, SloSheet, slo_params, stored_slo_sheet
+
+BURN_WINDOWS = {"5m": timedelta(minutes=5), "30m": timedelta(minutes=30), "1h": HOUR, "6h": timedelta(hours=6)}
+"""The multi-window burn rates of Google's SRE workbook: page on 1 h and 5 min, ticket on 6 h and 30 min."""
+GROUPS = {"class": ["class"], "tenant": ["class", "tenant"]}
+COUNTS = ["requests", "held", "met", "failed", "missed_ttft", "missed_itl", "missed_e2e"]
+TOKENS = ["prompt_tokens", "cached_prompt_tokens", "generated_tokens", "good_prompt_tokens", "good_generated_tokens"]
+NO_CLASS = ""  # requests that finished before any class was in effect
+
+
+class NoSloSheet(MoemeterError, LookupError):
+    """The warehouse holds no SLO sheet (it is stored with the first request records)."""
+
+
+def slo_sums(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
+    """Per finishing hour, class and tenant: the requests_slo_1h sums of the requests that finished
+    in [start, end)."""
+    h0, h1 = ceil(start, HOUR), floor(end, HOUR)
+    if h0 >= h1:  # no whole hour: all from the records
+        h0 = h1 = start
+    return run(q, "requests_slo", {**request_hours(h0, h1), **slo_params(start, end)})
+
+
+def stored_sheet(q: Query) -> SloSheet:
+    sheet = stored_slo_sheet(
+        list(q(STORED_CLASSES_SQL, None).itertuples(index=False)),
+        list(q(STORED_ASSIGNMENTS_SQL, None).itertuples(index=False)),
+    )
+    if sheet is None:
+        raise NoSloSheet("the warehouse holds no SLO sheet: `moemeter slo load SHEET.toml`, or ingest request records")
+    return sheet
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def _burn(missed: float, held: float, objective: float) -> float | None:
+    """The share of held requests that missed, over the share the objective allows."""
+    return missed / held / (1 - objective) if held else None
+
+
+@dataclass
+class SloReport:
+    start: datetime
+    end: datetime
+    by: str
+    rows: pd.DataFrame  # one per class (or class and tenant), the columns of `COLUMNS`
+    cost_usd: float | None  # the pools' cost over the window; None without pools or token counters
+    good_tokens: int
+    cost_note: str = ""
+    classes: dict[str, SloClass] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def usd_per_mtok_good(self) -> float | None:
+        """The rack's: the pools' whole cost over the tokens of the requests that met their targets."""
+        return self.cost_usd / (self.good_tokens / 1e6) if self.cost_usd is not None and self.good_tokens else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "window": {
+                "from": self.start.isoformat() + "Z",
+                "to": self.end.isoformat() + "Z",
+                "hours": round(self.seconds / 3600, 6),
+            },
+            "by": self.by,
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 2),
+            "cost_note": self.cost_note,
+            "good_tokens": self.good_tokens,
+            "usd_per_mtok_good": _round(self.usd_per_mtok_good),
+            "rows": [{k: _plain(v) for k, v in r.items()} for r in self.rows.to_dict("records")],
+        }
+
+    def as_csv(self) -> str:
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(list(self.rows.columns))
+        for r in self.as_json()["rows"]:
+            w.writerow(["" if v is None else v for v in r.values()])
+        return out.getvalue()
+
+    def as_text(self) -> str:
+        d = self.as_json()
+
+        def pct(v: float | None) -> str:
+            return "n/a" if v is None else f"{100 * v:.2f}%"
+
+        def num(v: float | None, fmt: str = ".2f") -> str:
+            return "n/a" if v is None else format(v, fmt)
+
+        usd = d["usd_per_mtok_good"]
+        lines = [
+            f"{d['window']['from']} .. {d['window']['to']} ({d['window']['hours']:g} h); "
+            + (
+                f"pools' cost ${d['cost_usd']:,.2f}, {d['good_tokens']:,} good tokens, "
+                + (f"${usd:,.4f}/M good tokens" if usd is not None else "no good token: no $/M good tokens")
+                if d["cost_usd"] is not None
+                else f"no cost: {d['cost_note']}"
+            )
+        ]
+        for r in d["rows"]:
+            who = r["class"] or "(no class in effect)"
+            if self.by == "tenant":
+                who += f" / {r['tenant']}"
+            lines.append(
+                f"{who:<32} {r['requests']:>9,} held {r['met']:>9,} met  attainment {pct(r['attainment']):>8} "
+                f"(objective {pct(r['objective'])})  goodput {num(r['goodput_rps'], '.3f')} req/s "
+                f"{num(r['goodput_tps'], ',.1f')} tok/s  ${num(r['usd_per_mtok_good'], ',.4f')}/M good  "
+                f"budget left {pct(r['budget_left'])}  burn 1h {num(r['burn_1h'])} 6h {num(r['burn_6h'])}"
+            )
+        if not d["rows"]:
+            lines.append("no SLO class is in effect and no request finished in the window")
+        return "\n".join(lines)
+
+
+COLUMNS = [
+    "class",
+    "tenant",
+    "requests",  # held to the class's objective
+    "met",
+    "attainment",
+    "objective",
+    "failed",
+    "missed_ttft",
+    "missed_itl",
+    "missed_e2e",
+    "goodput_rps",
+    "goodput_tps",
+    "good_tokens",
+    "cost_usd",
+    "usd_per_mtok_good",
+    "budget_left",
+    "burn_5m",
+    "burn_30m",
+    "burn_1h",
+    "burn_6h",
+    "burning",  # "page" (fast burn), "ticket" (slow burn) or ""
+]
+
+
+def _round(v: float | None, digits: int = 6) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _plain(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return None
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def slo_report(
+    q: Query,
+    start: datetime,
+    end: datetime,
+    pools: Pools | None = None,
+    prices: PriceSheet | None = None,
+    by: str = "class",
+) -> SloReport:
+    """`pools`: the targets file's pools; None: the prefill and decode targets the warehouse saw."""
+    if end <= start:
+        raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
+    if by not in GROUPS:
+        raise ValueError(f"--by must be one of {', '.join(GROUPS)}, got {by!r}")
+    keys = GROUPS[by]
+    sheet = stored_sheet(q)
+    classes = {c.name: c for c in (sheet.class_at(n, end) for n in sorted({c.name for c in sheet.classes})) if c}
+
+    def grouped(a: datetime, b: datetime) -> pd.DataFrame:
+        df = slo_sums(q, a, b)
+        return (
+            df.groupby(keys, as_index=False)[COUNTS + TOKENS].sum()
+            if len(df)
+            else pd.DataFrame(columns=keys + COUNTS + TOKENS)
+        )
+
+    rows = grouped(start, end)
+    present = set(rows["class"]) if len(rows) else set()
+    if by == "class":  # every class in effect, with or without requests
+        missing = [c for c in classes if c not in present]
+        rows = pd.concat([rows, pd.DataFrame({"class": missing})], ignore_index=True) if missing else rows
+    for c in COUNTS + TOKENS:
+        rows[c] = rows[c].fillna(0).astype("int64")
+    if "tenant" not in rows:
+        rows["tenant"] = None
+
+    cost, note = None, ""
+    try:
+        pools = pools if pools is not None else stored_pools(q, start, end)
+        if not any(pools.values()):
+            raise NoData("no prefill or decode target was seen in the window")
+        report = cost_report(q, pools, start, end, prices)
+        cost = report.cost_usd
+        shares = allocate(
+            rows.assign(user=list(range(len(rows))))[
+                ["user", "prompt_tokens", "cached_prompt_tokens", "generated_tokens"]
+            ],
+            report.prefill.cost_usd,
+            report.decode.cost_usd,
+        ).set_index("user")["cost_usd"]
+        rows["cost_usd"] = [float(shares[i]) for i in range(len(rows))] if len(rows) else []
+    except NoData as exc:
+        note = str(exc)
+        rows["cost_usd"] = None
+
+    seconds = (end - start).total_seconds()
+    rows["good_tokens"] = rows["good_prompt_tokens"] + rows["good_generated_tokens"]
+    rows["objective"] = [classes[c].objective if c in classes else None for c in rows["class"]]
+    rows["attainment"] = [_ratio(m, h) for m, h in zip(rows["met"], rows["held"])]
+    rows["goodput_rps"] = [m / seconds if h else None for m, h in zip(rows["met"], rows["held"])]
+    rows["goodput_tps"] = [g / seconds if h else None for g, h in zip(rows["good_tokens"], rows["held"])]
+    rows["usd_per_mtok_good"] = [
+        c / (g / 1e6) if c is not None and not pd.isna(c) and g else None
+        for c, g in zip(rows["cost_usd"], rows["good_tokens"])
+    ]
+
+    def missed_share(a: datetime, b: datetime) -> dict[tuple[Any, ...], tuple[int, int]]:
+        df = grouped(a, b)
+        return {tuple(r[k] for k in keys): (int(r["held"]) - int(r["met"]), int(r["held"])) for _, r in df.iterrows()}
+
+    key_of = [tuple(r[k] for k in keys) for _, r in rows.iterrows()]
+    for name, width in BURN_WINDOWS.items():
+        seen = missed_share(end - width, end)
+        rows[f"burn_{name}"] = [
+            _burn(*seen.get(k, (0, 0)), classes[k[0]].objective) if k[0] in classes else None for k in key_of
+        ]
+    budget: list[float | None] = []
+    periods = {
+        days: missed_share(end - timedelta(days=days), end) for days in {c.period_days for c in classes.values()}
+    }
+    for k in key_of:
+        version = classes.get(k[0])
+        missed, held = periods[version.period_days].get(k, (0, 0)) if version else (0, 0)
+        budget.append(1 - missed / ((1 - version.objective) * held) if version and held else None)
+    rows["budget_left"] = budget
+    rows["burning"] = [is_burning(r) for r in rows.to_dict("records")]
+    rows["requests"] = rows["held"]
+    rows = rows.sort_values(keys, kind="stable").reset_index(drop=True)[COLUMNS]
+    rows = rows.astype(object).where(rows.notna(), None)
+    return SloReport(start, end, by, rows, cost, int(rows["good_tokens"].sum()), note, classes)
+
+
+def is_burning(row: dict[str, Any], rules: AlertRules | None = None) -> str:
+    """'page' (fast burn over 1 h and 5 min), 'ticket' (slow burn over 6 h and 30 min) or ''."""
+    r = rules or AlertRules()
+
+    def over(window: str, limit: float) -> bool:
+        v = row.get(f"burn_{window}")
+        return v is not None and v > limit
+
+    if over("1h", r.burn_fast) and over("5m", r.burn_fast):
+        return "page"
+    if over("6h", r.burn_slow) and over("30m", r.burn_slow):
+        return "ticket"
+    return ""
