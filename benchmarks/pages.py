@@ -119,7 +119,7 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
     return out
 
 
-PAGE_DIR = Path(__file__).parents[1] / "dashboard" / "pages"
+PAGE_DIR = Path(__file__).parents[1] / "dashboard" / "views"
 RANGE = {"1h": "1 h", "24h": "24 h", "7d": "7 d"}
 RENDER = {  # page: its file, the key of its range control, the control's value per window
     "live": ("live.py", "range", RANGE),

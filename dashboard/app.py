@@ -10,7 +10,7 @@ import streamlit as st
 from dashboard import login
 from dashboard.source import api_health, collector_warning, starting_note, writer_warning
 
-PAGES = Path(__file__).parent / "pages"
+PAGES = Path(__file__).parent / "views"  # not "pages": Streamlit would serve that folder without this script
 
 st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")
 login.gate()
@@ -18,6 +18,7 @@ nav = st.navigation(
     [
         st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
         st.Page(PAGES / "users.py", title="Users", icon=":material/group:"),
+        st.Page(PAGES / "slo.py", title="SLOs", icon=":material/verified:"),
         st.Page(PAGES / "cost.py", title="Cost", icon=":material/payments:"),
         st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
         st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),

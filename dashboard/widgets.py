@@ -32,6 +32,15 @@ def metric_columns(n: int, per_row: int = 4) -> list[Any]:
     return slots[:n]
 
 
+def usd(v: float | None, digits: int = 2) -> str:
+    """Dollars, the sign before the $ (−$3.59, not $-3.59); `digits` only below $100 (per-token
+    prices of cents): $718.74, not $718.7375."""
+    if v is None:
+        return "—"
+    digits = 2 if abs(v) >= 100 else digits
+    return f"{'−' if v < 0 else ''}${abs(v):,.{digits}f}"
+
+
 def compact(n: float) -> str:
     """A count in at most ~6 characters: 20,384,912 -> 20.4M (the exact figure goes in the card's help)."""
     for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):

@@ -33,6 +33,8 @@ SUBCOMMANDS = [
     "rules",
     "slo",
     "slo load",
+    "report",
+    "report slo",
     "gateway",
     "loadgen",
     "launch",

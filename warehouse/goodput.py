@@ -188,52 +188,84 @@ def slo_report(
     by: str = "class",
 ) -> SloReport:
     """`pools`: the targets file's pools; None: the prefill and decode targets the warehouse saw."""
+    return slo_reports(q, start, end, pools, prices, (by,))[by]
+
+
+def slo_reports(
+    q: Query,
+    start: datetime,
+    end: datetime,
+    pools: Pools | None = None,
+    prices: PriceSheet | None = None,
+    by: tuple[str, ...] = ("class",),
+) -> dict[str, SloReport]:
+    """The report for each grouping in `by`, from one reading of the window, its burn windows and
+    its classes' periods."""
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
-    if by not in GROUPS:
-        raise ValueError(f"--by must be one of {', '.join(GROUPS)}, got {by!r}")
-    keys = GROUPS[by]
+    wrong = [b for b in by if b not in GROUPS]
+    if wrong:
+        raise ValueError(f"--by must be one of {', '.join(GROUPS)}, got {wrong[0]!r}")
     sheet = stored_sheet(q)
     classes = {c.name: c for c in (sheet.class_at(n, end) for n in sorted({c.name for c in sheet.classes})) if c}
-
-    def grouped(a: datetime, b: datetime) -> pd.DataFrame:
-        df = slo_sums(q, a, b)
-        return (
-            df.groupby(keys, as_index=False)[COUNTS + TOKENS].sum()
-            if len(df)
-            else pd.DataFrame(columns=keys + COUNTS + TOKENS)
-        )
-
-    rows = grouped(start, end)
-    present = set(rows["class"]) if len(rows) else set()
-    if by == "class":  # every class in effect, with or without requests
-        missing = [c for c in classes if c not in present]
-        rows = pd.concat([rows, pd.DataFrame({"class": missing})], ignore_index=True) if missing else rows
-    for c in COUNTS + TOKENS:
-        rows[c] = rows[c].fillna(0).astype("int64")
-    if "tenant" not in rows:
-        rows["tenant"] = None
-
+    window = slo_sums(q, start, end)
+    burns = {name: slo_sums(q, end - width, end) for name, width in BURN_WINDOWS.items()}
+    periods = {days: slo_sums(q, end - timedelta(days=days), end) for days in {c.period_days for c in classes.values()}}
     cost, note = None, ""
     try:
         pools = pools if pools is not None else stored_pools(q, start, end)
         if not any(pools.values()):
             raise NoData("no prefill or decode target was seen in the window")
-        report = cost_report(q, pools, start, end, prices)
-        cost = report.cost_usd
+        costed = cost_report(q, pools, start, end, prices)
+        cost, pool_costs = costed.cost_usd, (costed.prefill.cost_usd, costed.decode.cost_usd)
+    except NoData as exc:
+        note, pool_costs = str(exc), None
+    out = {}
+    for b in by:
+        rows = _rows(GROUPS[b], classes, window, burns, periods, pool_costs, (end - start).total_seconds())
+        out[b] = SloReport(start, end, b, rows, cost, int(rows["good_tokens"].sum()), note, classes)
+    return out
+
+
+def _grouped(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    if df.empty:
+        return pd.DataFrame(columns=keys + COUNTS + TOKENS)
+    return df.groupby(keys, as_index=False)[COUNTS + TOKENS].sum()
+
+
+def _missed(df: pd.DataFrame, keys: list[str]) -> dict[tuple[Any, ...], tuple[int, int]]:
+    """(missed, held) per group."""
+    g = _grouped(df, keys)
+    return {tuple(r[k] for k in keys): (int(r["held"]) - int(r["met"]), int(r["held"])) for _, r in g.iterrows()}
+
+
+def _rows(
+    keys: list[str],
+    classes: dict[str, SloClass],
+    window: pd.DataFrame,
+    burns: dict[str, pd.DataFrame],
+    periods: dict[float, pd.DataFrame],
+    pool_costs: tuple[float, float] | None,
+    seconds: float,
+) -> pd.DataFrame:
+    rows = _grouped(window, keys)
+    if keys == ["class"]:  # every class in effect, with or without requests
+        missing = [c for c in classes if c not in set(rows["class"])]
+        rows = pd.concat([rows, pd.DataFrame({"class": missing})], ignore_index=True) if missing else rows
+    for c in COUNTS + TOKENS:
+        rows[c] = rows[c].fillna(0).astype("int64")
+    if "tenant" not in rows:
+        rows["tenant"] = None
+    if pool_costs is None:
+        rows["cost_usd"] = None
+    else:
         shares = allocate(
             rows.assign(user=list(range(len(rows))))[
                 ["user", "prompt_tokens", "cached_prompt_tokens", "generated_tokens"]
             ],
-            report.prefill.cost_usd,
-            report.decode.cost_usd,
+            *pool_costs,
         ).set_index("user")["cost_usd"]
         rows["cost_usd"] = [float(shares[i]) for i in range(len(rows))] if len(rows) else []
-    except NoData as exc:
-        note = str(exc)
-        rows["cost_usd"] = None
-
-    seconds = (end - start).total_seconds()
     rows["good_tokens"] = rows["good_prompt_tokens"] + rows["good_generated_tokens"]
     rows["objective"] = [classes[c].objective if c in classes else None for c in rows["class"]]
     rows["attainment"] = [_ratio(m, h) for m, h in zip(rows["met"], rows["held"])]
@@ -243,31 +275,23 @@ def slo_report(
         c / (g / 1e6) if c is not None and not pd.isna(c) and g else None
         for c, g in zip(rows["cost_usd"], rows["good_tokens"])
     ]
-
-    def missed_share(a: datetime, b: datetime) -> dict[tuple[Any, ...], tuple[int, int]]:
-        df = grouped(a, b)
-        return {tuple(r[k] for k in keys): (int(r["held"]) - int(r["met"]), int(r["held"])) for _, r in df.iterrows()}
-
     key_of = [tuple(r[k] for k in keys) for _, r in rows.iterrows()]
-    for name, width in BURN_WINDOWS.items():
-        seen = missed_share(end - width, end)
+    for name, df in burns.items():
+        seen = _missed(df, keys)
         rows[f"burn_{name}"] = [
             _burn(*seen.get(k, (0, 0)), classes[k[0]].objective) if k[0] in classes else None for k in key_of
         ]
+    spent = {days: _missed(df, keys) for days, df in periods.items()}
     budget: list[float | None] = []
-    periods = {
-        days: missed_share(end - timedelta(days=days), end) for days in {c.period_days for c in classes.values()}
-    }
     for k in key_of:
         version = classes.get(k[0])
-        missed, held = periods[version.period_days].get(k, (0, 0)) if version else (0, 0)
+        missed, held = spent[version.period_days].get(k, (0, 0)) if version else (0, 0)
         budget.append(1 - missed / ((1 - version.objective) * held) if version and held else None)
     rows["budget_left"] = budget
     rows["burning"] = [is_burning(r) for r in rows.to_dict("records")]
     rows["requests"] = rows["held"]
     rows = rows.sort_values(keys, kind="stable").reset_index(drop=True)[COLUMNS]
-    rows = rows.astype(object).where(rows.notna(), None)
-    return SloReport(start, end, by, rows, cost, int(rows["good_tokens"].sum()), note, classes)
+    return rows.astype(object).where(rows.notna(), None)
 
 
 def is_burning(row: dict[str, Any], rules: AlertRules | None = None) -> str:

@@ -8,7 +8,9 @@ from plotly.subplots import make_subplots
 
 POOL_COLORS = {"prefill": "#1f77b4", "decode": "#d62728", "rack": "#2ca02c"}
 QUANTILE_DASH = {0.5: "solid", 0.9: "dash", 0.99: "dot"}
-P90_PER_USER_REFERENCE = 196.0  # tokens/s, the write-up's P90 per-user decode throughput
+P90_PER_USER_REFERENCE = 196.0  # tokens/s, the write-up's P90 per-user decode throughput...
+RACK_PER_GPU_REFERENCE = 954_000.0  # ...at the rack's 954,000 tokens/s per GPU
+SINGLE_USER_REFERENCE = 826.0  # tokens/s for a single user on the small-batch decode path
 
 
 def _layout(fig: go.Figure, title: str, height: int = 320, subtitle: str = "") -> go.Figure:

@@ -91,3 +91,22 @@ def test_require_login_refuses_an_unconfigured_dashboard(tmp_path, monkeypatch, 
     (tmp_path / ".streamlit" / "secrets.toml").write_text(AUTH.replace("kq3Vb0hM2yRr7WcXfN9sE4tLpA6uJdZg", ""))
     assert main(["dashboard", "--require-login", "--port", "1"]) != 0
     assert "empty cookie_secret" in capsys.readouterr().err
+
+
+def test_no_page_can_be_served_without_the_gate():
+    """Streamlit serves every script of a `pages` folder beside the main script as a page of its own
+    until the main script has run once: on a fresh server, the first visit to /slo ran the SLO page
+    without app.py (no sign-in, the file names as the menu; seen in Chromium). The pages live in
+    `views`, reachable only through app.py's st.navigation behind login.gate()."""
+    app = Path(__file__).parents[2] / "dashboard" / "app.py"
+    assert not (app.parent / "pages").exists()
+    text = app.read_text()
+    assert text.index("login.gate()") < text.index("st.navigation(")
+    assert {p.name for p in (app.parent / "views").glob("*.py")} == {
+        "live.py",
+        "users.py",
+        "slo.py",
+        "cost.py",
+        "experts.py",
+        "overhead.py",
+    }

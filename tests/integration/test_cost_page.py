@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_page
-from tests.warehouse.test_cost import rack  # noqa: F401  (the fixture)
+from tests.warehouse.conftest import rack  # noqa: F401  (the fixture)
 from warehouse.api import QueryServer
 from warehouse.db import Warehouse
 
 pytestmark = pytest.mark.integration
-PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "cost.py")
+PAGE = str(Path(__file__).parents[2] / "dashboard" / "views" / "cost.py")
 
 
 @pytest.fixture

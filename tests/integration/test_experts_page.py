@@ -12,7 +12,7 @@ from warehouse.api import QueryServer
 from warehouse.db import Warehouse
 
 pytestmark = pytest.mark.integration
-PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "experts.py")
+PAGE = str(Path(__file__).parents[2] / "dashboard" / "views" / "experts.py")
 
 
 @pytest.fixture(scope="module")

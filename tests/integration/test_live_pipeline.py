@@ -18,9 +18,9 @@ from warehouse.api import QueryServer
 from warehouse.db import Warehouse
 
 pytestmark = pytest.mark.integration
-PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "live.py")
-USERS_PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "users.py")
-COST_PAGE = str(Path(__file__).parents[2] / "dashboard" / "pages" / "cost.py")
+PAGE = str(Path(__file__).parents[2] / "dashboard" / "views" / "live.py")
+USERS_PAGE = str(Path(__file__).parents[2] / "dashboard" / "views" / "users.py")
+COST_PAGE = str(Path(__file__).parents[2] / "dashboard" / "views" / "cost.py")
 
 
 @pytest.fixture(scope="module")

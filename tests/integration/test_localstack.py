@@ -189,21 +189,21 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     api.start()
     monkeypatch.setenv("MOEMETER_API", api.url)
     try:
-        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "live.py"), default_timeout=60)
+        at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "live.py"), default_timeout=60)
         at.run()
         assert not at.exception, at.exception
         assert [m.value for m in at.metric if m.label == "Targets up"] and not at.error
         assert any("No GPU exporter" in i.value for i in at.info)  # CPUs only: said, not empty charts
-        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "overhead.py"), default_timeout=60)
+        at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "overhead.py"), default_timeout=60)
         at.run()
         assert not at.exception, at.exception
         labels = [m.label for m in at.metric]
         assert "prefill: CPU overhead" in labels and "decode: CPU overhead" in labels
-        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "experts.py"), default_timeout=60)
+        at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "experts.py"), default_timeout=60)
         at.run()
         assert not at.exception, at.exception
         assert set(at.selectbox[0].options) == {"decode-0", "prefill-0"}
-        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "users.py"), default_timeout=60)
+        at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "users.py"), default_timeout=60)
         at.run()
         assert not at.exception, at.exception
         p90 = 1 / rows.itl_mean_seconds.quantile(0.9)  # pandas' linear quantile, as DuckDB's quantile_cont

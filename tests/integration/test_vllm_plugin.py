@@ -247,7 +247,7 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
     api.start()
     try:
         os.environ["MOEMETER_API"] = api.url
-        at = AppTest.from_file(str(ROOT / "dashboard" / "pages" / "overhead.py"), default_timeout=60)
+        at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "overhead.py"), default_timeout=60)
         at.run()
         assert not at.exception, at.exception
         labels = {m.label: m.value for m in at.metric}

@@ -125,10 +125,14 @@ RECORDS = [
 ]
 
 
-def warehouse(records: list[dict[str, object]] = RECORDS) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+def warehouse(
+    records: list[dict[str, object]] = RECORDS, path: str = ":memory:", sheet: str | None = SHEET
+) -> duckdb.DuckDBPyConnection:
+    """The records above behind the sheet above (None: the default sheet, stored with the records)."""
+    con = duckdb.connect(path)
     apply_migrations(con)
-    store_slo_sheet(con, parse_slo_sheet(SHEET, "test.toml"), DAY)
+    if sheet is not None:
+        store_slo_sheet(con, parse_slo_sheet(sheet, "test.toml"), DAY)
     page = {
         "schema": "moemeter.requests/1",
         "log_id": "gw",

@@ -12,8 +12,13 @@ picked AS (
        OR finished_at >= $edges_start::TIMESTAMP AND finished_at < $finished_from::TIMESTAMP
        OR finished_at >= $finished_until::TIMESTAMP AND finished_at < $edges_end::TIMESTAMP
 ),
-slo_points AS (SELECT DISTINCT effective AS since FROM slo_classes),
-slo_live AS (  -- each class's version in effect at each point where any version starts
+slo_points AS (  -- where any class version or assignment starts: between two, every request is judged alike
+    SELECT effective AS since FROM slo_classes UNION SELECT effective FROM slo_assignments
+),
+slo_epoch AS (  -- each request with the latest point at or before it finished (NULL: before any)
+    SELECT r.*, e.since AS epoch FROM picked r ASOF LEFT JOIN slo_points e ON r.finished_at >= e.since
+),
+slo_live AS (  -- each class's version in effect at each point
     SELECT p.since, c.* FROM slo_points p JOIN slo_classes c ON c.effective <= p.since
     QUALIFY row_number() OVER (PARTITION BY p.since, c.class ORDER BY c.effective DESC) = 1
 ),
@@ -21,23 +26,29 @@ slo_default AS (  -- from each point on: of the classes in effect, the latest th
     SELECT * FROM slo_live WHERE is_default
     QUALIFY row_number() OVER (PARTITION BY since ORDER BY effective DESC, class) = 1
 ),
-slo_named AS (
-    SELECT r.*, coalesce(u.class, t.class) AS assigned
-    FROM picked r
+slo_named AS (  -- resolved once per user, tenant and epoch, not per request
+    SELECT k.*, coalesce(u.class, t.class) AS assigned
+    FROM (SELECT DISTINCT user_id, tenant, epoch FROM slo_epoch WHERE epoch IS NOT NULL) k
     ASOF LEFT JOIN (SELECT name, effective, class FROM slo_assignments WHERE kind = 'user') u
-        ON u.name = r.user_id AND r.finished_at >= u.effective
+        ON u.name = k.user_id AND k.epoch >= u.effective
     ASOF LEFT JOIN (SELECT name, effective, class FROM slo_assignments WHERE kind = 'tenant') t
-        ON t.name = r.tenant AND r.finished_at >= t.effective
+        ON t.name = k.tenant AND k.epoch >= t.effective
+),
+slo_class_of AS (
+    SELECT n.user_id, n.tenant, n.epoch, coalesce(c.class, d.class) AS slo_class,
+           CASE WHEN c.class IS NULL THEN d.ttft_seconds ELSE c.ttft_seconds END AS ttft,
+           CASE WHEN c.class IS NULL THEN d.itl_seconds ELSE c.itl_seconds END AS itl,
+           CASE WHEN c.class IS NULL THEN d.e2e_seconds ELSE c.e2e_seconds END AS e2e
+    FROM slo_named n
+    ASOF LEFT JOIN slo_classes c ON c.class = n.assigned AND n.epoch >= c.effective
+    ASOF LEFT JOIN slo_default d ON n.epoch >= d.since
 ),
 slo_held AS (
-    SELECT n.*, coalesce(c.class, d.class) AS slo_class,
-           coalesce(n.slo_ttft_seconds, CASE WHEN c.class IS NULL THEN d.ttft_seconds ELSE c.ttft_seconds END) AS ttft_target,
-           coalesce(n.slo_itl_seconds, CASE WHEN c.class IS NULL THEN d.itl_seconds ELSE c.itl_seconds END) AS itl_target,
-           CASE WHEN c.class IS NULL THEN d.e2e_seconds ELSE c.e2e_seconds END AS e2e_target,
-           coalesce(c.class, d.class) IS NOT NULL AND (n.outcome = 'ok' OR list_contains($server_faults, n.outcome)) AS held
-    FROM slo_named n
-    ASOF LEFT JOIN slo_classes c ON c.class = n.assigned AND n.finished_at >= c.effective
-    ASOF LEFT JOIN slo_default d ON n.finished_at >= d.since
+    SELECT r.*, k.slo_class, coalesce(r.slo_ttft_seconds, k.ttft) AS ttft_target,
+           coalesce(r.slo_itl_seconds, k.itl) AS itl_target, k.e2e AS e2e_target,
+           k.slo_class IS NOT NULL AND (r.outcome = 'ok' OR list_contains($server_faults, r.outcome)) AS held
+    FROM slo_epoch r
+    LEFT JOIN slo_class_of k ON k.user_id = r.user_id AND k.tenant = r.tenant AND k.epoch = r.epoch
 ),
 slo_missed AS (
     SELECT *, held AND outcome = 'ok' AND coalesce(ttft_seconds > ttft_target, false) AS missed_ttft,

@@ -12,19 +12,11 @@ from dashboard.data import cost as data
 from dashboard.figures import cost as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import day_span, metric_columns
+from dashboard.widgets import usd as _usd
 from warehouse.cost import NoData, with_gpu_price
 from warehouse.prices import default_sheet
 
 WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
-
-
-def _usd(v: float | None, digits: int = 2) -> str:
-    """Dollars, the sign before the $ (−$3.59, not $-3.59); `digits` only below $100 (per-token
-    prices of cents): $718.74, not $718.7375."""
-    if v is None:
-        return "—"
-    digits = 2 if abs(v) >= 100 else digits
-    return f"{'−' if v < 0 else ''}${abs(v):,.{digits}f}"
 
 
 def _window(latest: datetime) -> tuple[datetime, datetime, bool]:

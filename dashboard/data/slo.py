@@ -1,0 +1,70 @@
+"""Queries behind the SLO page: the report `moemeter report slo` prints, attainment over time, and the
+rack's operating point (tokens/s per GPU against per-user tokens/s) per step.
+
+Windows up to RAW_SECONDS read attainment per step from the records; longer ones per hour from the
+hourly SLO sums (warehouse/goodput.py), as the Users page does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from warehouse.goodput import SloReport, slo_reports, slo_sums
+from warehouse.read import run
+from warehouse.slo import slo_params
+
+from . import cost, live, users
+from .live import Query, Window
+
+__all__ = ["SloReport", "observed", "reports", "attainment_over_time", "operating_points"]
+
+
+def observed(q: Query, w: Window) -> Window:
+    """The window from the rack's first scrape when that is later than its start: unobserved time is
+    neither cost nor seconds of goodput (docs/definitions.md, "Unobserved time")."""
+    first = cost.first_count(q)
+    return Window(first, w.end, w.step_seconds) if first is not None and w.start < first < w.end else w
+
+
+def reports(q: Query, w: Window) -> tuple[SloReport, SloReport]:
+    """The window's report per class and per tenant (`moemeter report slo [--by tenant]`)."""
+    r = slo_reports(q, w.start, w.end, by=("class", "tenant"))
+    return r["class"], r["tenant"]
+
+
+def attainment_over_time(q: Query, w: Window) -> pd.DataFrame:
+    """bucket, class, held, met, attainment (None where nothing was held)."""
+    if users.hourly(w):
+        df = slo_sums(q, w.start, w.end).rename(columns={"ts": "bucket"})
+        df = df.groupby(["bucket", "class"], as_index=False)[["held", "met"]].sum() if len(df) else df
+    else:
+        params: dict[str, Any] = {
+            "finished_from": w.end,
+            "finished_until": w.end,
+            "ingested_from": None,
+            "ingested_until": None,
+            "step_us": w.step_seconds * 1_000_000,
+            **slo_params(w.start, w.end),
+        }
+        df = run(q, "slo_over_time", params)
+    if df.empty:
+        return pd.DataFrame(columns=["bucket", "class", "held", "met", "attainment"])
+    df = df[df["held"] > 0].copy()
+    df["attainment"] = df["met"] / df["held"]
+    return df[["bucket", "class", "held", "met", "attainment"]].reset_index(drop=True)
+
+
+def operating_points(q: Query, w: Window) -> pd.DataFrame:
+    """bucket, tps_per_gpu (the rack's logical tokens/s per GPU), tps_per_user (P90 per-user tokens/s):
+    one point per step that has both."""
+    gpus = live.pool_gpus(live.targets(q, w))
+    rack = live.tokens_per_gpu(live.token_rates(q, w), gpus)
+    rack = rack[rack["series"] == "rack logical"][["bucket", "value"]].rename(columns={"value": "tps_per_gpu"})
+    per_user = users.tps_over_time(q, w)[["bucket", "tps_p90"]].rename(columns={"tps_p90": "tps_per_user"})
+    if rack.empty or per_user.empty:
+        return pd.DataFrame(columns=["bucket", "tps_per_gpu", "tps_per_user"])
+    rack["bucket"], per_user["bucket"] = pd.to_datetime(rack["bucket"]), pd.to_datetime(per_user["bucket"])
+    out = rack.merge(per_user, on="bucket")
+    return out[(out["tps_per_gpu"] > 0) & (out["tps_per_user"] > 0)].sort_values("bucket").reset_index(drop=True)

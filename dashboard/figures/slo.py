@@ -1,0 +1,95 @@
+"""SLO page figures: DataFrames from dashboard.data.slo in, Plotly figures out. No Streamlit."""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from .live import P90_PER_USER_REFERENCE, RACK_PER_GPU_REFERENCE, SINGLE_USER_REFERENCE, _layout, gapped
+
+CLASS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
+
+
+def attainment_figure(over: pd.DataFrame, objectives: dict[str, float]) -> go.Figure:
+    """Attainment per step and class (percent), each class's objective as a dotted line of its colour."""
+    fig = go.Figure()
+    for i, (name, df) in enumerate(over.groupby("class", sort=True)):
+        color = CLASS_COLORS[i % len(CLASS_COLORS)]
+        label = name or "(no class)"
+        df = gapped(df.assign(pct=100 * df["attainment"]))
+        fig.add_trace(
+            go.Scatter(
+                x=df["bucket"],
+                y=df["pct"],
+                name=label,
+                mode="lines+markers",
+                line=dict(color=color),
+                customdata=df[["met", "held"]],
+                hovertemplate=f"{label}: %{{y:.2f}}% (%{{customdata[0]}} of %{{customdata[1]}})<extra></extra>",
+            )
+        )
+        if name in objectives:
+            fig.add_hline(
+                y=100 * objectives[name],
+                line=dict(color=color, dash="dot"),
+                annotation_text=f"{label} objective {100 * objectives[name]:g}%",
+                annotation_position="bottom left",
+            )
+    fig.update_yaxes(title_text="met / held, %", rangemode="tozero")
+    return _layout(fig, "Attainment per class", subtitle="requests that met every target of their class")
+
+
+def operating_point_figure(points: pd.DataFrame) -> go.Figure:
+    """The rack on the throughput-interactivity plane: tokens/s per GPU against P90 per-user tokens/s,
+    one point per step, the latest highlighted, the write-up's published points for reference."""
+    fig = go.Figure()
+    if len(points):
+        fig.add_trace(
+            go.Scatter(
+                x=points["tps_per_user"],
+                y=points["tps_per_gpu"],
+                mode="markers",
+                name="this rack, per step",
+                marker=dict(color="#9ecae1", size=7),
+                text=[f"{b:%m-%d %H:%M}" for b in pd.to_datetime(points["bucket"])],
+                hovertemplate="%{text}: %{y:,.0f} tok/s/GPU at P90 %{x:,.1f} tok/s/user<extra></extra>",
+            )
+        )
+        last = points.iloc[-1]
+        fig.add_trace(
+            go.Scatter(
+                x=[last["tps_per_user"]],
+                y=[last["tps_per_gpu"]],
+                mode="markers",
+                name=f"latest ({pd.Timestamp(last['bucket']):%H:%M})",
+                marker=dict(color="#08519c", size=14, symbol="diamond"),
+                hovertemplate="latest: %{y:,.0f} tok/s/GPU at P90 %{x:,.1f} tok/s/user<extra></extra>",
+            )
+        )
+    fig.add_trace(  # a trace, not an annotation: on log axes plotly places annotations at log10 of x
+        go.Scatter(
+            x=[P90_PER_USER_REFERENCE],
+            y=[RACK_PER_GPU_REFERENCE],
+            mode="markers+text",
+            name="write-up: 954,000 tok/s/GPU at P90 196",
+            marker=dict(color="#d62728", size=12, symbol="star"),
+            text=["write-up"],
+            textposition="bottom center",
+            hovertemplate="write-up: %{y:,.0f} tok/s/GPU at P90 %{x:.0f} tok/s/user<extra></extra>",
+        )
+    )
+    fig.add_vline(x=SINGLE_USER_REFERENCE, line=dict(color="#d62728", dash="dot"))
+    fig.add_trace(  # the line's legend entry (a shape has none)
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="lines",
+            line=dict(color="#d62728", dash="dot"),
+            name=f"write-up: {SINGLE_USER_REFERENCE:.0f} tok/s for a single user",
+        )
+    )
+    fig.update_xaxes(type="log", title_text="P90 per-user tokens/s (interactivity)")
+    fig.update_yaxes(type="log", title_text="rack tokens/s per GPU (logical)")
+    fig = _layout(fig, "Operating point", height=420, subtitle="throughput against interactivity, per step")
+    fig.update_layout(hovermode="closest")
+    return fig
