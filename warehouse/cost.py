@@ -24,7 +24,7 @@ from moemeter.contract import POOLS, computed_tokens
 from moemeter.errors import MoemeterError
 
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
-from .read import Query, ceil, floor, increases, request_hours, run, timestamp
+from .read import Query, floor, increases, request_window, run, timestamp
 
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
 HOUR = timedelta(hours=1)
@@ -324,10 +324,7 @@ def revenue(sheet: PriceSheet, tokens: pd.DataFrame, start: datetime) -> float |
 def user_tokens(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
     """Per user: requests, prompt, cached prompt and generated tokens of the requests that finished
     in the window (its whole hours from the hourly sums, the edges from the records)."""
-    h0, h1 = ceil(start, HOUR), floor(end, HOUR)
-    if h0 >= h1:  # no whole hour: all from the records
-        h0 = h1 = start
-    return run(q, "cost_users", {"start": start, "end": end, **request_hours(h0, h1)})
+    return run(q, "cost_users", {"start": start, "end": end, **request_window(start, end)})
 
 
 def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd.DataFrame:

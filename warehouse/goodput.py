@@ -22,7 +22,7 @@ from moemeter.errors import MoemeterError
 from .alerts import AlertRules
 from .cost import HOUR, NoData, Pools, allocate, cost_report, stored_pools
 from .prices import PriceSheet
-from .read import Query, ceil, floor, request_hours, run
+from .read import Query, request_window, run
 from .slo import STORED_ASSIGNMENTS_SQL, STORED_CLASSES_SQL, SloClass, SloSheet, slo_params, stored_slo_sheet
 
 BURN_WINDOWS = {"5m": timedelta(minutes=5), "30m": timedelta(minutes=30), "1h": HOUR, "6h": timedelta(hours=6)}
@@ -30,7 +30,6 @@ BURN_WINDOWS = {"5m": timedelta(minutes=5), "30m": timedelta(minutes=30), "1h": 
 GROUPS = {"class": ["class"], "tenant": ["class", "tenant"]}
 COUNTS = ["requests", "held", "met", "failed", "missed_ttft", "missed_itl", "missed_e2e"]
 TOKENS = ["prompt_tokens", "cached_prompt_tokens", "generated_tokens", "good_prompt_tokens", "good_generated_tokens"]
-NO_CLASS = ""  # requests that finished before any class was in effect
 
 
 class NoSloSheet(MoemeterError, LookupError):
@@ -40,10 +39,7 @@ class NoSloSheet(MoemeterError, LookupError):
 def slo_sums(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
     """Per finishing hour, class and tenant: the requests_slo_1h sums of the requests that finished
     in [start, end)."""
-    h0, h1 = ceil(start, HOUR), floor(end, HOUR)
-    if h0 >= h1:  # no whole hour: all from the records
-        h0 = h1 = start
-    return run(q, "requests_slo", {**request_hours(h0, h1), **slo_params(start, end)})
+    return run(q, "requests_slo", {**request_window(start, end), **slo_params(start, end)})
 
 
 def stored_sheet(q: Query) -> SloSheet:

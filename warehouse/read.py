@@ -218,6 +218,14 @@ def statement(name: str) -> str:
     return sql(name)
 
 
+def request_window(start: datetime, end: datetime) -> dict[str, Any]:
+    """The /*requests_hourly*/ parameters for the requests that finished in [start, end): its whole
+    hours from the hourly tables (and the records not rolled up yet); a statement reads the edges
+    [start, finished_from) and [finished_until, end) from the records. No whole hour: all edges."""
+    h0, h1 = ceil(start, timedelta(hours=1)), floor(end, timedelta(hours=1))
+    return request_hours(h0, h1) if h0 < h1 else request_hours(start, start)
+
+
 def request_hours(start: datetime, end: datetime) -> dict[str, Any]:
     """The parameters of /*requests_hourly*/ for the hours [start, end): the hourly tables' rows and
     the records not rolled up yet."""

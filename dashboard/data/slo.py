@@ -7,12 +7,10 @@ hourly SLO sums (warehouse/goodput.py), as the Users page does.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from warehouse.goodput import SloReport, slo_reports, slo_sums
-from warehouse.read import run
+from warehouse.read import request_hours, run
 from warehouse.slo import slo_params
 
 from . import cost, live, users
@@ -40,14 +38,8 @@ def attainment_over_time(q: Query, w: Window) -> pd.DataFrame:
         df = slo_sums(q, w.start, w.end).rename(columns={"ts": "bucket"})
         df = df.groupby(["bucket", "class"], as_index=False)[["held", "met"]].sum() if len(df) else df
     else:
-        params: dict[str, Any] = {
-            "finished_from": w.end,
-            "finished_until": w.end,
-            "ingested_from": None,
-            "ingested_until": None,
-            "step_us": w.step_seconds * 1_000_000,
-            **slo_params(w.start, w.end),
-        }
+        # no hours: every record of the window is an edge, read once
+        params = {**request_hours(w.end, w.end), **slo_params(w.start, w.end), "step_us": w.step_seconds * 1_000_000}
         df = run(q, "slo_over_time", params)
     if df.empty:
         return pd.DataFrame(columns=["bucket", "class", "held", "met", "attainment"])
