@@ -91,14 +91,12 @@ def rebalances(q: Query, w: Window, target: str) -> pd.DataFrame:
     return run(q, "rebalances", {"start": w.start, "end": w.end, "target": target})
 
 
-def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.5) -> pd.DataFrame:
-    """Measured mean balancedness (over layers and steps) in the steps that end before each event
-    and in those that start after it, `minutes` each side; a step that straddles the event counts
-    for neither."""
-    if events.empty:
-        return events.assign(measured_before=pd.Series(dtype=float), measured_after=pd.Series(dtype=float))
+def _around(events: pd.DataFrame, per: pd.DataFrame, minutes: float) -> tuple[np.ndarray, np.ndarray]:
+    """Means of `per`'s rows (index: step start; columns sum and count) in the steps that end
+    before each event and in those that start after it, `minutes` each side; a step that
+    straddles the event counts for neither."""
+    per = per.sort_index()
     span = pd.Timedelta(minutes=minutes)
-    per = bal.groupby("bucket")["balancedness"].agg(["sum", "count"]).sort_index()
     step = per.index.to_series().diff().min() if len(per) > 1 else pd.Timedelta(0)
     starts = per.index.to_numpy()
     # Prefix sums over the sorted steps: the mean of the rows of steps [i, j) in O(1) per event.
@@ -116,7 +114,38 @@ def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.
         np.searchsorted(starts, ts - span_ns - step_ns, "right"), np.searchsorted(starts, ts - step_ns, "right")
     )
     after = mean(np.searchsorted(starts, ts, "left"), np.searchsorted(starts, ts + span_ns, "left"))
+    return before, after
+
+
+def measured_around(events: pd.DataFrame, bal: pd.DataFrame, minutes: float = 0.5) -> pd.DataFrame:
+    """Measured mean balancedness (over layers and steps) in the steps that end before each event
+    and in those that start after it, `minutes` each side; a step that straddles the event counts
+    for neither."""
+    if events.empty:
+        return events.assign(measured_before=pd.Series(dtype=float), measured_after=pd.Series(dtype=float))
+    before, after = _around(events, bal.groupby("bucket")["balancedness"].agg(["sum", "count"]), minutes)
     return events.assign(measured_before=before, measured_after=after)
+
+
+def generated_rates(q: Query, w: Window, target: str) -> pd.DataFrame:
+    """bucket, generated_per_s: the tokens `target` generated per second, per step."""
+    return counters(q, "target_generated", w, {"target": target})
+
+
+def rebalance_cost(events: pd.DataFrame, rates: pd.DataFrame, minutes: float = 0.5) -> pd.DataFrame:
+    """What each rebalance cost and bought: generated tokens/s before and after it (as
+    measured_around measures balancedness), the tokens its pause cost (pause x tokens/s before:
+    vLLM's synchronous rearrangement stops the engine) and the seconds the gain in tokens/s takes
+    to win them back (NaN when tokens/s did not rise)."""
+    if events.empty or rates.empty:
+        nan = pd.Series(np.nan, index=events.index, dtype=float)
+        return events.assign(tps_before=nan, tps_after=nan, tokens_lost=nan, win_back_seconds=nan)
+    per = rates.set_index("bucket")["generated_per_s"].to_frame("sum").assign(count=1)
+    before, after = _around(events, per, minutes)
+    lost = events["duration_seconds"].to_numpy(dtype=float) * before
+    gain = after - before
+    win_back = np.where(gain > 0, lost / np.where(gain > 0, gain, 1.0), np.nan)
+    return events.assign(tps_before=before, tps_after=after, tokens_lost=lost, win_back_seconds=win_back)
 
 
 def placement(q: Query, w: Window, target: str, layer: int) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from dashboard.data import experts as data
 from dashboard.data import live
 from dashboard.figures import experts as figures
 from dashboard.source import api_url, query, show_api_error
-from dashboard.widgets import metric_columns
+from dashboard.widgets import compact, metric_columns
 from warehouse.alerts import AlertRules, evaluate_alerts, prometheus_rules
 from warehouse.eplb import what_if
 
@@ -22,6 +22,35 @@ RULES = AlertRules()
 
 def _pct(v: float) -> str:
     return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def _rate(v: float) -> str:
+    return "—" if v is None or math.isnan(v) else compact(v)
+
+
+def _last_rebalance(last: pd.Series) -> None:
+    """What the last rebalance cost (the engine's pause, the tokens not generated meanwhile) and
+    bought (tokens/s and measured balancedness, before and after)."""
+    st.subheader(f"Last rebalance ({last['ts']:%H:%M:%S}): what it cost and bought")
+    c = metric_columns(4)
+    c[0].metric(
+        "Pause", f"{last['duration_seconds']:.2f} s", f"{int(last['moved_replicas'])} replicas moved", delta_color="off"
+    )
+    c[1].metric("Generated tok/s: before → after", f"{_rate(last['tps_before'])} → {_rate(last['tps_after'])}")
+    c[2].metric(
+        "Balancedness: before → after",
+        f"{_pct(last['measured_before'])} → {_pct(last['measured_after'])}",
+        f"planned {_pct(last['planned_after'])}",
+        delta_color="off",
+    )
+    won = last["win_back_seconds"]
+    c[3].metric(
+        "Tokens to win back",
+        _rate(last["tokens_lost"]),
+        "tok/s did not rise" if math.isnan(won) else f"won back in {won:,.0f} s",
+        delta_color="off",
+        help="pause x generated tokens/s before it; won back when the rise in tokens/s has made them up",
+    )
 
 
 def render() -> None:
@@ -39,7 +68,9 @@ def render() -> None:
     w = live.Window.ending(latest, live.RANGES[choice], live.scrape_interval(query))
     steps = data.rank_steps(query, w, target)
     bal = data.balancedness_over_time(steps)
-    events = data.measured_around(data.rebalances(query, w, target), bal)
+    events = data.rebalance_cost(
+        data.measured_around(data.rebalances(query, w, target), bal), data.generated_rates(query, w, target)
+    )
     shares = data.expert_share(query, w, target)
 
     now_bal = bal[bal["bucket"] == bal["bucket"].max()] if len(bal) else bal
@@ -76,6 +107,8 @@ def render() -> None:
             delta_color="off",
         )
     m[4].metric("Alerts firing", str(len(firing)))
+    if len(events):
+        _last_rebalance(events.iloc[-1])
 
     log = st.toggle(
         "Log colour scale (layer x expert)",

@@ -82,6 +82,26 @@ def test_rebalances_are_listed_and_measured_to_help(seeded):
     assert (events["measured_after"] > events["measured_before"]).all()
 
 
+def test_a_rebalance_costs_its_pause_in_tokens_and_wins_them_back_with_its_gain():
+    # Steps of 10 s from T0; the rebalance at T0 + 60 s paused the engine 2 s. The steps that end in
+    # the 30 s before it (starting at +30, +40, +50) generated 100 tok/s, those starting in the 30 s
+    # after it (+60, +70, +80) 110: 2 s x 100 = 200 tokens lost, won back at 10 tok/s in 20 s.
+    starts = [T0 + timedelta(seconds=10 * k) for k in range(12)]
+    rates = pd.DataFrame({"bucket": starts, "generated_per_s": [100.0] * 6 + [110.0] * 3 + [90.0] * 3})
+    events = pd.DataFrame(
+        {"ts": [T0 + timedelta(seconds=60), T0 + timedelta(seconds=90)], "duration_seconds": [2.0, 1.0]}
+    )
+    first, second = data.rebalance_cost(events, rates).to_dict("records")
+    assert (first["tps_before"], first["tps_after"]) == (100.0, 110.0)
+    assert first["tokens_lost"] == 200.0 and first["win_back_seconds"] == 20.0
+    # The second (at +90 s, 1 s): the steps ending in (+60, +90] made 110 tok/s, those after it 90:
+    # 110 tokens lost, and tokens/s fell, so nothing is won back.
+    assert (second["tps_before"], second["tps_after"]) == (110.0, 90.0)
+    assert second["tokens_lost"] == 110.0 and np.isnan(second["win_back_seconds"])
+    empty = data.rebalance_cost(events, rates.iloc[:0])
+    assert empty["tokens_lost"].isna().all() and len(empty) == 2
+
+
 def test_expert_shares_and_hot_experts(seeded):
     q, _, _ = seeded
     shares = data.expert_share(q, window(), "decode-0")

@@ -2,107 +2,31 @@
 DeepSeek-V2-architecture MoE: exact expert accounting, step phases within step wall time, and
 the warehouse holding the snapshots and histograms the collectors pulled.
 
-The vLLM environment is .vllm-venv (`make vllm-env`, which `make test` runs first); this test
-creates it itself when missing. It starts one vLLM server on its own core, waits for it with a
-deadline, and always stops it."""
+One vLLM server on its own core (vllm_server.py starts and stops it)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import signal
-import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from collectors.parse import parse_page
-from stack.localstack import KV_CACHE_BYTES
 from stack.ready import scaled
-from tests.e2e.test_browser import free_port
+
+from .vllm_server import ROOT, TOP_K, serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
-ROOT = Path(__file__).parents[2]
-VLLM_PYTHON = ROOT / ".vllm-venv" / "bin" / "python"
-TOP_K = 4  # tiny-deepseek-v2: num_experts_per_tok
-
-
-def _ensure_vllm_env() -> None:
-    if not (ROOT / ".vllm-venv" / ".installed").exists():
-        subprocess.run(["make", "vllm-env"], cwd=ROOT, check=True, timeout=1800)
 
 
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
-    _ensure_vllm_env()
     tmp = tmp_path_factory.mktemp("vllm")
-    subprocess.run(
-        [str(VLLM_PYTHON), str(ROOT / "stack/profiles/local-cpu/make_model.py"), str(tmp / "model")],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    port = free_port()
-    env = {
-        **os.environ,
-        "VLLM_PLUGINS": "moemeter",
-        "VLLM_CPU_OMP_THREADS_BIND": "0",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-    }
-    env.pop("MOEMETER_VLLM_STATE_DIR", None)
-    env.pop("VLLM_CPU_KVCACHE_SPACE", None)
-    log = (tmp / "vllm.log").open("w")
-    proc = subprocess.Popen(
-        [
-            str(VLLM_PYTHON),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(tmp / "model"),
-            "--served-model-name",
-            "tiny-moe",
-            "--enforce-eager",
-            "--dtype",
-            "bfloat16",
-            "--max-model-len",
-            "2048",
-            "--kv-cache-memory-bytes",
-            str(KV_CACHE_BYTES),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + scaled(300)
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail(f"vLLM did not become ready (exit {proc.poll()}):\n{(tmp / 'vllm.log').read_text()[-3000:]}")
+    with serve(tmp) as url:
         yield url, tmp
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        log.close()
 
 
 def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

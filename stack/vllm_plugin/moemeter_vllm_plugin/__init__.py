@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-log = logging.getLogger("moemeter.vllm_plugin")
+log = logging.getLogger("vllm.moemeter_plugin")
 _registered = False
 
 

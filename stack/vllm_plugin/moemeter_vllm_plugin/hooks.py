@@ -8,6 +8,11 @@ process_outputs, and the Prometheus collector that reads every process's totals.
 
 Only real engine steps count: profiling and warm-up passes run outside EngineCore.step and
 the model runner's execute_model/sample_tokens, so their tokens never reach the counters.
+
+With --enable-eplb: vLLM's EplbState (add_model, step, rearrange) of the served model. The
+router then returns physical expert ids: tokens are counted per physical slot, and per logical
+expert through vLLM's own physical_to_logical_map. Counters are copied out only between engine
+steps, so every layer of one hand-over comes from the same step.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .state import WRITE_EVERY_SECONDS, Hist, ProcessState, write_atomically
+from . import cpu_eplb
+from .state import WRITE_EVERY_SECONDS, Eplb, Hist, ProcessState, write_atomically
 
-log = logging.getLogger("moemeter.vllm_plugin")
+log = logging.getLogger("vllm.moemeter_plugin")
 STATE_DIR_ENV = "MOEMETER_VLLM_STATE_DIR"
 
 STATE = ProcessState()
@@ -34,6 +40,9 @@ _active = 0  # >0 while a real engine step runs in this process
 _disabled: set[str] = set()
 _lock = threading.Lock()
 _counters: dict[int, Any] = {}  # MoE layer ordinal -> device tensor of per-expert tokens
+_physical: dict[int, Any] = {}  # with EPLB: MoE layer ordinal -> device tensor of per-slot tokens
+_eplb: dict[str, Any] = {}  # with EPLB: "model", the served model's EplbModelState
+_copy_due = False  # the flusher asks for a copy-out; the engine makes it between steps
 _layer_ordinal: dict[str, int] = {}
 _pending_events: list[tuple[Any, Any]] = []  # CUDA (start, end) events of forward passes not yet resolved
 
@@ -113,18 +122,21 @@ def _observe_phase(phase: str) -> Callable[..., None]:
 
 def _enter(self: Any) -> None:
     global _active
-    _active += 1
+    with _lock:
+        _active += 1
 
 
 def _leave_step(self: Any, seconds: float, token: Any) -> None:
-    global _active
-    _active -= 1
+    _leave(self, seconds, token)
     STATE.steps.setdefault(_engine, Hist()).observe(seconds)
 
 
 def _leave(self: Any, seconds: float, token: Any) -> None:
     global _active
-    _active -= 1
+    with _lock:
+        _active -= 1
+        if not _active and _copy_due:
+            _copy_out()
 
 
 def _note_config(vllm_config: Any) -> None:
@@ -173,13 +185,27 @@ def _count_experts(router: Any, topk_ids: Any) -> None:
     layer = getattr(router, "_moemeter_layer", None)
     if layer is None:
         return
-    acc = _counters.get(layer)
-    experts = int(getattr(router, "global_num_experts", 0) or 0)
-    if acc is None or acc.device != topk_ids.device:
-        acc = _counters[layer] = torch.zeros(experts, dtype=torch.int64, device=topk_ids.device)
-        STATE.num_experts = max(STATE.num_experts, experts)
     flat = topk_ids.reshape(-1).to(torch.int64)
-    acc.scatter_add_(0, flat, torch.ones_like(flat))
+    model = _eplb.get("model")
+    if model is not None and getattr(router, "eplb_state", None) is not None:  # ids are physical slots
+        phy2log = model.physical_to_logical_map[layer]
+        flat = flat[flat >= 0]
+        _tally(_physical, layer, flat, phy2log.shape[0])
+        flat = phy2log[flat].to(torch.int64)
+        experts = int(model.model.num_logical_experts)
+    else:
+        experts = int(getattr(router, "global_num_experts", 0) or 0)
+    _tally(_counters, layer, flat, experts)
+    STATE.num_experts = max(STATE.num_experts, experts)
+
+
+def _tally(counters: dict[int, Any], layer: int, ids: Any, size: int) -> None:
+    import torch
+
+    acc = counters.get(layer)
+    if acc is None or acc.device != ids.device:
+        acc = counters[layer] = torch.zeros(size, dtype=torch.int64, device=ids.device)
+    acc.scatter_add_(0, ids, torch.ones_like(ids))
 
 
 def _install_router_hook() -> None:
@@ -220,16 +246,93 @@ def _name_router(runner: Any) -> None:
     runner.router._moemeter_layer = ordinal
 
 
+# ------------------------------------------------------------------ EPLB state
+def _install_eplb_hooks() -> None:
+    from vllm.distributed.eplb.eplb_state import EplbState
+
+    def add_model(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, model: Any, model_config: Any, model_name: str | None = None) -> Any:
+            result = original(self, model, model_config, model_name)
+            if model_name is None:  # the served model (a drafter is added with its own name)
+                _guard("eplb", _note_eplb)(self.model_states[model_config.compute_hash()])
+            return result
+
+        return wrapper
+
+    def step(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(self, *args, **kwargs)
+            if STATE.eplb is not None and not kwargs.get("is_profile", args[1] if len(args) > 1 else False):
+                STATE.eplb.steps += 1
+            return result
+
+        return wrapper
+
+    def rearrange(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            model = _eplb.get("model")
+            if model is None or self.is_async or kwargs.get("is_profile", args[0] if args else False):
+                return original(self, *args, **kwargs)  # async: the maps change later, layer by layer
+            before = model.physical_to_logical_map.tolist()
+            t0 = time.perf_counter()
+            result = original(self, *args, **kwargs)
+            seconds = time.perf_counter() - t0
+            _guard("eplb", _note_rebalance)(model, before, seconds)
+            return result
+
+        return wrapper
+
+    for name, make in (("add_model", add_model), ("step", step), ("rearrange", rearrange)):
+        original = EplbState.__dict__[name]
+        if not getattr(original, "__moemeter__", False):
+            wrapper = functools.wraps(original)(make(original))
+            wrapper.__moemeter__ = True  # type: ignore[attr-defined]
+            setattr(EplbState, name, wrapper)
+
+
+def _note_eplb(model_state: Any) -> None:
+    from vllm.distributed.parallel_state import get_ep_group
+
+    ep = get_ep_group()
+    _eplb["model"] = model_state
+    STATE.eplb = Eplb(ep.rank_in_group, ep.world_size, model_state.physical_to_logical_map.tolist())
+
+
+def _note_rebalance(model_state: Any, before: list[list[int]], seconds: float) -> None:
+    view = STATE.eplb
+    if view is None:
+        return
+    view.phy2log = model_state.physical_to_logical_map.tolist()
+    if view.rank == 0:  # every rank rearranges in lockstep; one event
+        view.rebalanced(time.time(), seconds, before, model_state.last_expert_load.tolist())
+
+
 # ------------------------------------------------------------------ hand-over to the API server
+def _copy_out() -> None:
+    """Counters to host lists, between steps (the caller holds _lock and no step runs)."""
+    global _copy_due
+    _copy_due = False
+    if _counters:
+        STATE.experts[_engine] = {layer: acc.tolist() for layer, acc in _counters.items()}
+    model = _eplb.get("model")
+    if model is not None and STATE.eplb is not None:  # async EPLB changes it layer by layer: read it each time
+        STATE.eplb.phy2log = model.physical_to_logical_map.tolist()
+        STATE.eplb.physical = {layer: acc.tolist() for layer, acc in _physical.items()}
+
+
 def _flush() -> None:
     _guard("export", _write)()
 
 
 def _write() -> None:
+    global _copy_due
     if _pending_events:
         _resolve_events()
-    if _counters:
-        STATE.experts[_engine] = {layer: acc.tolist() for layer, acc in _counters.items()}  # the one copy-out
+    with _lock:
+        if _active:
+            _copy_due = True  # the step in flight copies when it ends; this hand-over has the last copy
+        else:
+            _copy_out()
     if STATE.phases or STATE.steps or STATE.experts or sum(STATE.api_output.counts):
         try:
             data = STATE.as_json(os.getpid(), time.time())
@@ -250,9 +353,11 @@ def _start_flusher() -> None:
 
 def _after_fork_in_child() -> None:
     """A forked engine process starts its own totals and its own flusher."""
-    global STATE, _active, _engine
-    STATE, _active, _engine = ProcessState(), 0, 0
+    global STATE, _active, _engine, _copy_due
+    STATE, _active, _engine, _copy_due = ProcessState(), 0, 0, False
     _counters.clear()
+    _physical.clear()
+    _eplb.clear()
     _layer_ordinal.clear()
     _pending_events.clear()
     _start_flusher()
@@ -284,6 +389,8 @@ def install() -> None:
     for cls in (GPUModelRunner, Scheduler):  # whichever this process builds knows the engine
         _note_config_on_init(cls)
     _guard("expert counting", _install_router_hook)()
+    _guard("eplb", _install_eplb_hooks)()
+    _guard("eplb on cpu", cpu_eplb.apply)()
     _guard("export", _install_exporter)()
     _start_flusher()
     os.register_at_fork(after_in_child=_after_fork_in_child)

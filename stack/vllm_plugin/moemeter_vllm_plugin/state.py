@@ -20,6 +20,7 @@ PHASES = ("schedule", "prepare_inputs", "forward", "sample", "update")
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 HOT_EXPERTS = 8
 WRITE_EVERY_SECONDS = 0.5
+KEEP_REBALANCES = 50  # the latest ones, in each snapshot; the counter counts them all
 
 
 @dataclass
@@ -62,6 +63,75 @@ def _le(x: float) -> str:
     return repr(float(x))
 
 
+def placement_balancedness(load: list[float], phy2log: list[int], ranks: int) -> float:
+    """One layer's balancedness (docs/definitions.md: mean over ranks / max over ranks of rank
+    load) when logical expert e carries load[e], split evenly over its replicas, and slot s is
+    on rank s // (slots / ranks). 1.0 for a layer without load."""
+    replicas = [0] * len(load)
+    for e in phy2log:
+        replicas[e] += 1
+    per_rank = len(phy2log) // ranks
+    rank_load = [0.0] * ranks
+    for s, e in enumerate(phy2log):
+        rank_load[s // per_rank] += load[e] / replicas[e]
+    top = max(rank_load)
+    return sum(rank_load) / ranks / top if top > 0 else 1.0
+
+
+@dataclass
+class Eplb:
+    """vLLM's EPLB state as one engine process sees it (EplbState / EplbModelState of the
+    served model): its EP rank, the placement, tokens per physical expert (counted here, per
+    layer and slot, top-k counted), and the rebalances it performed (EP rank 0 records them)."""
+
+    rank: int
+    ranks: int
+    phy2log: list[list[int]]
+    physical: dict[int, list[int]] = field(default_factory=dict)
+    steps: int = 0  # EplbState.step calls (dummy steps too: vLLM's rearrangement counter counts them)
+    rebalances: list[dict[str, object]] = field(default_factory=list)
+    rebalances_total: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "rank": self.rank,
+            "ranks": self.ranks,
+            "phy2log": self.phy2log,
+            "physical": [[layer, row] for layer, row in self.physical.items()],
+            "steps": self.steps,
+            "rebalances": self.rebalances,
+            "rebalances_total": self.rebalances_total,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Eplb:
+        return cls(
+            rank=int(data["rank"]),  # type: ignore[call-overload]
+            ranks=int(data["ranks"]),  # type: ignore[call-overload]
+            phy2log=[[int(e) for e in row] for row in data["phy2log"]],  # type: ignore[attr-defined]
+            physical={int(layer): [int(n) for n in row] for layer, row in data["physical"]},  # type: ignore[attr-defined]
+            steps=int(data["steps"]),  # type: ignore[call-overload]
+            rebalances=list(data["rebalances"]),  # type: ignore[call-overload]
+            rebalances_total=int(data["rebalances_total"]),  # type: ignore[call-overload]
+        )
+
+    def rebalanced(self, at: float, seconds: float, before: list[list[int]], load: list[list[float]]) -> None:
+        """Record a rearrangement from `before` to the current `phy2log`, planned on `load`
+        (vLLM's all-reduced window of logical expert load, per layer)."""
+        self.rebalances.append(
+            {
+                "time": at,
+                "step": self.steps,
+                "duration_seconds": seconds,
+                "moved_replicas": sum(a != b for old, new in zip(before, self.phy2log) for a, b in zip(old, new)),
+                "balancedness_before": [placement_balancedness(w, p, self.ranks) for w, p in zip(load, before)],
+                "balancedness_planned": [placement_balancedness(w, p, self.ranks) for w, p in zip(load, self.phy2log)],
+            }
+        )
+        del self.rebalances[:-KEEP_REBALANCES]
+        self.rebalances_total += 1
+
+
 @dataclass
 class ProcessState:
     """One process's totals since it started. Keys of `phases` are (engine, phase)."""
@@ -72,6 +142,7 @@ class ProcessState:
     api_output: Hist = field(default_factory=Hist)
     experts: dict[int, dict[int, list[int]]] = field(default_factory=dict)  # engine -> MoE layer -> per expert
     num_experts: int = 0
+    eplb: Eplb | None = None  # with --enable-eplb, in the engine processes
 
     def as_json(self, pid: int, now: float) -> dict[str, object]:
         return {
@@ -83,6 +154,7 @@ class ProcessState:
             "steps": [[e, h.as_json()] for e, h in self.steps.items()],
             "api_output": self.api_output.as_json(),
             "experts": [[e, layer, row] for e, layers in self.experts.items() for layer, row in layers.items()],
+            "eplb": self.eplb.as_json() if self.eplb else None,
         }
 
 
@@ -121,11 +193,19 @@ def read_states(directory: Path) -> list[dict[str, object]]:
 
 @dataclass
 class Merged(ProcessState):
-    """All processes' totals, summed."""
+    """All processes' totals, summed. With EPLB, `eplb` is EP rank 0's (the placement is the
+    same on every rank; rank 0 records the rebalances) with every rank's physical counts added."""
 
     @classmethod
     def of(cls, states: list[dict[str, object]]) -> Merged:
         m = cls()
+        views = sorted((Eplb.from_json(s["eplb"]) for s in states if s.get("eplb")), key=lambda v: v.rank)  # type: ignore[arg-type]
+        if views:
+            m.eplb = views[0]
+            for other in views[1:]:
+                for layer, row in other.physical.items():
+                    have = m.eplb.physical.get(layer)
+                    m.eplb.physical[layer] = [a + b for a, b in zip(have, row)] if have else row
         for s in states:
             m.model_name = m.model_name or str(s.get("model_name") or "")
             m.num_experts = max(m.num_experts, int(s.get("num_experts") or 0))  # type: ignore[call-overload]
@@ -155,30 +235,49 @@ class Merged(ProcessState):
         return out
 
     def rank_tokens(self) -> dict[tuple[int, int], int]:
-        """(engine, layer) -> tokens routed to the experts that engine holds. Without expert
-        parallelism every engine holds all its layer's experts."""
+        """(rank, layer) -> tokens routed to the experts that rank holds. With EPLB the ranks are
+        EP ranks and a rank holds slots [r * slots / ranks, (r + 1) * slots / ranks); without
+        expert parallelism every engine holds all its layer's experts."""
+        if self.eplb and self.eplb.physical:
+            ranks = self.eplb.ranks
+            out = {}
+            for layer, row in self.eplb.physical.items():
+                per = len(row) // ranks
+                out.update({(r, layer): sum(row[r * per : (r + 1) * per]) for r in range(ranks)})
+            return out
         return {(e, layer): sum(row) for e, layers in self.experts.items() for layer, row in layers.items()}
 
 
 def snapshot(m: Merged, now: float) -> dict[str, object]:
-    """GET /moemeter/experts (schema moemeter.experts/1). Without EPLB the placement is the
-    identity: one slot per logical expert, on `ranks` = engines."""
+    """GET /moemeter/experts (schema moemeter.experts/1). With EPLB, vLLM's placement
+    (`physical_to_logical_map`, rows of MoE layers) on its EP ranks, the tokens per physical
+    slot and the rebalances; without, the identity: one slot per logical expert, on one rank."""
     matrix = m.logical_matrix()
-    ranks = max(1, len(m.experts))
     experts = m.num_experts
-    return {
+    snap: dict[str, object] = {
         "schema": "moemeter.experts/1",
         "time": now,
         "layers": len(matrix),
         "logical_experts": experts,
         "slots": experts,
         "ranks": 1,
-        "engines": ranks,
+        "engines": max(1, len(m.experts)),
         "layer_ids": m.layers(),
         "logical_tokens_total": matrix,
         "phy2log": [list(range(experts)) for _ in matrix],
         "rebalances": [],
     }
+    if m.eplb:
+        e = m.eplb
+        snap.update(
+            slots=len(e.phy2log[0]) if e.phy2log else experts,
+            ranks=e.ranks,
+            phy2log=[e.phy2log[layer] for layer in m.layers()],
+            physical_tokens_total=[e.physical.get(layer, [0] * len(e.phy2log[layer])) for layer in m.layers()],
+            eplb_steps=e.steps,
+            rebalances=e.rebalances,
+        )
+    return snap
 
 
 @dataclass
@@ -269,30 +368,28 @@ def families(m: Merged, w: Window) -> list[tuple[str, str, str, list[tuple[str, 
             ],
         )
     )
-    out.append(
+    last = m.eplb.rebalances[-1] if m.eplb and m.eplb.rebalances else {}
+    for name, kind, doc, value in (
         (
             "moemeter_eplb_rebalances_total",
             "counter",
             "EPLB rebalances performed (0 while EPLB is off).",
-            [("moemeter_eplb_rebalances_total", {"model_name": model}, 0.0)],
-        )
-    )
-    out.append(
+            m.eplb.rebalances_total if m.eplb else 0,
+        ),
         (
             "moemeter_eplb_last_rebalance_duration_seconds",
             "gauge",
-            "Wall time of the last rebalance.",
-            [("moemeter_eplb_last_rebalance_duration_seconds", {"model_name": model}, 0.0)],
-        )
-    )
-    out.append(
+            "Wall time of the last rebalance (the engine's pause: vLLM's synchronous rearrangement).",
+            last.get("duration_seconds", 0.0),
+        ),
         (
             "moemeter_eplb_last_rebalance_timestamp_seconds",
             "gauge",
-            "Unix time of the last rebalance; 0 before the first.",
-            [("moemeter_eplb_last_rebalance_timestamp_seconds", {"model_name": model}, 0.0)],
-        )
-    )
+            "Unix time the last rebalance finished; 0 before the first.",
+            last.get("time", 0.0),
+        ),
+    ):
+        out.append((name, kind, doc, [(name, {"model_name": model}, float(value))]))  # type: ignore[arg-type]
     out.append(
         (
             "moemeter_expert_hot_share",
