@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 
 import httpx
@@ -117,6 +118,39 @@ def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
     assert sum(phases.values()) <= step_wall
     assert _value(m, "moemeter_step_phase_seconds_count", phase="forward") <= steps
     assert _value(m, "moemeter_api_output_seconds_count") > 0
+
+
+def test_every_snapshot_holds_its_layers_from_one_engine_step(vllm_server):
+    """Every forwarded token is routed in every MoE layer: in a hand-over whose layers all come
+    from the same step the layers' totals are equal. Polled under load (two clients), as fast as
+    the API server answers; the plugin copies its counters out only between steps."""
+    url, _ = vllm_server
+    stop = threading.Event()
+
+    def traffic() -> None:
+        body = {"model": "tiny-moe", "prompt": "keep the experts busy", "max_tokens": 24, "ignore_eos": True}
+        with httpx.Client(timeout=120) as client:
+            while not stop.is_set():
+                client.post(url + "/v1/completions", json=body).raise_for_status()
+
+    clients = [threading.Thread(target=traffic) for _ in range(2)]
+    for c in clients:
+        c.start()
+    seen: list[tuple[int, ...]] = []
+    try:
+        deadline = time.monotonic() + scaled(120)
+        while len(set(seen)) < 12:  # a dozen hand-overs made under load
+            assert time.monotonic() < deadline, f"only {len(set(seen))} hand-overs seen"
+            r = httpx.get(url + "/moemeter/experts")
+            if r.status_code == 200:  # 503 until the first tokens are routed
+                seen.append(tuple(sum(row) for row in r.json()["logical_tokens_total"]))
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for c in clients:
+            c.join(120)
+    torn = [layers for layers in set(seen) if len(set(layers)) > 1]
+    assert not torn, f"{len(torn)} of {len(set(seen))} snapshots mix steps: {torn}"
 
 
 def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path):
