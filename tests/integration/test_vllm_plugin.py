@@ -55,6 +55,21 @@ def _routed(url: str) -> int:
     return sum(map(sum, httpx.get(url + "/moemeter/experts").json()["logical_tokens_total"]))
 
 
+def _caught_up(url: str) -> None:
+    """Wait (with a deadline) until the plugin's expert totals are not behind vLLM's own counters:
+    every finished request's forwarded tokens routed to top-k experts in each of the 3 MoE layers."""
+    deadline = time.monotonic() + scaled(30)
+    while True:
+        m = _metrics(url)
+        computed = _value(m, "vllm:prompt_tokens_by_source_total", source="local_compute")
+        forwarded = computed + _value(m, "vllm:generation_tokens_total") - _value(m, "vllm:request_success_total")
+        per_layer = [v for (n, _), v in m.items() if n == "moemeter_expert_rank_tokens_total"]
+        if len(per_layer) == 3 and min(per_layer) >= TOP_K * forwarded:
+            return
+        assert time.monotonic() < deadline, f"the plugin's expert totals stayed behind: {per_layer}, {forwarded}"
+        time.sleep(0.2)
+
+
 def test_expert_counts_and_step_phases_add_up_exactly(vllm_server):
     url, _ = vllm_server
     usage = []
@@ -149,6 +164,7 @@ def test_every_snapshot_holds_its_layers_from_one_engine_step(vllm_server):
         stop.set()
         for c in clients:
             c.join(120)
+    _caught_up(url)  # the next test starts from settled totals
     torn = [layers for layers in set(seen) if len(set(layers)) > 1]
     assert not torn, f"{len(torn)} of {len(set(seen))} snapshots mix steps: {torn}"
 
@@ -169,6 +185,7 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
     async def rounds() -> dict:
         async with httpx.AsyncClient() as client:
             fetch = http_fetcher(client)
+            _caught_up(url)
             await collector.round(fetch)
             before, phases = _routed(url), _phase_counts(url)
             usage = httpx.post(

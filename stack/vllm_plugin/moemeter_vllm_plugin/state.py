@@ -379,13 +379,13 @@ def families(m: Merged, w: Window) -> list[tuple[str, str, str, list[tuple[str, 
         (
             "moemeter_eplb_last_rebalance_duration_seconds",
             "gauge",
-            "Wall time of the last rebalance (the engine's pause: vLLM's synchronous rearrangement).",
+            "Wall time of the last rebalance.",
             last.get("duration_seconds", 0.0),
         ),
         (
             "moemeter_eplb_last_rebalance_timestamp_seconds",
             "gauge",
-            "Unix time the last rebalance finished; 0 before the first.",
+            "Unix time of the last rebalance; 0 before the first.",
             last.get("time", 0.0),
         ),
     ):
