@@ -57,6 +57,48 @@ ENGINES = ("prefill-0", "decode-0")  # restarted when they die; the rest of the 
 MAX_RESTARTS = 3  # per engine in one run of the stack: past it a crashing engine stays down, said so
 
 
+def vllm_server_env(bind: str, extra: dict[str, str]) -> dict[str, str]:
+    """The environment of one vLLM server with the moemeter plugin, offline, its forward threads
+    bound to `bind` (VLLM_CPU_OMP_THREADS_BIND: a core, or one per DP rank as "0|1")."""
+    env = {
+        **os.environ,
+        "VLLM_PLUGINS": "moemeter",
+        "VLLM_CPU_OMP_THREADS_BIND": bind,
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        **extra,
+    }
+    env.pop("MOEMETER_VLLM_STATE_DIR", None)  # each server hands its plugin data over in its own directory
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
+    return env
+
+
+def vllm_server_command(python: Path, model: Path, port: int, max_model_len: int, *extra: str) -> list[str]:
+    """vLLM's OpenAI API server for the tiny MoE on loopback: eager, bfloat16, a KV cache of
+    KV_CACHE_BYTES; `extra` arguments are added."""
+    return [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        MODEL_NAME,
+        "--enforce-eager",
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        str(max_model_len),
+        "--kv-cache-memory-bytes",
+        str(KV_CACHE_BYTES),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra,
+    ]
+
+
 @dataclass
 class LocalCpuStack:
     workdir: Path
@@ -112,45 +154,27 @@ class LocalCpuStack:
     def vllm_command(self, name: str, model: Path) -> tuple[list[str], dict[str, str]]:
         """One vLLM API server: its own core, its own NIXL port."""
         core = self.core(name)
-        env = {
-            **os.environ,
-            "VLLM_PLUGINS": "moemeter",
+        env = vllm_server_env(
             # per engine, not per core: on one core both share it, never a port
-            "VLLM_CPU_OMP_THREADS_BIND": str(core),
-            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.ports[f"{name}-nixl"]),
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            # vLLM on CPU turns prefix caching off for MLA models; without MLA the tiny DeepSeek-V2
-            # keeps it, so cache hits are reported and priced as on the rack.
-            "VLLM_MLA_DISABLE": "1",
-        }
-        env.pop("MOEMETER_VLLM_STATE_DIR", None)  # each server hands its plugin data over in its own directory
-        env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # it would override --kv-cache-memory-bytes
-        cmd = [
-            str(self.vllm_python),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--served-model-name",
-            MODEL_NAME,
-            "--enforce-eager",
-            "--dtype",
-            "bfloat16",
-            "--max-model-len",
-            "4096",
-            "--kv-cache-memory-bytes",
-            str(KV_CACHE_BYTES),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.ports[name]),
+            str(core),
+            {
+                "VLLM_NIXL_SIDE_CHANNEL_PORT": str(self.ports[f"{name}-nixl"]),
+                # vLLM on CPU turns prefix caching off for MLA models; without MLA the tiny
+                # DeepSeek-V2 keeps it, so cache hits are reported and priced as on the rack.
+                "VLLM_MLA_DISABLE": "1",
+            },
+        )
+        cmd = vllm_server_command(
+            self.vllm_python,
+            model,
+            self.ports[name],
+            4096,
             "--kv-transfer-config",
             KV_CONFIG,
             "--enable-prompt-tokens-details",
             "--custom-histogram-buckets",
             histogram_buckets(TWIN_PROFILE),
-        ]
+        )
         return cmd, env
 
     def router_command(self) -> list[str]:

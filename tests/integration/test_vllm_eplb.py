@@ -17,10 +17,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stack.localstack import MODEL_NAME
 from stack.ready import scaled
 
 from .test_vllm_plugin import _metrics, _value
-from .vllm_server import EXPERTS, MODEL_NAME, MOE_LAYERS, ROOT, TOP_K, serve
+from .vllm_server import EXPERTS, MOE_LAYERS, ROOT, TOP_K, serve
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
 EPLB = {"window_size": 8, "step_interval": 24, "num_redundant_experts": 2, "communicator": "torch_gloo"}
@@ -33,11 +34,11 @@ def eplb_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("vllm-eplb")
     args = ["--data-parallel-size", "2", "--enable-expert-parallel", "--enable-eplb", "--eplb-config", json.dumps(EPLB)]
     env = {
-        "VLLM_CPU_OMP_THREADS_BIND": "0|1",  # one core per engine
         "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc, for the referee
         "PYTHONPATH": str(ROOT / "tests" / "integration" / "referee"),
     }
-    with serve(tmp, *args, "--worker-extension-cls", "eplb_referee.EplbReferee", env=env, start_seconds=600) as url:
+    args += ["--worker-extension-cls", "eplb_referee.EplbReferee"]
+    with serve(tmp, *args, bind="0|1", env=env, start_seconds=600) as url:  # one core per engine
         yield url, tmp
 
 

@@ -15,13 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stack.localstack import KV_CACHE_BYTES
+from stack.localstack import vllm_server_command, vllm_server_env
 from stack.ready import scaled
 from tests.e2e.test_browser import free_port
 
 ROOT = Path(__file__).parents[2]
 VLLM_PYTHON = ROOT / ".vllm-venv" / "bin" / "python"
-MODEL_NAME = "tiny-moe"
 TOP_K = 4  # tiny-deepseek-v2: num_experts_per_tok
 MOE_LAYERS = 3  # 4 layers, the first dense
 EXPERTS = 32
@@ -33,9 +32,11 @@ def ensure_vllm_env() -> None:
 
 
 @contextmanager
-def serve(tmp: Path, *args: str, env: dict[str, str] | None = None, start_seconds: float = 300) -> Iterator[str]:
+def serve(
+    tmp: Path, *args: str, bind: str = "0", env: dict[str, str] | None = None, start_seconds: float = 300
+) -> Iterator[str]:
     """vLLM's OpenAI server on a free loopback port; yields its URL. `args` and `env` are added
-    to the defaults (one engine on core 0)."""
+    to the defaults; `bind` is VLLM_CPU_OMP_THREADS_BIND (one engine on core 0)."""
     ensure_vllm_env()
     model = tmp / "model"
     if not model.exists():
@@ -46,40 +47,11 @@ def serve(tmp: Path, *args: str, env: dict[str, str] | None = None, start_second
             timeout=300,
         )
     port = free_port()
-    full_env = {
-        **os.environ,
-        "VLLM_PLUGINS": "moemeter",
-        "VLLM_CPU_OMP_THREADS_BIND": "0",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        **(env or {}),
-    }
-    full_env.pop("MOEMETER_VLLM_STATE_DIR", None)
-    full_env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    full_env = vllm_server_env(bind, env or {})
     log_path = tmp / "vllm.log"
     log = log_path.open("w")
     proc = subprocess.Popen(
-        [
-            str(VLLM_PYTHON),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--served-model-name",
-            MODEL_NAME,
-            "--enforce-eager",
-            "--dtype",
-            "bfloat16",
-            "--max-model-len",
-            "2048",
-            "--kv-cache-memory-bytes",
-            str(KV_CACHE_BYTES),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            *args,
-        ],
+        vllm_server_command(VLLM_PYTHON, model, port, 2048, *args),
         env=full_env,
         stdout=log,
         stderr=subprocess.STDOUT,
