@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cpu_eplb
+from . import cpu_amx, cpu_eplb
 from .state import WRITE_EVERY_SECONDS, Eplb, Hist, ProcessState, write_atomically
 
 log = logging.getLogger("vllm.moemeter_plugin")
@@ -391,6 +391,7 @@ def install() -> None:
     _guard("expert counting", _install_router_hook)()
     _guard("eplb", _install_eplb_hooks)()
     _guard("eplb on cpu", cpu_eplb.apply)()
+    _guard("amx permission", cpu_amx.request)()
     _guard("export", _install_exporter)()
     _start_flusher()
     os.register_at_fork(after_in_child=_after_fork_in_child)
