@@ -11,6 +11,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -232,3 +233,14 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
         os.environ.pop("MOEMETER_API", None)
         api.shutdown()
         wh.close()
+
+
+def test_on_a_cpu_with_amx_every_process_asks_for_the_amx_state(vllm_server):
+    """vLLM's AMX MoE kernel needs the AMX state, which vLLM never asks for (docs/metrics.md):
+    where the CPU has AMX the plugin asks in the engine core and in the worker that runs the
+    forward, and nowhere else."""
+    _, tmp = vllm_server
+    amx = "amx_tile" in Path("/proc/cpuinfo").read_text().split()
+    lines = [line for line in (tmp / "vllm.log").read_text().splitlines() if "AMX state requested" in line]
+    processes = {line.split(" pid=")[0].lstrip("(") for line in lines}
+    assert processes == ({"EngineCore", "VllmWorker-0"} if amx else set()), (amx, lines)
