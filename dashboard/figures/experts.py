@@ -11,7 +11,7 @@ from .live import _layout
 
 def _whole_ticks(fig: go.Figure, axis: str, count: int) -> None:
     """Integer ticks only (layers, experts, ranks), at most ~20 of them: never 0.5."""
-    getattr(fig, f"update_{axis}axes")(tickmode="linear", tick0=0, dtick=max(1, -(-count // 20)))
+    fig.update_layout({f"{axis}axis": dict(tickmode="linear", tick0=0, dtick=max(1, -(-count // 20)))})
 
 
 def expert_heatmap(shares: pd.DataFrame, log: bool = False) -> go.Figure:
@@ -126,9 +126,11 @@ def balancedness_figure(bal: pd.DataFrame, events: pd.DataFrame) -> go.Figure:
         )
     )
     _rebalance_lines(fig, events)
-    fig.update_yaxes(title_text="layer", autorange="reversed")
+    # The layer axis only: the rebalance ticks' own axis keeps its fixed range (reversed and
+    # autoranged, it put the ticks across the middle layer).
+    fig.update_layout(yaxis=dict(title_text="layer", autorange="reversed"))
     _whole_ticks(fig, "y", len(m.index))
-    return _layout(fig, "Balancedness per layer over time (dashed: EPLB rebalances)", height=460)
+    return _layout(fig, "Balancedness per layer over time (black: EPLB rebalances)", height=460)
 
 
 def balancedness_summary_figure(bal: pd.DataFrame, events: pd.DataFrame) -> go.Figure:

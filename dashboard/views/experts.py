@@ -28,6 +28,12 @@ def _rate(v: float) -> str:
     return "—" if v is None or math.isnan(v) else compact(v)
 
 
+def _won_back(tps_after: float, won: float) -> str:
+    if math.isnan(tps_after):
+        return "tok/s after it not measured yet"
+    return "tok/s did not rise" if math.isnan(won) else f"won back in {won:,.0f} s"
+
+
 def _last_rebalance(last: pd.Series) -> None:
     """What the last rebalance cost (the engine's pause, the tokens not generated meanwhile) and
     bought (tokens/s and measured balancedness, before and after)."""
@@ -47,7 +53,7 @@ def _last_rebalance(last: pd.Series) -> None:
     c[3].metric(
         "Tokens to win back",
         _rate(last["tokens_lost"]),
-        "tok/s did not rise" if math.isnan(won) else f"won back in {won:,.0f} s",
+        _won_back(last["tps_after"], won),
         delta_color="off",
         help="pause x generated tokens/s before it; won back when the rise in tokens/s has made them up",
     )
@@ -149,7 +155,7 @@ def render() -> None:
         )
     with t2:
         st.subheader("Rebalances")
-        st.dataframe(events, hide_index=True, key="events")
+        st.dataframe(events.sort_values("ts", ascending=False), hide_index=True, key="events")  # newest first
 
     st.subheader("Alerts")
     if firing:

@@ -28,6 +28,8 @@ def test_a_day_of_rebalances_every_5_minutes_is_one_tick_each_along_the_top():
         [ticks] = [t for t in fig.data if t.name == "EPLB rebalance"]
         assert [pd.Timestamp(x) for x in ticks.x] == list(events["ts"]) and ticks.yaxis == "y3"
         assert fig.layout.yaxis3.overlaying == "y" and fig.layout.yaxis3.visible is False
+        # along the top: the ticks' axis keeps its range, whatever the layer axis does
+        assert fig.layout.yaxis3.range == (0, 1.02) and fig.layout.yaxis3.autorange in (None, False)
 
 
 def test_no_rebalances_no_lines():

@@ -158,8 +158,12 @@ def test_the_experts_page_shows_the_real_placement_and_rebalance(served, monkeyp
     finally:
         api.shutdown()
     events = served["snap"]["rebalances"]
-    assert len(at.dataframe[1].value) == len(events)  # the rebalances table
+    table = at.dataframe[1].value  # the rebalances table, newest first
+    assert len(table) == len(events) and table["ts"].is_monotonic_decreasing
     heads = [h.value for h in at.subheader]
     assert any(h.startswith("Last rebalance (") for h in heads) and "Physical placement" in heads
     labels = {m.label: m for m in at.metric}
     assert labels["Pause"].value == f"{events[-1]['duration_seconds']:.2f} s"
+    # What it bought: no tokens/s after the last rebalance measured yet is said so, not "did not rise".
+    after_unknown = labels["Generated tok/s: before → after"].value.endswith("→ —")
+    assert (labels["Tokens to win back"].delta == "tok/s after it not measured yet") == after_unknown
