@@ -8,9 +8,19 @@ from pathlib import Path
 import streamlit as st
 
 from dashboard import login
-from dashboard.source import api_health, collector_warning, starting_note, writer_warning
+from dashboard.data import alerts
+from dashboard.data.live import latest_scrape_time
+from dashboard.source import api_health, collector_warning, query, starting_note, writer_warning
 
 PAGES = Path(__file__).parent / "views"  # not "pages": Streamlit would serve that folder without this script
+
+
+@st.cache_data(ttl=5, show_spinner=False)
+def firing_now() -> list[alerts.Firing]:
+    """The alerts firing at the latest scrape (none before the first)."""
+    latest = latest_scrape_time(query)
+    return alerts.firing(query, latest) if latest is not None else []
+
 
 st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")
 login.gate()
@@ -31,4 +41,6 @@ elif warning := collector_warning(health.get("collector")):
     st.error(warning, icon=":material/sync_problem:")
 elif note := starting_note(health.get("collector")):
     st.info(note, icon=":material/hourglass_top:")
+if fired := firing_now():
+    st.warning(alerts.banner(fired), icon=":material/notifications_active:")
 nav.run()

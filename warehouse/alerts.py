@@ -128,6 +128,85 @@ def evaluate_alerts(
     return out
 
 
+NIXL_ALERTS = {  # counter -> (alert, what), as in the Prometheus pack (warehouse/rules.py)
+    "vllm:nixl_num_failed_transfers_total": ("NIXLFailedTransfers", "KV transfers failed"),
+    "vllm:nixl_num_failed_notifications_total": ("NIXLFailedNotifications", "NIXL notifications failed"),
+    "vllm:nixl_num_kv_expired_reqs_total": ("NIXLExpiredKV", "requests' KV blocks expired before decode read them"),
+}
+NIXL_MINUTES = 5.0  # the pack's increase(...[5m]) > 0
+WAITING_MEAN = "2min"  # the pack's avg_over_time(vllm:num_requests_waiting[2m])
+
+
+def signals_minutes(rules: AlertRules) -> float:
+    """How far back evaluate_engines needs the engine signals and scrapes, minutes."""
+    return max(rules.kv_minutes, rules.straggler_minutes + 2.0, rules.target_down_minutes, NIXL_MINUTES) + 1.0
+
+
+def evaluate_engines(
+    rules: AlertRules, signals: pd.DataFrame, nixl: pd.DataFrame, scrapes: pd.DataFrame
+) -> list[Firing]:
+    """The alert pack's engine and target rules over the warehouse, with its thresholds and hold
+    times: a condition fires once it has held at every scrape for the rule's minutes.
+    signals: ts, role, target, engine, waiting, kv_usage (engine_signals.sql);
+    nixl: role, target, metric, increase, since over the last NIXL_MINUTES (nixl_faults.sql);
+    scrapes: ts, target, up (scrape_runs.sql). The DP straggler is judged on the waiting queue
+    (the pack also judges step time, from the plugin's histograms: not here)."""
+    out: list[Firing] = []
+
+    def held(g: pd.DataFrame, holds: np.ndarray, minutes: float) -> pd.Timestamp | None:
+        since = trailing_run_start(g["ts"], holds)
+        return since if since is not None and g["ts"].iloc[-1] - since >= pd.Timedelta(minutes=minutes) else None
+
+    for target, g in scrapes.sort_values("ts").groupby("target", sort=True):
+        since = held(g, ~g["up"].to_numpy(dtype=bool), rules.target_down_minutes)
+        if since is not None:
+            mins = (g["ts"].iloc[-1] - since).total_seconds() / 60
+            out.append(
+                Firing("TargetDown", str(target), mins, since, f"{target} has not answered a scrape for {mins:.0f} min")
+            )
+    keys = ["role", "target", "engine"]
+    kv = signals.dropna(subset=["kv_usage"]).sort_values("ts")
+    for (role, target, engine), g in kv.groupby(keys, sort=True):
+        since = held(g, (g["kv_usage"] > rules.kv_usage_max).to_numpy(), rules.kv_minutes)
+        if since is not None:
+            v = float(g["kv_usage"].iloc[-1])
+            out.append(
+                Firing("KVCacheSaturated", f"{role} {target} engine {engine}", v, since, f"KV cache {v:.0%} full")
+            )
+    w = signals.dropna(subset=["waiting"]).sort_values("ts").reset_index(drop=True)
+    if len(w):
+        w["mean"] = pd.concat(
+            [g.rolling(WAITING_MEAN, on="ts")["waiting"].mean() for _, g in w.groupby(keys, sort=False)]
+        )
+        median = w.groupby(["role", "ts"])["mean"].transform("median")
+        w["holds"] = (w["mean"] > rules.straggler_factor * median) & (w["mean"] >= rules.straggler_min_waiting)
+        for (role, target, engine), g in w.groupby(keys, sort=True):
+            since = held(g, g["holds"].to_numpy(), rules.straggler_minutes)
+            if since is not None:
+                v = float(g["mean"].iloc[-1])
+                out.append(
+                    Firing(
+                        "DPEngineStraggler",
+                        f"{role} {target} engine {engine}",
+                        v,
+                        since,
+                        f"{v:.1f} requests waiting (2-min mean), over {rules.straggler_factor:g}x its pool's median",
+                    )
+                )
+    for row in nixl.itertuples(index=False):
+        alert, what = NIXL_ALERTS[str(row.metric)]
+        out.append(
+            Firing(
+                alert,
+                f"{row.role} {row.target}",
+                float(row.increase),
+                pd.Timestamp(row.since),
+                f"{row.increase:.0f} {what} in {NIXL_MINUTES:g} min",
+            )
+        )
+    return out
+
+
 def trailing_run_start(buckets: pd.Series, holds: np.ndarray) -> pd.Timestamp | None:
     """First bucket of the trailing run where `holds` is true (buckets sorted); None if the last is false."""
     if not len(holds) or not holds[-1]:

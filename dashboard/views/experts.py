@@ -112,7 +112,7 @@ def render() -> None:
             f"{_pct(last['measured_before'])} → {_pct(last['measured_after'])} measured",
             delta_color="off",
         )
-    m[4].metric("Alerts firing", str(len(firing)))
+    m[4].metric("EPLB alerts firing", str(len(firing)))
     if len(events):
         _last_rebalance(events.iloc[-1])
 
