@@ -5,6 +5,7 @@ Run with `moemeter dashboard` (or `streamlit run dashboard/app.py`); MOEMETER_AP
 
 from pathlib import Path
 
+import httpx
 import streamlit as st
 
 from dashboard import login
@@ -17,9 +18,13 @@ PAGES = Path(__file__).parent / "views"  # not "pages": Streamlit would serve th
 
 @st.cache_data(ttl=5, show_spinner=False)
 def firing_now() -> list[alerts.Firing]:
-    """The alerts firing at the latest scrape (none before the first)."""
-    latest = latest_scrape_time(query)
-    return alerts.firing(query, latest) if latest is not None else []
+    """The alerts firing at the latest scrape (none before the first, none when the API fails:
+    the page says what failed)."""
+    try:
+        latest = latest_scrape_time(query)
+        return alerts.firing(query, latest) if latest is not None else []
+    except (httpx.HTTPError, RuntimeError):
+        return []
 
 
 st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")

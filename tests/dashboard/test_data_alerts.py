@@ -85,3 +85,12 @@ def test_every_page_shows_them_on_its_banner(warehouse, monkeypatch):
     assert banner.startswith("3 alerts firing")
     for subject in (f"engine {STRAGGLER}", f"engine {SATURATED}", "NIXLFailedTransfers"):
         assert subject in banner
+
+
+def test_with_the_api_down_the_page_says_so_and_the_banner_does_not_break_it(monkeypatch):
+    from tests.conftest import run_page
+    from tests.e2e.test_browser import free_port
+
+    at = run_page(str(ROOT / "dashboard" / "app.py"), f"http://127.0.0.1:{free_port()}", monkeypatch)
+    assert any("Cannot reach the warehouse query API" in e.value for e in at.error)
+    assert not [w for w in at.warning if "alerts firing" in w.value]
