@@ -115,7 +115,12 @@ def _check(url: str, top_k: int, moe_layers: int, deadline_s: float) -> dict:
             if n == "moemeter_expert_rank_tokens_total":
                 layers[lab["layer"]] = layers.get(lab["layer"], 0.0) + v
         caught_up = len(layers) == moe_layers and min(layers.values()) >= top_k * forwarded
-        if (caught_up and finished >= REQUESTS) or time.monotonic() > deadline:
+        # the worker (forward, experts) and the engine core (steps) hand over apart: every
+        # forward ran inside a step, so the steps are all in once they are not fewer
+        steps_in = _sum(m, "moemeter_step_seconds_count") >= _sum(
+            m, "moemeter_step_phase_seconds_count", phase="forward"
+        )
+        if (caught_up and steps_in and finished >= REQUESTS) or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     steps = _sum(m, "moemeter_step_seconds_count")
