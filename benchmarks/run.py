@@ -48,6 +48,7 @@ from collectors.scrape import http_fetcher
 from collectors.service import Collector
 from collectors.targets import load_targets
 from dashboard.data import live
+from stack.localstack import vllm_server_command, vllm_server_env
 from stack.ready import wait_http
 from warehouse.api import LocalQuery, QueryClient
 from warehouse.db import Warehouse
@@ -293,33 +294,9 @@ def bench_plugin_overhead(tmp: Path, requests: int = 12, tokens: int = 48) -> di
     itl: dict[str, list[float]] = {"with_plugin": [], "without_plugin": []}
     for _ in range(3):
         for label, plugins in (("with_plugin", "moemeter"), ("without_plugin", "")):
-            env = {
-                **os.environ,
-                "VLLM_PLUGINS": plugins,
-                "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_CPU_OMP_THREADS_BIND": "0",
-                "VLLM_NO_USAGE_STATS": "1",
-            }
             proc = subprocess.Popen(
-                [
-                    str(python),
-                    "-m",
-                    "vllm.entrypoints.openai.api_server",
-                    "--model",
-                    str(model),
-                    "--served-model-name",
-                    "tiny-moe",
-                    "--load-format",
-                    "dummy",
-                    "--enforce-eager",
-                    "--dtype",
-                    "bfloat16",
-                    "--max-model-len",
-                    "2048",
-                    "--port",
-                    "18291",
-                ],
-                env=env,
+                vllm_server_command(python, model, 18291, 2048, "--load-format", "dummy"),
+                env=vllm_server_env("0", {"VLLM_PLUGINS": plugins}),  # "": vLLM loads no plugin
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
