@@ -3,6 +3,7 @@
 Run with `moemeter dashboard` (or `streamlit run dashboard/app.py`); MOEMETER_API names the API.
 """
 
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -11,18 +12,22 @@ import streamlit as st
 from dashboard import login
 from dashboard.data import alerts
 from dashboard.data.live import latest_scrape_time
-from dashboard.source import api_health, collector_warning, query, starting_note, writer_warning
+from dashboard.source import api_health, api_url, collector_warning, query, starting_note, writer_warning
 
 PAGES = Path(__file__).parent / "views"  # not "pages": Streamlit would serve that folder without this script
 
 
-@st.cache_data(ttl=5, show_spinner=False)
+@st.cache_data(ttl=600, show_spinner=False, max_entries=16)
+def firing_at(url: str, latest: datetime) -> list[alerts.Firing]:
+    """The alerts firing at the latest scrape of the API at `url`: one judgement per scrape."""
+    return alerts.firing(query, latest)
+
+
 def firing_now() -> list[alerts.Firing]:
-    """The alerts firing at the latest scrape (none before the first, none when the API fails:
-    the page says what failed)."""
+    """None before the first scrape, none when the API fails (the page says what failed)."""
     try:
         latest = latest_scrape_time(query)
-        return alerts.firing(query, latest) if latest is not None else []
+        return firing_at(api_url(), latest) if latest is not None else []
     except (httpx.HTTPError, RuntimeError):
         return []
 
