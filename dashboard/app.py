@@ -41,6 +41,7 @@ nav = st.navigation(
         st.Page(PAGES / "slo.py", title="SLOs", icon=":material/verified:"),
         st.Page(PAGES / "cost.py", title="Cost", icon=":material/payments:"),
         st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
+        st.Page(PAGES / "dp.py", title="DP ranks", icon=":material/view_column:"),
         st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
     ]
 )

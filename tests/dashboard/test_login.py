@@ -109,4 +109,5 @@ def test_no_page_can_be_served_without_the_gate():
         "cost.py",
         "experts.py",
         "overhead.py",
+        "dp.py",
     }
