@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from warehouse.alerts import AlertRules
-from warehouse.read import Query, Window, at_resolution, increases
+from warehouse.read import Query, Window, at_resolution
+
+from .live import counters
 
 KEYS = ["target", "engine"]
 SIGNALS = ("waiting", "running", "kv_usage", "tokens_per_step", "step_ms")
@@ -29,7 +31,7 @@ def engines_over_time(q: Query, w: Window, role: str) -> pd.DataFrame:
     """Per step and engine of pool `role`: running, waiting, kv_usage (0-1), the counted tokens,
     steps, step seconds and timed steps, tokens_per_step and step_ms (NaN where no step counted)."""
     gauges = at_resolution(q, "dp_gauges", w, {"role": role})
-    steps = increases(q, "dp_steps", w.start, w.end, w.step_seconds, {"role": role})
+    steps = counters(q, "dp_steps", w, {"role": role})
     for frame in (gauges, steps):
         frame["bucket"] = pd.to_datetime(frame["bucket"])
         frame["engine"] = frame["engine"].astype(str)
@@ -55,7 +57,7 @@ def straggler_scores(over_time: pd.DataFrame, rules: AlertRules) -> pd.DataFrame
     straggler_minutes). Highest score first."""
     if over_time.empty:
         return pd.DataFrame(columns=[*KEYS, "label", *SIGNALS, "waiting_ratio", "step_ratio", "score"])
-    g = over_time.groupby(KEYS, sort=False)
+    g = over_time.groupby([*KEYS, "label"], sort=False)
     out = g[["waiting", "running", "kv_usage"]].mean()
     sums = g[["tokens", "steps", "step_seconds", "timed_steps"]].sum(min_count=1)
     out["tokens_per_step"] = sums["tokens"] / sums["steps"].where(sums["steps"] > 0)
@@ -67,7 +69,6 @@ def straggler_scores(over_time: pd.DataFrame, rules: AlertRules) -> pd.DataFrame
     out["score"] = pd.concat(
         [out["waiting_ratio"] / rules.straggler_factor, out["step_ratio"] / rules.straggler_step_factor], axis=1
     ).max(axis=1, skipna=True)
-    out["label"] = [engine_label(t, e) for t, e in zip(out["target"], out["engine"])]
     return _ordered(out).sort_values("score", ascending=False, kind="stable").reset_index(drop=True)
 
 

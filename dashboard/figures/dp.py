@@ -26,6 +26,5 @@ def engine_heatmap(grid: pd.DataFrame, title: str, unit: str, zmax: float | None
         )
     )
     fig.update_yaxes(autorange="reversed", type="category")
-    return _layout(fig, title, height=max(320, 9 * len(grid) + 120)).update_layout(
-        hovermode="closest"
-    )  # one cell, not a whole column
+    _layout(fig, title, height=max(320, 9 * len(grid) + 120))
+    return fig.update_layout(hovermode="closest")  # one cell, not a whole column

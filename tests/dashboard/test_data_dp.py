@@ -21,13 +21,15 @@ RULES = AlertRules()  # straggler_factor 3, straggler_min_waiting 4, straggler_s
 
 
 def _frame(rows: list[tuple[str, float, float, float, float]]) -> pd.DataFrame:
-    """(engine, waiting, tokens, steps, step_seconds) per engine, one bucket each (timed = counted steps)."""
+    """(engine, waiting, tokens, steps, step_seconds) per engine, one bucket each (timed = counted steps),
+    as engines_over_time gives them."""
     t = datetime(2026, 12, 1)
     return pd.DataFrame(
         [
             {
                 "bucket": t, "target": "decode-0", "engine": e, "waiting": wt, "running": 1.0, "kv_usage": 0.5,
                 "tokens": tok, "steps": st, "step_seconds": secs, "timed_steps": st if secs == secs else np.nan,
+                "label": dp.engine_label("decode-0", e),
             }
             for e, wt, tok, st, secs in rows
         ]
@@ -65,7 +67,6 @@ def test_no_engines_no_scores():
 
 def test_rows_follow_dp_rank_order():
     df = _frame([("10", 0, 1, 1, 0.1), ("2", 0, 1, 1, 0.1), ("1", 0, 1, 1, 0.1)])
-    df["label"] = [dp.engine_label(t, e) for t, e in zip(df["target"], df["engine"])]
     assert list(dp.grid(df, "waiting").index) == ["decode-0 · DP 1", "decode-0 · DP 2", "decode-0 · DP 10"]
 
 
