@@ -1,6 +1,7 @@
-"""Alert thresholds, one definition for the warehouse and for Prometheus: the EPLB hot-spot rules
-are evaluated here over the warehouse and exported as a Prometheus rules group; the rest of the
-alert pack (warehouse/rules.py) reads its thresholds from the same `AlertRules`."""
+"""Alert thresholds, one definition for the warehouse and for Prometheus: every rule of the alert
+pack is judged here over the warehouse (the EPLB rules by the Experts page, the rest by every
+page's banner: dashboard/data/alerts.py), and the pack's Prometheus rules (warehouse/rules.py, with
+the EPLB group of this module) read their thresholds from the same `AlertRules`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from moemeter.contract import POOLS
 
 
 @dataclass(frozen=True)
@@ -135,76 +138,315 @@ NIXL_ALERTS = {  # counter -> (alert, what), as in the Prometheus pack (warehous
 }
 NIXL_MINUTES = 5.0  # the pack's increase(...[5m]) > 0
 WAITING_MEAN = "2min"  # the pack's avg_over_time(vllm:num_requests_waiting[2m])
+STEP_MEAN = "5min"  # the pack's rate(moemeter_step_seconds_sum[5m]) / rate(..._count[5m])
+PREEMPTION_RATE_MINUTES = 10.0  # the pack's rate(vllm:num_preemptions_total[10m])
+PREEMPTING_MINUTES = 5.0  # ...held this long
+POOL_IDLE_HOLD_MINUTES = 1.0  # the pack's PoolIdle `for`
 
 
 def signals_minutes(rules: AlertRules) -> float:
     """How far back evaluate_engines needs the engine signals and scrapes, minutes."""
-    return max(rules.kv_minutes, rules.straggler_minutes + 2.0, rules.target_down_minutes, NIXL_MINUTES) + 1.0
+    return (
+        max(
+            rules.kv_minutes,
+            rules.straggler_minutes + 5.0,  # the 5-min step mean
+            rules.target_down_minutes,
+            NIXL_MINUTES,
+            PREEMPTION_RATE_MINUTES + PREEMPTING_MINUTES,
+            rules.idle_minutes + POOL_IDLE_HOLD_MINUTES,
+        )
+        + 1.0
+    )
+
+
+def _held(g: pd.DataFrame, holds: np.ndarray, minutes: float) -> pd.Timestamp | None:
+    """Where the trailing run of scrapes (g sorted by ts) that meet a condition began, if it has
+    lasted `minutes` by the last scrape: a condition fires once it has held at every scrape."""
+    since = trailing_run_start(g["ts"], holds)
+    return since if since is not None and g["ts"].iloc[-1] - since >= pd.Timedelta(minutes=minutes) else None
+
+
+def _trailing(df: pd.DataFrame, keys: list[str], column: str, window: str, how: str) -> pd.Series:
+    """Per group of `keys` (df sorted by ts): `column`'s sum or mean over each scrape's trailing
+    `window` (t - window, t], as Prometheus's range functions read it."""
+    if df.empty:
+        return pd.Series(dtype=float)
+    parts = [getattr(g.rolling(window, on="ts")[column], how)() for _, g in df.groupby(keys, sort=False)]
+    return pd.concat(parts)
 
 
 def evaluate_engines(
     rules: AlertRules, signals: pd.DataFrame, nixl: pd.DataFrame, scrapes: pd.DataFrame
 ) -> list[Firing]:
-    """The alert pack's engine and target rules over the warehouse, with its thresholds and hold
-    times: a condition fires once it has held at every scrape for the rule's minutes.
-    signals: ts, role, target, engine, waiting, kv_usage (engine_signals.sql);
+    """The alert pack's engine, pool and target rules over the warehouse, with its thresholds and
+    hold times: a condition fires once it has held at every scrape for the rule's minutes.
+    signals: ts, role, target, engine, waiting, kv_usage, preemptions, step_seconds, steps, tokens
+    (engine_signals.sql: the counters' increases since the scrape before);
     nixl: role, target, metric, increase, since over the last NIXL_MINUTES (nixl_faults.sql);
-    scrapes: ts, target, up (scrape_runs.sql). The DP straggler is judged on the waiting queue
-    (the pack also judges step time, from the plugin's histograms: not here)."""
-    out: list[Firing] = []
+    scrapes: ts, target, role, up (scrape_runs.sql)."""
+    signals = signals.sort_values("ts", kind="stable").reset_index(drop=True)
+    return [
+        *_targets(rules, scrapes),
+        *_pools(rules, signals, scrapes),
+        *_kv(rules, signals),
+        *_preempting(rules, signals),
+        *_stragglers(rules, signals),
+        *_nixl(nixl),
+    ]
 
-    def held(g: pd.DataFrame, holds: np.ndarray, minutes: float) -> pd.Timestamp | None:
-        since = trailing_run_start(g["ts"], holds)
-        return since if since is not None and g["ts"].iloc[-1] - since >= pd.Timedelta(minutes=minutes) else None
 
+ENGINE = ["role", "target", "engine"]
+
+
+def _subject(key: tuple[object, ...]) -> str:
+    role, target, engine = key
+    return f"{role} {target} engine {engine}"
+
+
+def _targets(rules: AlertRules, scrapes: pd.DataFrame) -> list[Firing]:
+    out = []
     for target, g in scrapes.sort_values("ts").groupby("target", sort=True):
-        since = held(g, ~g["up"].to_numpy(dtype=bool), rules.target_down_minutes)
+        since = _held(g, ~g["up"].to_numpy(dtype=bool), rules.target_down_minutes)
         if since is not None:
             mins = (g["ts"].iloc[-1] - since).total_seconds() / 60
             out.append(
                 Firing("TargetDown", str(target), mins, since, f"{target} has not answered a scrape for {mins:.0f} min")
             )
-    keys = ["role", "target", "engine"]
-    kv = signals.dropna(subset=["kv_usage"]).sort_values("ts")
-    for (role, target, engine), g in kv.groupby(keys, sort=True):
-        since = held(g, (g["kv_usage"] > rules.kv_usage_max).to_numpy(), rules.kv_minutes)
+    return out
+
+
+def _pools(rules: AlertRules, signals: pd.DataFrame, scrapes: pd.DataFrame) -> list[Firing]:
+    """PoolIdle: a pool whose targets are up and whose engines counted no token for idle_minutes,
+    held 1 minute; judged only once its token counters were read that long."""
+    out: list[Firing] = []
+    for pool in POOLS:
+        seen = scrapes[scrapes["role"] == pool]
+        tokens = signals[(signals["role"] == pool) & signals["tokens"].notna()]
+        if seen.empty or tokens.empty:
+            continue
+        first = tokens["ts"].min()
+        per_ts = tokens.groupby("ts", as_index=False)["tokens"].sum()
+        per_ts["up"] = per_ts["ts"].map(seen.groupby("ts")["up"].any()).fillna(False).astype(bool)
+        per_ts["window"] = per_ts.rolling(f"{rules.idle_minutes:g}min", on="ts")["tokens"].sum()
+        judged = per_ts[per_ts["ts"] >= first + pd.Timedelta(minutes=rules.idle_minutes)]
+        if judged.empty:
+            continue
+        since = _held(judged, ((judged["window"] == 0) & judged["up"]).to_numpy(), POOL_IDLE_HOLD_MINUTES)
+        if since is not None:
+            what = f"the {pool} pool is up and produced no token in {rules.idle_minutes:g} min"
+            out.append(Firing("PoolIdle", pool, 0.0, since, what))
+    return out
+
+
+POOL_RETIRED_HOURS = 24.0
+"""A pool no target of which was scraped for this long is taken as retired, not absent."""
+
+
+def evaluate_absent(rules: AlertRules, last_scraped: pd.DataFrame, latest: pd.Timestamp) -> list[Firing]:
+    """PoolAbsent: a pool of the rack none of whose targets was scraped for target_down_minutes.
+    last_scraped: role, last_scraped over the POOL_RETIRED_HOURS up to `latest`
+    (pools_last_scraped.sql). Prometheus's absent() also fires for a pool the rack never had; the
+    warehouse knows the rack, and judges only the pools it scraped in that time."""
+    out = []
+    for row in last_scraped.itertuples(index=False):
+        gone = pd.Timestamp(latest) - pd.Timestamp(row.last_scraped)
+        if gone >= pd.Timedelta(minutes=rules.target_down_minutes):
+            mins = gone.total_seconds() / 60
+            what = f"no {row.role} target scraped for {mins:.0f} min"
+            out.append(Firing("PoolAbsent", str(row.role), mins, pd.Timestamp(row.last_scraped), what))
+    return out
+
+
+def _kv(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
+    out = []
+    kv = signals.dropna(subset=["kv_usage"])
+    for key, g in kv.groupby(ENGINE, sort=True):
+        since = _held(g, (g["kv_usage"] > rules.kv_usage_max).to_numpy(), rules.kv_minutes)
         if since is not None:
             v = float(g["kv_usage"].iloc[-1])
-            out.append(
-                Firing("KVCacheSaturated", f"{role} {target} engine {engine}", v, since, f"KV cache {v:.0%} full")
+            out.append(Firing("KVCacheSaturated", _subject(key), v, since, f"KV cache {v:.0%} full"))
+    return out
+
+
+def _preempting(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
+    out = []
+    p = signals.dropna(subset=["preemptions"]).reset_index(drop=True)
+    p["per_minute"] = _trailing(p, ENGINE, "preemptions", f"{PREEMPTION_RATE_MINUTES:g}min", "sum") / (
+        PREEMPTION_RATE_MINUTES
+    )
+    for key, g in p.groupby(ENGINE, sort=True):
+        since = _held(g, (g["per_minute"] > rules.preemptions_per_minute).to_numpy(), PREEMPTING_MINUTES)
+        if since is not None:
+            v = float(g["per_minute"].iloc[-1])
+            out.append(Firing("EnginePreempting", _subject(key), v, since, f"{v:.1f} preemptions per minute"))
+    return out
+
+
+def _stragglers(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
+    """DPEngineStraggler, on either signal the pack judges: the waiting queue's 2-min mean over
+    straggler_factor x its pool's median (and at least straggler_min_waiting), or the mean engine
+    step over 5 min over straggler_step_factor x its pool's median."""
+    out = []
+    w = signals.dropna(subset=["waiting"]).reset_index(drop=True)
+    w["mean"] = _trailing(w, ENGINE, "waiting", WAITING_MEAN, "mean")
+    median = w.groupby(["role", "ts"])["mean"].transform("median")
+    w["holds"] = (w["mean"] > rules.straggler_factor * median) & (w["mean"] >= rules.straggler_min_waiting)
+    for key, g in w.groupby(ENGINE, sort=True):
+        since = _held(g, g["holds"].to_numpy(), rules.straggler_minutes)
+        if since is not None:
+            v = float(g["mean"].iloc[-1])
+            what = f"{v:.1f} requests waiting (2-min mean), over {rules.straggler_factor:g}x its pool's median"
+            out.append(Firing("DPEngineStraggler", _subject(key), v, since, what))
+    s = signals.dropna(subset=["steps"]).reset_index(drop=True)
+    seconds = _trailing(s, ENGINE, "step_seconds", STEP_MEAN, "sum")
+    steps = _trailing(s, ENGINE, "steps", STEP_MEAN, "sum")
+    s["mean"] = seconds / steps.where(steps > 0)
+    median = s.groupby(["role", "ts"])["mean"].transform("median")
+    s["holds"] = s["mean"] > rules.straggler_step_factor * median
+    for key, g in s.groupby(ENGINE, sort=True):
+        since = _held(g, g["holds"].to_numpy(), rules.straggler_minutes)
+        if since is not None:
+            v = float(g["mean"].iloc[-1])
+            what = (
+                f"{1000 * v:.0f} ms per engine step (5-min mean), over {rules.straggler_step_factor:g}x its pool's"
+                " median: every rank's all-to-all waits for it"
             )
-    w = signals.dropna(subset=["waiting"]).sort_values("ts").reset_index(drop=True)
-    if len(w):
-        w["mean"] = pd.concat(
-            [g.rolling(WAITING_MEAN, on="ts")["waiting"].mean() for _, g in w.groupby(keys, sort=False)]
+            out.append(Firing("DPEngineStraggler", _subject(key), v, since, what))
+    return out
+
+
+def _nixl(nixl: pd.DataFrame) -> list[Firing]:
+    return [
+        Firing(
+            NIXL_ALERTS[str(row.metric)][0],
+            f"{row.role} {row.target}",
+            float(row.increase),
+            pd.Timestamp(row.since),
+            f"{row.increase:.0f} {NIXL_ALERTS[str(row.metric)][1]} in {NIXL_MINUTES:g} min",
         )
-        median = w.groupby(["role", "ts"])["mean"].transform("median")
-        w["holds"] = (w["mean"] > rules.straggler_factor * median) & (w["mean"] >= rules.straggler_min_waiting)
-        for (role, target, engine), g in w.groupby(keys, sort=True):
-            since = held(g, g["holds"].to_numpy(), rules.straggler_minutes)
-            if since is not None:
-                v = float(g["mean"].iloc[-1])
-                out.append(
-                    Firing(
-                        "DPEngineStraggler",
-                        f"{role} {target} engine {engine}",
-                        v,
-                        since,
-                        f"{v:.1f} requests waiting (2-min mean), over {rules.straggler_factor:g}x its pool's median",
-                    )
+        for row in nixl.itertuples(index=False)
+    ]
+
+
+BURN_HOLD_MINUTES = {"fast": 2, "slow": 15}  # the pack's `for` of MoemeterSLOFastBurn and SlowBurn
+BURN_LOOKBACK_MINUTES = 6 * 60 + BURN_HOLD_MINUTES["slow"] + 1
+"""How far back evaluate_burn needs the per-minute SLO counts, minutes: the slow burn's 6 hours at
+each minute it must have held."""
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What evaluate_burn needs of an SLO class: the share of requests to meet its targets, and the
+    period its error budget covers."""
+
+    objective: float
+    period_days: float
+
+
+def evaluate_burn(
+    rules: AlertRules, per_minute: pd.DataFrame, classes: dict[str, Objective], latest: pd.Timestamp
+) -> list[Firing]:
+    """The pack's SLO burn alerts per class, from the requests each minute held to it and those
+    that met it (slo_burn.sql: back, class, held, met; back 0 the minute up to the latest scrape).
+    Burn over a window = the share of held requests that missed / (1 - objective). Fast burn: over
+    1 h and over 5 min above burn_fast at each of the last 2 minutes; slow: 6 h and 30 min above
+    burn_slow at each of the last 15. A window that held no request has no burn: it does not fire.
+    `since` is where the condition began, looked for over the last 15 minutes only."""
+    out: list[Firing] = []
+    points = BURN_HOLD_MINUTES["slow"] + 1
+    size = BURN_LOOKBACK_MINUTES + 1
+    for name, g in per_minute.groupby("class", sort=True):
+        if name not in classes:
+            continue
+        c = classes[str(name)]
+        g = g[g["back"] < size]
+        held = np.zeros(size)
+        missed = np.zeros(size)
+        np.add.at(held, g["back"].to_numpy(dtype=int), g["held"].to_numpy(dtype=float))
+        np.add.at(missed, g["back"].to_numpy(dtype=int), (g["held"] - g["met"]).to_numpy(dtype=float))
+        for kind, long, short, limit, alert in (
+            ("fast", 60, 5, rules.burn_fast, "MoemeterSLOFastBurn"),
+            ("slow", 360, 30, rules.burn_slow, "MoemeterSLOSlowBurn"),
+        ):
+            over_long, over_short = (
+                _ratio(_window_sums(missed, m, points), _window_sums(held, m, points)) / (1 - c.objective)
+                for m in (long, short)
+            )
+            holds = (over_long > limit) & (over_short > limit)
+            run = int(np.argmin(holds)) if not holds.all() else points  # minutes held, newest first
+            if run <= BURN_HOLD_MINUTES[kind]:
+                continue
+            v, v_short = float(over_long[0]), float(over_short[0])
+            out.append(
+                Firing(
+                    alert,
+                    f"class {name}",
+                    v,
+                    pd.Timestamp(latest) - pd.Timedelta(minutes=run - 1),
+                    f"burns its error budget {v:.1f}x too fast over {long // 60} h ({v_short:.1f}x over {short} min):"
+                    f" at that rate a {c.period_days:g}-day budget lasts {c.period_days / v:.1f} days",
                 )
-    for row in nixl.itertuples(index=False):
-        alert, what = NIXL_ALERTS[str(row.metric)]
+            )
+    return out
+
+
+COST_WINDOWS_MINUTES = (60, 24 * 60)  # the pack's $/M over 1 h and over 24 h
+
+
+def cost_lookback_minutes(rules: AlertRules) -> float:
+    """How far back evaluate_cost needs the pools' tokens and cost per minute."""
+    return COST_WINDOWS_MINUTES[1] + rules.cost_spike_minutes + 1
+
+
+def evaluate_cost(rules: AlertRules, per_minute: pd.DataFrame, latest: pd.Timestamp) -> list[Firing]:
+    """CostPerTokenSpike per pool: its $/M tokens over the last hour over cost_spike_factor x its
+    figure over 24 hours, at every whole minute of the last cost_spike_minutes.
+    per_minute: bucket (the minute's start), pool, tokens (the pool's $/M measure: computed prompt
+    tokens for prefill, generated for decode), usd (the pool's GPU cost in that minute); a minute
+    not observed has no row and is neither cost nor tokens, so before 24 hours are read the longer
+    figure is over the time read. No $/M where a window counted no token: it does not fire."""
+    out: list[Firing] = []
+    end = pd.Timestamp(latest).floor("min")
+    short, long = COST_WINDOWS_MINUTES
+    points = int(rules.cost_spike_minutes) + 1
+    size = long + points
+    for pool, g in per_minute.groupby("pool", sort=True):
+        back = ((end - pd.to_datetime(g["bucket"])) // pd.Timedelta(minutes=1)).to_numpy(dtype=int) - 1
+        keep = (back >= 0) & (back < size)
+        tokens, usd = np.zeros(size), np.zeros(size)
+        np.add.at(tokens, back[keep], g["tokens"].to_numpy(dtype=float)[keep])
+        np.add.at(usd, back[keep], g["usd"].to_numpy(dtype=float)[keep])
+        per_mtok = {
+            w: _ratio(_window_sums(usd, w, points), _window_sums(tokens, w, points) / 1e6) for w in COST_WINDOWS_MINUTES
+        }
+        holds = per_mtok[short] > rules.cost_spike_factor * per_mtok[long]  # NaN compares false
+        if not holds.all():
+            continue
+        v, day = float(per_mtok[short][0]), float(per_mtok[long][0])
         out.append(
             Firing(
-                alert,
-                f"{row.role} {row.target}",
-                float(row.increase),
-                pd.Timestamp(row.since),
-                f"{row.increase:.0f} {what} in {NIXL_MINUTES:g} min",
+                "CostPerTokenSpike",
+                str(pool),
+                v,
+                None,
+                f"${v:.2f} per M tokens over the last hour, {v / day:.1f}x its 24-hour ${day:.2f}"
+                f" (held {rules.cost_spike_minutes:g} min)",
             )
         )
     return out
+
+
+def _window_sums(per_minute: np.ndarray, minutes: int, points: int) -> np.ndarray:
+    """Sums over the `minutes` that end j minutes before the latest (per_minute[0] the latest
+    minute), for j in range(points)."""
+    c = np.concatenate([[0.0], np.cumsum(per_minute)])
+    j = np.arange(points)
+    return c[np.minimum(j + minutes, len(per_minute))] - c[j]
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b, NaN where b is 0: a window with nothing under it has no figure."""
+    return np.where(b > 0, a / np.where(b > 0, b, 1.0), np.nan)
 
 
 def trailing_run_start(buckets: pd.Series, holds: np.ndarray) -> pd.Timestamp | None:

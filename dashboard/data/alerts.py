@@ -1,12 +1,30 @@
-"""What fires now: the alert pack's engine and target rules judged over the warehouse with the
-pack's thresholds (warehouse/alerts.py), for every page's banner."""
+"""What fires now: the alert pack's engine, pool, target, SLO and cost rules judged over the
+warehouse with the pack's thresholds (warehouse/alerts.py), for every page's banner."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from warehouse.alerts import NIXL_MINUTES, AlertRules, Firing, evaluate_engines, signals_minutes
-from warehouse.read import Query, run
+import pandas as pd
+
+from warehouse.alerts import (
+    BURN_LOOKBACK_MINUTES,
+    NIXL_MINUTES,
+    POOL_RETIRED_HOURS,
+    AlertRules,
+    Firing,
+    Objective,
+    cost_lookback_minutes,
+    evaluate_absent,
+    evaluate_burn,
+    evaluate_cost,
+    evaluate_engines,
+    signals_minutes,
+)
+from warehouse.cost import pool_tokens, price_sheet, stored_pools
+from warehouse.goodput import NoSloSheet, stored_sheet
+from warehouse.read import Query, floor, request_hours, run
+from warehouse.slo import slo_params
 
 RULES = AlertRules()
 
@@ -17,7 +35,56 @@ def firing(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firing
     start = latest - timedelta(minutes=signals_minutes(rules))
     window = {"start": start, "end": end}
     nixl = run(q, "nixl_faults", {"start": latest - timedelta(minutes=NIXL_MINUTES), "end": latest})
-    return evaluate_engines(rules, run(q, "engine_signals", window), nixl, run(q, "scrape_runs", window))
+    fired = evaluate_engines(rules, run(q, "engine_signals", window), nixl, run(q, "scrape_runs", window))
+    last = run(q, "pools_last_scraped", {"start": latest - timedelta(hours=POOL_RETIRED_HOURS), "end": end})
+    absent = evaluate_absent(rules, last, pd.Timestamp(latest))
+    return fired + absent + burning(q, latest, rules) + cost_spikes(q, latest, rules)
+
+
+def burning(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firing]:
+    """The SLO classes whose error budget burns too fast at `latest`, from the request records."""
+    try:
+        sheet = stored_sheet(q)
+    except NoSloSheet:
+        return []
+    classes = {
+        c.name: Objective(c.objective, c.period_days)
+        for c in (sheet.class_at(n, latest) for n in sorted({c.name for c in sheet.classes}))
+        if c is not None
+    }
+    end = latest + timedelta(microseconds=1)
+    params = {
+        **request_hours(end, end),  # no hours: every record of the window is an edge, read once
+        **slo_params(end - timedelta(minutes=BURN_LOOKBACK_MINUTES), end),
+        "step_us": 60_000_000,
+    }
+    return evaluate_burn(rules, run(q, "slo_burn", params), classes, pd.Timestamp(latest))
+
+
+def cost_spikes(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firing]:
+    """The pools whose $/M tokens over the last hour spiked against their 24 hours, at `latest`:
+    each pool's tokens per minute (docs/definitions.md, Tokens) and its GPUs' cost in that minute at
+    the price sheet's GPU-hour price then."""
+    minute = timedelta(minutes=1)
+    end = floor(latest, minute)
+    start = end - timedelta(minutes=cost_lookback_minutes(rules))
+    pools = stored_pools(q, start, end)
+    if not any(pools.values()):
+        return []
+    tokens = pool_tokens(q, pools, start, end, minute.total_seconds())
+    if tokens.empty:
+        return []
+    sheet = price_sheet(q)
+    buckets = pd.to_datetime(tokens["bucket"])
+    rows = []
+    for pool, members in pools.items():
+        gpus = sum(g for _, g in members)
+        if not gpus:
+            continue
+        counted = tokens["prompt"] - tokens["cached"] if pool == "prefill" else tokens["generated"]
+        usd = [sheet.gpu_cost(pool, gpus, b, b + minute) for b in buckets.dt.to_pydatetime()]
+        rows.append(pd.DataFrame({"bucket": buckets, "pool": pool, "tokens": counted, "usd": usd}))
+    return evaluate_cost(rules, pd.concat(rows), pd.Timestamp(latest)) if rows else []
 
 
 def banner(fired: list[Firing], shown: int = 6) -> str:

@@ -1,2 +1,5 @@
--- Every scrape in [$start, $end): when, whom, and whether it answered (target-down alerts).
-SELECT ts, target, up FROM scrapes WHERE ts >= $start::TIMESTAMP AND ts < $end::TIMESTAMP ORDER BY target, ts
+-- Every scrape in [$start, $end): when, whom (and its role), and whether it answered (target-down,
+-- pool-absent and pool-idle alerts).
+SELECT x.ts, x.target, t.role, x.up
+FROM scrapes x LEFT JOIN targets t ON t.name = x.target
+WHERE x.ts >= $start::TIMESTAMP AND x.ts < $end::TIMESTAMP ORDER BY x.target, x.ts
