@@ -14,7 +14,18 @@ from warehouse.read import Query, Window, at_resolution
 from .live import counters
 
 KEYS = ["target", "engine"]
-SIGNALS = ("waiting", "running", "kv_usage", "tokens_per_step", "step_ms")
+SIGNALS = ("waiting", "running", "kv_usage", "tokens_per_step", "step_ms", "xfer_ms")
+COUNTS = [
+    "tokens",
+    "steps",
+    "step_seconds",
+    "timed_steps",
+    "xfer_seconds",
+    "transfers",
+    "failed_transfers",
+    "expired_kv",
+]
+"""What dp_steps.sql counts per step and engine."""
 
 
 def engine_label(target: object, engine: object) -> str:
@@ -28,8 +39,8 @@ def _ordered(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def engines_over_time(q: Query, w: Window, role: str) -> pd.DataFrame:
-    """Per step and engine of pool `role`: running, waiting, kv_usage (0-1), the counted tokens,
-    steps, step seconds and timed steps, tokens_per_step and step_ms (NaN where no step counted)."""
+    """Per step and engine of pool `role`: running, waiting, kv_usage (0-1), the counts of COUNTS,
+    tokens_per_step, step_ms and xfer_ms (the mean NIXL KV transfer; NaN where none was counted)."""
     gauges = at_resolution(q, "dp_gauges", w, {"role": role})
     steps = counters(q, "dp_steps", w, {"role": role})
     for frame in (gauges, steps):
@@ -38,6 +49,7 @@ def engines_over_time(q: Query, w: Window, role: str) -> pd.DataFrame:
     df = gauges.merge(steps, on=["bucket", *KEYS], how="outer")
     df["tokens_per_step"] = df["tokens"] / df["steps"].where(df["steps"] > 0)
     df["step_ms"] = 1000 * df["step_seconds"] / df["timed_steps"].where(df["timed_steps"] > 0)
+    df["xfer_ms"] = 1000 * df["xfer_seconds"] / df["transfers"].where(df["transfers"] > 0)
     df["label"] = [engine_label(t, e) for t, e in zip(df["target"], df["engine"])]
     return _ordered(df).sort_values("bucket", kind="stable").reset_index(drop=True)
 
@@ -49,19 +61,23 @@ def waiting_floor(rules: AlertRules) -> float:
 
 
 def straggler_scores(over_time: pd.DataFrame, rules: AlertRules) -> pd.DataFrame:
-    """Per engine over the window: the mean waiting and running queues and KV use, tokens per step
-    and mean step time (from the window's sums), the pool's median engine of each, and the score:
+    """Per engine over the window: the mean waiting and running queues and KV use, tokens per step,
+    mean step time and mean NIXL KV transfer time (from the window's sums), its KV transfers, failed
+    transfers and expired-KV requests, the pool's median engine of each, and the score:
     max(waiting / max(median waiting, straggler_min_waiting / straggler_factor) / straggler_factor,
     step time / median step time / straggler_step_factor). Over 1: the engine meets the
     DPEngineStraggler condition on the window's means (the alert also holds it for
     straggler_minutes). Highest score first."""
     if over_time.empty:
-        return pd.DataFrame(columns=[*KEYS, "label", *SIGNALS, "waiting_ratio", "step_ratio", "score"])
+        columns = [*KEYS, "label", *SIGNALS, "transfers", "failed_transfers", "expired_kv"]
+        return pd.DataFrame(columns=[*columns, "waiting_ratio", "step_ratio", "score"])
     g = over_time.groupby([*KEYS, "label"], sort=False)
     out = g[["waiting", "running", "kv_usage"]].mean()
-    sums = g[["tokens", "steps", "step_seconds", "timed_steps"]].sum(min_count=1)
+    sums = g[COUNTS].sum(min_count=1)
     out["tokens_per_step"] = sums["tokens"] / sums["steps"].where(sums["steps"] > 0)
     out["step_ms"] = 1000 * sums["step_seconds"] / sums["timed_steps"].where(sums["timed_steps"] > 0)
+    out["xfer_ms"] = 1000 * sums["xfer_seconds"] / sums["transfers"].where(sums["transfers"] > 0)
+    out[["transfers", "failed_transfers", "expired_kv"]] = sums[["transfers", "failed_transfers", "expired_kv"]]
     out = out.reset_index()
     out["waiting_ratio"] = out["waiting"] / max(float(out["waiting"].median()), waiting_floor(rules))
     median_step = out["step_ms"].median()

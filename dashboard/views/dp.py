@@ -63,6 +63,10 @@ def render() -> None:
                 "running",
                 "kv_usage",
                 "tokens_per_step",
+                "transfers",
+                "failed_transfers",
+                "xfer_ms",
+                "expired_kv",
             ]
         ].assign(kv_usage=scores["kv_usage"] * 100),
         hide_index=True,
@@ -82,6 +86,14 @@ def render() -> None:
             "running": st.column_config.NumberColumn("running (mean)", format="%.1f"),
             "kv_usage": st.column_config.NumberColumn("KV cache", format="%.0f%%"),
             "tokens_per_step": st.column_config.NumberColumn("tokens / step", format="%.1f"),
+            "transfers": st.column_config.NumberColumn("KV transfers", format="%d", help="NIXL KV transfers"),
+            "failed_transfers": st.column_config.NumberColumn(
+                "failed", format="%d", help="NIXL KV transfers that failed (NIXLFailedTransfers)"
+            ),
+            "xfer_ms": st.column_config.NumberColumn("transfer ms", format="%.1f", help="mean NIXL KV transfer time"),
+            "expired_kv": st.column_config.NumberColumn(
+                "KV expired", format="%d", help="requests whose KV expired before decode read it (NIXLExpiredKV)"
+            ),
         },
     )
 
@@ -105,6 +117,18 @@ def render() -> None:
         )
     else:
         st.info("No engine-step times: they come from vLLM instances running the moemeter plugin (or the twin).")
+    if over_time["transfers"].fillna(0).sum() > 0:
+        c5, c6 = st.columns(2)
+        c5.plotly_chart(
+            figures.engine_heatmap(data.grid(over_time, "xfer_ms"), "KV transfer time (NIXL, mean)", "ms"),
+            key="dp_xfer",
+        )
+        c6.plotly_chart(
+            figures.engine_heatmap(data.grid(over_time, "failed_transfers"), "Failed KV transfers (NIXL)", "transfers"),
+            key="dp_failed",
+        )
+    else:
+        st.info(f"No NIXL KV transfers counted on the {role} engines in this range (no P/D disaggregation here).")
 
 
 st.title("DP ranks")

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from dashboard.data import dp
-from tests.dashboard.sick_rack import LATEST, SATURATED, STRAGGLER
+from tests.dashboard.sick_rack import FAILING, LATEST, SATURATED, STRAGGLER
 from warehouse.alerts import AlertRules
 from warehouse.read import Window
 
@@ -30,6 +30,7 @@ def _frame(rows: list[tuple[str, float, float, float, float]]) -> pd.DataFrame:
                 "bucket": t, "target": "decode-0", "engine": e, "waiting": wt, "running": 1.0, "kv_usage": 0.5,
                 "tokens": tok, "steps": st, "step_seconds": secs, "timed_steps": st if secs == secs else np.nan,
                 "label": dp.engine_label("decode-0", e),
+                **dict.fromkeys(["xfer_seconds", "transfers", "failed_transfers", "expired_kv"], np.nan),
             }
             for e, wt, tok, st, secs in rows
         ]
@@ -93,6 +94,18 @@ def test_the_saturated_engine_is_the_one_full_row(decode):
     assert (last.drop(f"decode-0 · DP {SATURATED}") < RULES.kv_usage_max).all()
 
 
+def test_the_failing_engine_alone_fails_kv_transfers_and_the_stragglers_crawl(decode):
+    scores = dp.straggler_scores(decode, RULES).set_index("engine")
+    failed = scores["failed_transfers"]
+    assert failed[FAILING] > 0 and (failed.drop(FAILING) == 0).all()
+    assert (scores["transfers"] > 0).all() and (scores["expired_kv"] == 0).all()
+    # the straggler reads its KV over a slow link: its mean transfer is the pool's longest by far
+    xfer = scores["xfer_ms"]
+    assert xfer.idxmax() == STRAGGLER and xfer[STRAGGLER] > 10 * xfer.drop(STRAGGLER).max()
+    grid = dp.grid(decode, "failed_transfers")
+    assert grid.loc[f"decode-0 · DP {FAILING}"].sum() == failed[FAILING]
+
+
 def test_tokens_per_step_is_the_histograms_sum_over_its_count(sick, decode):
     # one engine, the whole window, from the raw counters by hand
     raw = sick(
@@ -115,7 +128,9 @@ def test_the_page_shows_the_straggler_first(sick_api, monkeypatch):
     assert table.value["label"].iloc[0] == f"decode-0 · DP {STRAGGLER}"
     cards = {m.label: m.value for m in at.metric}
     assert cards["Engines over score 1"] == "1 of 64"
-    assert not at.error
+    failing = table.value.set_index("label").loc[f"decode-0 · DP {FAILING}", "failed_transfers"]
+    assert failing > 0 and table.value["failed_transfers"].sum() == failing
+    assert not at.error and not [i for i in at.info if "No NIXL" in i.value]
 
 
 def test_before_any_scrape_the_page_says_so(empty_api, monkeypatch):
