@@ -4,6 +4,8 @@ cache on its own row, the page showing both."""
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -131,6 +133,20 @@ def test_the_page_shows_the_straggler_first(sick_api, monkeypatch):
     failing = table.value.set_index("label").loc[f"decode-0 · DP {FAILING}", "failed_transfers"]
     assert failing > 0 and table.value["failed_transfers"].sum() == failing
     assert not at.error and not [i for i in at.info if "No NIXL" in i.value]
+    # the KV-cache heatmap as the browser gets it: the saturated engine's row is the one full
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    [kv] = [c["data"][0] for c in charts if c["layout"]["title"]["text"] == "KV-cache usage"]
+    last = dict(zip(kv["y"], plotly_array(kv["z"])[:, -1]))
+    assert max(last, key=lambda k: np.nan_to_num(last[k])) == f"decode-0 · DP {SATURATED}"
+    assert last[f"decode-0 · DP {SATURATED}"] > 100 * RULES.kv_usage_max
+
+
+def plotly_array(value: object) -> np.ndarray:
+    """An array of a figure's JSON: a list, or plotly's typed array ({"dtype", "bdata", "shape"})."""
+    if isinstance(value, dict):
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
+    return np.array(value, dtype=float)
 
 
 def test_before_any_scrape_the_page_says_so(empty_api, monkeypatch):
