@@ -1,4 +1,4 @@
-"""Every dashboard page's queries over 1 h, 24 h and 7 days of a warehouse file, p50/p95 of 5 runs,
+"""Every page's alert banner, and every dashboard page's queries over 1 h, 24 h and 7 days of a warehouse file, p50/p95 of 5 runs,
 through the query API as the dashboard sends them (HTTP, SQL checked, Arrow back, no cache); then
 each page rendered whole (AppTest: queries, figures and widgets, no browser) for those ranges.
 
@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from dashboard.data import cost, experts, live, overhead, users
+from dashboard.data import alerts, cost, dp, experts, live, overhead, users
 from warehouse.api import QueryClient, QueryServer
 from warehouse.db import Warehouse
 from warehouse.read import Holdings, plan, served_by
@@ -84,8 +84,14 @@ def cost_queries(q: live.Query, w: live.Window) -> None:
     cost.daily_statement(q, pools, w.start.replace(hour=0, minute=0, second=0, microsecond=0), w.end)
 
 
+def dp_queries(q: live.Query, w: live.Window) -> None:
+    """What the DP ranks page asks for the decode pool."""
+    dp.straggler_scores(dp.engines_over_time(q, w, "decode"), alerts.RULES)
+
+
 PAGES = {
     "live": live_queries,
+    "dp": dp_queries,
     "experts": experts_queries,
     "users": users_queries,
     "overhead": overhead_queries,
@@ -105,6 +111,8 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
         end = live.latest_scrape_time(q)
         if end is None:
             raise SystemExit(f"{db}: no scrapes in this file")
+        # every page's banner: the whole alert pack judged at the latest scrape (one window, its own)
+        out["banner_p50_seconds"], out["banner_p95_seconds"] = timed(lambda: alerts.firing(q, end), repeats)
         for label, seconds in (("1h", 3600), ("24h", 86400), ("7d", 7 * 86400)):
             w = live.Window.ending(end, seconds)
             out[f"tables_{label}"] = ",".join(served_by(plan(w.start, w.end, w.step_seconds, Holdings.of(q))))
@@ -126,6 +134,7 @@ RENDER = {  # page: its file, the key of its range control, the control's value 
     "experts": ("experts.py", "exp_range", RANGE),
     "users": ("users.py", "users_range", RANGE),
     "overhead": ("overhead.py", "ovh_range", RANGE),
+    "dp": ("dp.py", "dp_range", RANGE),
     "cost": ("cost.py", "cost_window", {"24h": "Last 24 h", "7d": "Last 7 days"}),
 }
 

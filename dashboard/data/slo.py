@@ -7,16 +7,18 @@ hourly SLO sums (warehouse/goodput.py), as the Users page does.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pandas as pd
 
 from warehouse.goodput import SloReport, slo_reports, slo_sums
-from warehouse.read import request_hours, run
+from warehouse.read import ceil, floor, request_hours, run
 from warehouse.slo import slo_params
 
 from . import cost, live, users
 from .live import Query, Window
 
-__all__ = ["SloReport", "observed", "reports", "attainment_over_time", "operating_points"]
+__all__ = ["SloReport", "observed", "reports", "attainment_over_time", "budget_over_time", "operating_points"]
 
 
 def observed(q: Query, w: Window) -> Window:
@@ -46,6 +48,37 @@ def attainment_over_time(q: Query, w: Window) -> pd.DataFrame:
     df = df[df["held"] > 0].copy()
     df["attainment"] = df["met"] / df["held"]
     return df[["bucket", "class", "held", "met", "attainment"]].reset_index(drop=True)
+
+
+EMPTY_SUMS = pd.DataFrame({"ts": pd.Series(dtype="datetime64[ns]"), "class": [], "held": [], "met": []})
+
+
+def budget_over_time(q: Query, w: Window, report: SloReport) -> pd.DataFrame:
+    """ts, class, budget_left: each class's error budget left over its period (docs/definitions.md,
+    SLOs) as it stood at each whole hour of the window, from the hourly SLO sums, and at the
+    window's end (the report's own figure). A class's objective and period are its version in
+    effect at the window's end. None where nothing was held over the period."""
+    hour = timedelta(hours=1)
+    rows: list[tuple[object, str, float | None]] = []
+    if report.classes:
+        longest = timedelta(days=max(c.period_days for c in report.classes.values()))
+        sums = slo_sums(q, floor(w.start, hour) - longest, w.end)
+        hourly = sums.groupby(["ts", "class"], as_index=False)[["held", "met"]].sum() if len(sums) else EMPTY_SUMS
+        hourly = hourly.assign(ts=pd.to_datetime(hourly["ts"]))
+        points = pd.date_range(ceil(w.start, hour), w.end, freq="h", inclusive="left")
+        for name, c in sorted(report.classes.items()):
+            mine, period = hourly[hourly["class"] == name], timedelta(days=c.period_days)
+            for t in points:
+                part = mine[(mine["ts"] >= t - period) & (mine["ts"] < t)]
+                held = int(part["held"].sum())
+                missed = held - int(part["met"].sum())
+                rows.append((t, name, 1 - missed / ((1 - c.objective) * held) if held else None))
+    for r in report.rows.to_dict("records"):
+        if r["class"] in report.classes:
+            rows.append((pd.Timestamp(w.end), r["class"], r["budget_left"]))
+    out = pd.DataFrame(rows, columns=["ts", "class", "budget_left"])
+    out["budget_left"] = out["budget_left"].astype(object).where(out["budget_left"].notna(), None)
+    return out
 
 
 def operating_points(q: Query, w: Window) -> pd.DataFrame:

@@ -93,3 +93,24 @@ def operating_point_figure(points: pd.DataFrame) -> go.Figure:
     fig = _layout(fig, "Operating point", height=420, subtitle="throughput against interactivity, per step")
     fig.update_layout(hovermode="closest")
     return fig
+
+
+def budget_figure(over: pd.DataFrame) -> go.Figure:
+    """Error budget left per class (percent of its period's budget) at each whole hour and at the
+    window's end; at 0 the budget is spent, below it overspent."""
+    fig = go.Figure()
+    for i, (name, df) in enumerate(over.groupby("class", sort=True)):
+        df = df.sort_values("ts")
+        fig.add_trace(
+            go.Scatter(
+                x=df["ts"],
+                y=100 * df["budget_left"].astype(float),
+                name=name,
+                mode="lines+markers",
+                line=dict(color=CLASS_COLORS[i % len(CLASS_COLORS)]),
+                hovertemplate=f"{name}: %{{y:.1f}}% of the budget left<extra></extra>",
+            )
+        )
+    fig.add_hline(y=0, line=dict(color="#d62728", dash="dot"), annotation_text="budget spent")
+    fig.update_yaxes(title_text="budget left, %")
+    return _layout(fig, "Error budget left per class", subtitle="over each class's period, at each whole hour")

@@ -1,0 +1,91 @@
+"""The SLO page's error budget over time by hand, and the page on a warehouse of real request
+records (tests/warehouse/test_goodput.py's: its docstring gives every request and verdict)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dashboard.data import slo
+from tests.warehouse.test_goodput import DAY, END, RECORDS, START, warehouse
+from warehouse.api import LocalQuery
+from warehouse.read import Window
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_the_budget_left_at_each_whole_hour_and_at_the_end_by_hand():
+    q = LocalQuery(warehouse())
+    w = Window.between(START, END)
+    report, _ = slo.reports(q, w)
+    got = {
+        (r.ts.hour, r.ts.minute, r["class"]): r.budget_left for _, r in slo.budget_over_time(q, w, report).iterrows()
+    }
+    # chat (objective 0.9, 1 day): at 13:00 requests 9 and 1, both met: all left; at 14:00 also 2..6,
+    # 3 of 7 missed: 1 - 3 / (0.1 x 7); at 14:30 the report's 1 - 4 / (0.1 x 8)
+    assert got[(13, 0, "chat")] == 1.0
+    assert got[(14, 0, "chat")] == pytest.approx(1 - 3 / 0.7)
+    assert got[(14, 30, "chat")] == pytest.approx(-4.0)
+    # batch (0.8, 1 day): nothing held before 13:05 (None, not 0 or NaN); 11 met; then 12 missed
+    assert got[(13, 0, "batch")] is None
+    assert got[(14, 0, "batch")] == 1.0 and got[(14, 30, "batch")] == pytest.approx(-1.5)
+    assert len(got) == 6
+
+
+def test_nothing_held_over_the_period_is_no_budget_never_0_or_nan():
+    q = LocalQuery(warehouse([r for r in RECORDS if r["request_id"] == "r10"]))  # 14:40, after the window
+    w = Window.between(START, END)
+    report, _ = slo.reports(q, w)
+    budget = slo.budget_over_time(q, w, report)
+    assert len(budget) == 6 and all(v is None for v in budget["budget_left"])
+
+
+@pytest.fixture
+def records_api(tmp_path):
+    from warehouse.api import QueryServer
+    from warehouse.db import Warehouse
+
+    warehouse(path=str(tmp_path / "w.duckdb")).close()
+    wh = Warehouse(tmp_path / "w.duckdb")
+    api = QueryServer(wh)
+    api.start()
+    yield api.url
+    api.shutdown()
+    api.server_close()
+    wh.close()
+
+
+def test_the_page_shows_attainment_budget_and_burn_per_class(records_api, monkeypatch):
+    from tests.conftest import run_page
+
+    at = run_page(str(ROOT / "dashboard" / "views" / "slo.py"), records_api, monkeypatch, timeout=120)
+    assert not at.error
+    # the hour up to and including the last request, (13:40, 14:40]: chat 6 (met), 7 (failed), 8 (not
+    # held), 10 (met): 2 met of 3 held; batch 12 (missed): 0 of 1
+    table = at.dataframe[0].value.set_index("class")
+    assert (table.loc["chat", "requests"], table.loc["chat", "met"]) == (3, 2)
+    assert (table.loc["batch", "requests"], table.loc["batch", "met"]) == (1, 0)
+    # burn over that hour: chat 1 missed of 3 / 10% = 3.3x, batch 1 of 1 / 20% = 5x: under 14.4 and,
+    # over 6 h (chat 4 of 9 / 10% = 4.4x, batch 1 of 2 / 20% = 2.5x), under 6: nothing burns
+    assert table.loc["chat", "burn_1h"] == pytest.approx(1 / 3 / 0.1)
+    assert table.loc["batch", "burn_1h"] == pytest.approx(5.0)
+    assert table.loc["chat", "burn_6h"] == pytest.approx(4 / 9 / 0.1)
+    assert {m.label: m.value for m in at.metric}["Burning"] == "none"
+    charts = {c["layout"]["title"]["text"]: c for c in (json.loads(e.proto.spec) for e in at.get("plotly_chart"))}
+    budget = {t["name"]: (t["x"], array(t["y"])) for t in charts["Error budget left per class"]["data"]}
+    # at 14:00 (chat 3 of 7 missed) and at the end (chat 4 of 9 missed: 10 is in; batch 1 of 2)
+    assert budget["chat"][1] == pytest.approx([100 * (1 - 3 / 0.7), 100 * (1 - 4 / 0.9)])
+    assert budget["batch"][1] == pytest.approx([100.0, -150.0])
+    assert budget["chat"][0][0].startswith(str(DAY + timedelta(hours=14)).replace(" ", "T")[:16])
+
+
+def array(value: object) -> np.ndarray:
+    """A figure's JSON array: a list, or plotly's typed array ({"dtype", "bdata"})."""
+    if isinstance(value, dict):
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.array(value, dtype=float)
