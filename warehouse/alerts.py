@@ -167,12 +167,28 @@ def _held(g: pd.DataFrame, holds: np.ndarray, minutes: float) -> pd.Timestamp | 
 
 
 def _trailing(df: pd.DataFrame, keys: list[str], column: str, window: str, how: str) -> pd.Series:
-    """Per group of `keys` (df sorted by ts): `column`'s sum or mean over each scrape's trailing
-    `window` (t - window, t], as Prometheus's range functions read it."""
+    """Per group of `keys`: `column`'s sum or mean over each row's trailing `window` (t - window, t],
+    as Prometheus's range functions read it (pandas' time-based rolling, for every group at once);
+    NaN where the window holds no value."""
     if df.empty:
-        return pd.Series(dtype=float)
-    parts = [getattr(g.rolling(window, on="ts")[column], how)() for _, g in df.groupby(keys, sort=False)]
-    return pd.concat(parts)
+        return pd.Series(dtype=float, index=df.index)
+    code = df.groupby(keys, sort=False).ngroup().to_numpy(dtype=np.int64)
+    ts = df["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    span = pd.Timedelta(window).value
+    order = np.lexsort((np.arange(len(ts)), ts, code))  # by group, then time, then row
+    t = ts[order] - ts.min()
+    key = code[order] * (int(t.max()) + span + 1) + t  # the groups far enough apart never to meet
+    first = np.searchsorted(key, key - span, side="right")  # the first row after t - window
+    values = df[column].to_numpy(dtype=float)[order]
+    seen = ~np.isnan(values)
+    sums = np.concatenate([[0.0], np.cumsum(np.where(seen, values, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(seen)])
+    last = np.arange(1, len(key) + 1)
+    total, n = sums[last] - sums[first], counts[last] - counts[first]
+    result = np.where(n > 0, total / np.where(n > 0, n, 1) if how == "mean" else total, np.nan)
+    out = np.empty(len(result))
+    out[order] = result
+    return pd.Series(out, index=df.index)
 
 
 def evaluate_engines(

@@ -38,6 +38,7 @@ FACT_TABLES = (
     "requests_1h",
     "requests_itl_1h",
     "requests_slo_1h",
+    "requests_slo_1m",
 )
 TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

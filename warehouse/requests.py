@@ -227,6 +227,23 @@ class RequestIngestor:
 ITL_BIN_SCALE = 100.0
 
 
+def roll_requests_slo_1m(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
+    """Add the requests ingested in [start, until) to their finishing minute's per-class SLO counts."""
+    ensure_slo_sheet(con, until)
+    con.execute(
+        "INSERT INTO requests_slo_1m "
+        + sql("requests_slo_minutes")
+        + " ON CONFLICT (ts, class) DO UPDATE SET held = held + excluded.held, met = met + excluded.met",
+        {
+            "ingested_from": start,
+            "ingested_until": until,
+            "finished_from": None,
+            "finished_until": None,
+            **slo_params(None, None),
+        },
+    )
+
+
 def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
     """Add the requests ingested in [start, until) to their finishing hour's per-user sums, inter-token
     latency histogram and per-class SLO sums."""

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 import duckdb
 
 from .read import floor
-from .requests import roll_requests_1h
+from .requests import roll_requests_1h, roll_requests_slo_1m
 from .sql import sql
 
 GAUGE_KINDS = ("gauge", "unknown", "untyped", "info", "stateset")
@@ -33,6 +33,12 @@ class Retention:
     hour_days: float = 365.0
     """Days per-hour rollups (per-expert load included) are kept."""
 
+
+SLO_MINUTES = "requests_slo_1m"
+"""rollup_state name: the request records stored before this time are in requests_slo_1m."""
+SLO_MINUTES_BACKFILL = timedelta(hours=7)
+"""A warehouse without the per-minute SLO counts (new, or from before them) rolls the records stored
+this long before its first minute: the alert banner's burn rates look back 6 h 16 min."""
 
 # (state name, unit, source increments, source samples, target table suffix)
 _LEVELS = (
@@ -55,6 +61,7 @@ class Rollups:
             # start at the oldest data (of any kind: a file may hold request records alone), so a
             # database from before rollups is covered too
             self._through[name] = stored.get(name) or (floor(first, unit) if first is not None else None)
+        self._through[SLO_MINUTES] = stored.get(SLO_MINUTES)
         self._loaded = True
 
     def advance(self, con: duckdb.DuckDBPyConnection, now: datetime) -> None:
@@ -75,6 +82,15 @@ class Rollups:
             )
             self._through[name] = until
             hour_closed |= name == "1h"
+        until = floor(now, timedelta(minutes=1))
+        start = self._through.get(SLO_MINUTES) or until - SLO_MINUTES_BACKFILL
+        if start < until:
+            roll_requests_slo_1m(con, start, until)
+            con.execute(
+                "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
+                [SLO_MINUTES, until],
+            )
+            self._through[SLO_MINUTES] = until
         if hour_closed:
             self.apply_retention(con, now)
 
@@ -131,6 +147,7 @@ class Rollups:
             ("requests_1h", now - timedelta(days=r.hour_days), None),
             ("requests_itl_1h", now - timedelta(days=r.hour_days), None),
             ("requests_slo_1h", now - timedelta(days=r.hour_days), None),
+            ("requests_slo_1m", now - timedelta(days=r.raw_days), None),
             ("samples_1h", now - timedelta(days=r.hour_days), None),
             ("increments_1h", now - timedelta(days=r.hour_days), None),
         ]

@@ -23,7 +23,8 @@ from warehouse.alerts import (
 )
 from warehouse.cost import pool_tokens, price_sheet, stored_pools
 from warehouse.goodput import NoSloSheet, stored_sheet
-from warehouse.read import Query, floor, request_hours, run
+from warehouse.read import EPOCH, Query, floor, run
+from warehouse.rollup import SLO_MINUTES
 from warehouse.slo import slo_params
 
 RULES = AlertRules()
@@ -42,7 +43,8 @@ def firing(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firing
 
 
 def burning(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firing]:
-    """The SLO classes whose error budget burns too fast at `latest`, from the request records."""
+    """The SLO classes whose error budget burns too fast at `latest`'s whole minute: from the
+    per-minute SLO counts (requests_slo_1m) and the records stored since they were rolled up."""
     try:
         sheet = stored_sheet(q)
     except NoSloSheet:
@@ -52,13 +54,20 @@ def burning(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firin
         for c in (sheet.class_at(n, latest) for n in sorted({c.name for c in sheet.classes}))
         if c is not None
     }
-    end = latest + timedelta(microseconds=1)
+    minute = timedelta(minutes=1)
+    until = floor(latest, minute)  # judged on whole minutes, up to the latest scrape's
+    rolled = run(q, "rollup_through", {"name": SLO_MINUTES})["through"].iloc[0]
     params = {
-        **request_hours(end, end),  # no hours: every record of the window is an edge, read once
-        **slo_params(end - timedelta(minutes=BURN_LOOKBACK_MINUTES), end),
-        "step_us": 60_000_000,
+        "since": until - timedelta(minutes=BURN_LOOKBACK_MINUTES),
+        "until": until,
+        # the records the roll-up has not counted yet (all of them before it ever ran)
+        "ingested_from": EPOCH if pd.isna(rolled) else pd.Timestamp(rolled).to_pydatetime(),
+        "ingested_until": None,
+        "finished_from": until - timedelta(minutes=BURN_LOOKBACK_MINUTES),
+        "finished_until": until,
+        **slo_params(None, None),
     }
-    return evaluate_burn(rules, run(q, "slo_burn", params), classes, pd.Timestamp(latest))
+    return evaluate_burn(rules, run(q, "slo_burn", params), classes, pd.Timestamp(until))
 
 
 def cost_spikes(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firing]:

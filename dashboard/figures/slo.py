@@ -10,11 +10,16 @@ from .live import P90_PER_USER_REFERENCE, RACK_PER_GPU_REFERENCE, SINGLE_USER_RE
 CLASS_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#17becf")
 
 
+def class_color(name: str, classes: list[str]) -> str:
+    """One colour per class on every chart of the page: by its place among the classes in effect."""
+    return CLASS_COLORS[sorted(classes).index(name) % len(CLASS_COLORS)] if name in classes else "#7f7f7f"
+
+
 def attainment_figure(over: pd.DataFrame, objectives: dict[str, float]) -> go.Figure:
     """Attainment per step and class (percent), each class's objective as a dotted line of its colour."""
     fig = go.Figure()
-    for i, (name, df) in enumerate(over.groupby("class", sort=True)):
-        color = CLASS_COLORS[i % len(CLASS_COLORS)]
+    for name, df in over.groupby("class", sort=True):
+        color = class_color(name, list(objectives))
         label = name or "(no class)"
         df = gapped(df.assign(pct=100 * df["attainment"]))
         fig.add_trace(
@@ -95,22 +100,28 @@ def operating_point_figure(points: pd.DataFrame) -> go.Figure:
     return fig
 
 
-def budget_figure(over: pd.DataFrame) -> go.Figure:
+def budget_figure(over: pd.DataFrame, start: object = None, end: object = None) -> go.Figure:
     """Error budget left per class (percent of its period's budget) at each whole hour and at the
-    window's end; at 0 the budget is spent, below it overspent."""
+    window's end, over the window [start, end); at 0 the budget is spent, below it overspent. A
+    class with nothing held over its period has no line."""
     fig = go.Figure()
-    for i, (name, df) in enumerate(over.groupby("class", sort=True)):
-        df = df.sort_values("ts")
+    classes = sorted(set(over["class"]))
+    for name, df in over.groupby("class", sort=True):
+        df = df.dropna(subset=["budget_left"]).sort_values("ts")
+        if df.empty:
+            continue
         fig.add_trace(
             go.Scatter(
                 x=df["ts"],
                 y=100 * df["budget_left"].astype(float),
                 name=name,
                 mode="lines+markers",
-                line=dict(color=CLASS_COLORS[i % len(CLASS_COLORS)]),
+                line=dict(color=class_color(name, classes)),
                 hovertemplate=f"{name}: %{{y:.1f}}% of the budget left<extra></extra>",
             )
         )
     fig.add_hline(y=0, line=dict(color="#d62728", dash="dot"), annotation_text="budget spent")
     fig.update_yaxes(title_text="budget left, %")
+    if start is not None and end is not None:
+        fig.update_xaxes(range=[start, end])
     return _layout(fig, "Error budget left per class", subtitle="over each class's period, at each whole hour")

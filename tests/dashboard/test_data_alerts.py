@@ -73,6 +73,8 @@ def test_a_class_burning_its_budget_fires_with_the_reports_burn_rate():
     from tests.warehouse.test_goodput import DAY, record, warehouse
     from warehouse.api import LocalQuery
     from warehouse.goodput import slo_report
+    from warehouse.requests import RequestIngestor
+    from warehouse.rollup import Rollups
 
     latest = DAY.replace(hour=14, minute=30)
     finished = [latest - timedelta(minutes=70 - k) + timedelta(seconds=30) for k in range(70)]
@@ -92,6 +94,19 @@ def test_a_class_burning_its_budget_fires_with_the_reports_burn_rate():
     # the same traffic meeting its targets burns nothing
     met = [r | {"ttft_seconds": 0.5} for r in records]
     assert alerts.burning(LocalQuery(warehouse(met, sheet=BURNING_SHEET)), latest) == []
+    # the first 40 records rolled up into the per-minute counts, the other 30 stored after the
+    # roll-up: the same judgement from both halves
+    con = warehouse(records[:40], sheet=BURNING_SHEET)
+    Rollups().advance(con, DAY.replace(hour=15, minute=1))
+    assert con.execute("SELECT sum(held) FROM requests_slo_1m").fetchall() == [(40,)]
+    page = {
+        "schema": "moemeter.requests/1",
+        "log_id": "gw",
+        "records": [r | {"seq": 41 + i} for i, r in enumerate(records[40:])],
+    }
+    RequestIngestor().write(con, "gw", page, DAY.replace(hour=15, minute=2))
+    split = alerts.burning(LocalQuery(con), latest)
+    assert [(f.rule, f.value, f.since) for f in split] == [(f.rule, f.value, f.since) for f in fired]
 
 
 def test_a_pools_cost_per_token_spike_fires_with_the_cost_reports_figure(tmp_path):

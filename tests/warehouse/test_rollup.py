@@ -44,7 +44,9 @@ def con():
 
 
 def test_minutes_roll_up_when_a_later_minute_arrives(con):
-    assert con.execute("SELECT through FROM rollup_state").fetchall() == [(T0 + timedelta(minutes=3),)]
+    assert con.execute("SELECT through FROM rollup_state WHERE name = '1m'").fetchall() == [
+        (T0 + timedelta(minutes=3),)
+    ]
     minutes = [r[0] for r in con.execute("SELECT DISTINCT ts FROM increments_1m ORDER BY 1").fetchall()]
     assert minutes == [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
 

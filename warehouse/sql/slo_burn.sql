@@ -1,11 +1,19 @@
 -- SLO burn (the alert pack's fast and slow burn, judged on the warehouse by warehouse/alerts.py):
--- per minute back from $edges_end and class, the requests held to an objective and those that met
--- it, from the records that finished in [$edges_start, $edges_end). back 0 is
--- [$edges_end - $step_us, $edges_end), back 1 the minute before, and so on.
+-- per whole minute of [$since, $until) and class, the requests held to an objective and those that
+-- met it: the per-minute roll-up, and the records stored since it ($ingested_from: its watermark)
+-- that finished then. back 0 is the minute [$until - 1 min, $until), back 1 the one before.
 WITH /*request_slo*/
-SELECT (epoch_us($edges_end::TIMESTAMP) - 1 - epoch_us(finished_at)) // $step_us AS back, slo_class AS class,
-       count(*) FILTER (WHERE held) AS held, count(*) FILTER (WHERE met) AS met
-FROM judged
-WHERE slo_class IS NOT NULL
+SELECT (epoch_us($until::TIMESTAMP) - epoch_us(minute)) // 60000000 - 1 AS back, class,
+       sum(held)::BIGINT AS held, sum(met)::BIGINT AS met
+FROM (
+    SELECT ts AS minute, class, held, met
+    FROM requests_slo_1m WHERE ts >= $since::TIMESTAMP AND ts < $until::TIMESTAMP
+    UNION ALL
+    SELECT time_bucket(INTERVAL 1 MINUTE, finished_at), coalesce(slo_class, ''),
+           count(*) FILTER (WHERE held), count(*) FILTER (WHERE met)
+    FROM judged
+    GROUP BY ALL
+)
+WHERE class <> ''
 GROUP BY ALL
 ORDER BY back, class
