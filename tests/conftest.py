@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -89,6 +91,14 @@ def run_page(page: str, api_url: str, monkeypatch: pytest.MonkeyPatch, timeout: 
     at.run()
     assert not at.exception, at.exception
     return at
+
+
+def plotly_array(value: object) -> np.ndarray:
+    """An array of a figure's JSON: a list, or plotly's typed array ({"dtype", "bdata", "shape"})."""
+    if isinstance(value, dict):
+        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
+    return np.array(value, dtype=float)
 
 
 def _children(pid: int) -> dict[int, str]:

@@ -203,7 +203,7 @@ def evaluate_engines(
     signals = signals.sort_values("ts", kind="stable").reset_index(drop=True)
     return [
         *_targets(rules, scrapes),
-        *_pools(rules, signals, scrapes),
+        *_idle(rules, signals, scrapes),
         *_kv(rules, signals),
         *_preempting(rules, signals),
         *_stragglers(rules, signals),
@@ -231,7 +231,7 @@ def _targets(rules: AlertRules, scrapes: pd.DataFrame) -> list[Firing]:
     return out
 
 
-def _pools(rules: AlertRules, signals: pd.DataFrame, scrapes: pd.DataFrame) -> list[Firing]:
+def _idle(rules: AlertRules, signals: pd.DataFrame, scrapes: pd.DataFrame) -> list[Firing]:
     """PoolIdle: a pool whose targets are up and whose engines counted no token for idle_minutes,
     held 1 minute; judged only once its token counters were read that long."""
     out: list[Firing] = []

@@ -203,7 +203,7 @@ def slo_reports(
     if wrong:
         raise ValueError(f"--by must be one of {', '.join(GROUPS)}, got {wrong[0]!r}")
     sheet = stored_sheet(q)
-    classes = {c.name: c for c in (sheet.class_at(n, end) for n in sorted({c.name for c in sheet.classes})) if c}
+    classes = sheet.classes_at(end)
     window = slo_sums(q, start, end)
     burns = {name: slo_sums(q, end - width, end) for name, width in BURN_WINDOWS.items()}
     periods = {days: slo_sums(q, end - timedelta(days=days), end) for days in {c.period_days for c in classes.values()}}

@@ -91,11 +91,15 @@ class SloSheet:
                 current = c
         return current
 
+    def classes_at(self, t: datetime) -> dict[str, SloClass]:
+        """Each class in effect at `t`, at its version then, by name (in name order)."""
+        versions = (self.class_at(n, t) for n in sorted({c.name for c in self.classes}))
+        return {c.name: c for c in versions if c is not None}
+
     def default_at(self, t: datetime) -> SloClass | None:
         """The default class in effect at `t`: of the classes in effect then, the one whose latest
         version says default."""
-        names = {c.name for c in self.classes}
-        live = [c for c in (self.class_at(n, t) for n in sorted(names)) if c is not None and c.default]
+        live = [c for c in self.classes_at(t).values() if c.default]
         return max(live, key=lambda c: c.effective) if live else None
 
     def class_of(self, user: str, tenant: str, t: datetime) -> SloClass | None:

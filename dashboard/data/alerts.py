@@ -49,11 +49,7 @@ def burning(q: Query, latest: datetime, rules: AlertRules = RULES) -> list[Firin
         sheet = stored_sheet(q)
     except NoSloSheet:
         return []
-    classes = {
-        c.name: Objective(c.objective, c.period_days)
-        for c in (sheet.class_at(n, latest) for n in sorted({c.name for c in sheet.classes}))
-        if c is not None
-    }
+    classes = {name: Objective(c.objective, c.period_days) for name, c in sheet.classes_at(latest).items()}
     minute = timedelta(minutes=1)
     until = floor(latest, minute)  # judged on whole minutes, up to the latest scrape's
     rolled = run(q, "rollup_through", {"name": SLO_MINUTES})["through"].iloc[0]

@@ -4,7 +4,6 @@ cache on its own row, the page showing both."""
 
 from __future__ import annotations
 
-import base64
 import json
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -123,7 +122,7 @@ def test_tokens_per_step_is_the_histograms_sum_over_its_count(sick, decode):
 
 
 def test_the_page_shows_the_straggler_first(sick_api, monkeypatch):
-    from tests.conftest import run_page
+    from tests.conftest import plotly_array, run_page
 
     at = run_page(str(ROOT / "dashboard" / "views" / "dp.py"), sick_api, monkeypatch, timeout=120)
     table = at.dataframe[0]  # the page's one table
@@ -139,14 +138,6 @@ def test_the_page_shows_the_straggler_first(sick_api, monkeypatch):
     last = dict(zip(kv["y"], plotly_array(kv["z"])[:, -1]))
     assert max(last, key=lambda k: np.nan_to_num(last[k])) == f"decode-0 · DP {SATURATED}"
     assert last[f"decode-0 · DP {SATURATED}"] > 100 * RULES.kv_usage_max
-
-
-def plotly_array(value: object) -> np.ndarray:
-    """An array of a figure's JSON: a list, or plotly's typed array ({"dtype", "bdata", "shape"})."""
-    if isinstance(value, dict):
-        flat = np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
-        return flat.reshape([int(n) for n in str(value.get("shape", len(flat))).split(",")])
-    return np.array(value, dtype=float)
 
 
 def test_before_any_scrape_the_page_says_so(empty_api, monkeypatch):

@@ -3,12 +3,10 @@ records (tests/warehouse/test_goodput.py's: its docstring gives every request an
 
 from __future__ import annotations
 
-import base64
 import json
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from dashboard.data import slo
@@ -61,7 +59,7 @@ def records_api(tmp_path):
 
 
 def test_the_page_shows_attainment_budget_and_burn_per_class(records_api, monkeypatch):
-    from tests.conftest import run_page
+    from tests.conftest import plotly_array, run_page
 
     at = run_page(str(ROOT / "dashboard" / "views" / "slo.py"), records_api, monkeypatch, timeout=120)
     assert not at.error
@@ -77,15 +75,8 @@ def test_the_page_shows_attainment_budget_and_burn_per_class(records_api, monkey
     assert table.loc["chat", "burn_6h"] == pytest.approx(4 / 9 / 0.1)
     assert {m.label: m.value for m in at.metric}["Burning"] == "none"
     charts = {c["layout"]["title"]["text"]: c for c in (json.loads(e.proto.spec) for e in at.get("plotly_chart"))}
-    budget = {t["name"]: (t["x"], array(t["y"])) for t in charts["Error budget left per class"]["data"]}
+    budget = {t["name"]: (t["x"], plotly_array(t["y"])) for t in charts["Error budget left per class"]["data"]}
     # at 14:00 (chat 3 of 7 missed) and at the end (chat 4 of 9 missed: 10 is in; batch 1 of 2)
     assert budget["chat"][1] == pytest.approx([100 * (1 - 3 / 0.7), 100 * (1 - 4 / 0.9)])
     assert budget["batch"][1] == pytest.approx([100.0, -150.0])
     assert budget["chat"][0][0].startswith(str(DAY + timedelta(hours=14)).replace(" ", "T")[:16])
-
-
-def array(value: object) -> np.ndarray:
-    """A figure's JSON array: a list, or plotly's typed array ({"dtype", "bdata"})."""
-    if isinstance(value, dict):
-        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
-    return np.array(value, dtype=float)
