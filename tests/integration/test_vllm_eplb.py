@@ -1,7 +1,8 @@
 """Real vLLM running its own EPLB on this CPU (the plugin's patches: stack/vllm_plugin/
 moemeter_vllm_plugin/cpu_eplb.py): data parallel 2 x expert parallel over the two cores, one
 engine on each, the tiny MoE with 2 redundant experts (34 slots, 17 per rank), vLLM rearranging
-every 24 steps on an 8-step window.
+every 24 steps on an 8-step window; synchronously, and asynchronously (vLLM's default: a worker
+thread moves the weights, the engine commits one layer per step).
 
 Referees: vLLM's own state, read inside each worker (referee/eplb_referee.py, over vLLM's
 dev-mode /collective_rpc), vLLM's own log ("Rearranged experts") and its own token counters."""
@@ -29,17 +30,18 @@ SLOTS = EXPERTS + EPLB["num_redundant_experts"]
 INITIAL = list(range(EXPERTS)) + [0, 1]  # vLLM's first placement: every expert, then replicas of 0 and 1
 
 
-@pytest.fixture(scope="module")
-def eplb_server(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("vllm-eplb")
-    args = ["--data-parallel-size", "2", "--enable-expert-parallel", "--enable-eplb", "--eplb-config", json.dumps(EPLB)]
+@pytest.fixture(scope="module", params=["sync", "async"])
+def eplb_server(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"vllm-eplb-{request.param}")
+    config = json.dumps({**EPLB, "use_async": request.param == "async"})
+    args = ["--data-parallel-size", "2", "--enable-expert-parallel", "--enable-eplb", "--eplb-config", config]
     env = {
         "VLLM_SERVER_DEV_MODE": "1",  # /collective_rpc, for the referee
         "PYTHONPATH": str(ROOT / "tests" / "integration" / "referee"),
     }
     args += ["--worker-extension-cls", "eplb_referee.EplbReferee"]
     with serve(tmp, *args, bind="0|1", env=env, start_seconds=600) as url:  # one core per engine
-        yield url, tmp
+        yield url, tmp, request.param
 
 
 def _truth(url: str, directory: Path) -> list[dict]:
@@ -74,7 +76,7 @@ def served(eplb_server, tmp_path_factory):
     from collectors.service import Collector
     from warehouse.db import Warehouse
 
-    url, tmp = eplb_server
+    url, tmp, mode = eplb_server
     targets = tmp / "targets.json"
     targets.write_text(
         json.dumps([{"name": "decode-0", "url": url + "/metrics", "role": "decode", "gpus": 2, "stack": "local-cpu"}])
@@ -97,6 +99,7 @@ def served(eplb_server, tmp_path_factory):
 
     usage, snap = asyncio.run(traffic())
     yield {
+        "mode": mode,
         "url": url,
         "log": (tmp / "vllm.log").read_text(),
         "usage": usage,
@@ -113,17 +116,28 @@ def test_the_exported_placement_is_vllms_own_on_every_rank(served):
     assert all(t["phy2log"] == snap["phy2log"] for t in truth)
     assert snap["ranks"] == 2 and snap["slots"] == SLOTS and len(snap["phy2log"]) == MOE_LAYERS
     assert any(row != INITIAL for row in snap["phy2log"]), "no rearrangement changed the placement"
-    for t in truth:  # replica counts: vLLM's logical_replica_count is the placement's
+    for t in truth:  # replica counts: vLLM's logical_replica_count, exported, is the placement's
+        assert t["replicas"] == snap["logical_replicas"]
         assert t["replicas"] == [[row.count(e) for e in range(EXPERTS)] for row in snap["phy2log"]]
 
 
 def test_each_rearrangement_is_one_event_with_its_pause(served):
-    snap, log = served["snap"], served["log"]
-    rearranged = len(re.findall(r"Rearranged experts\s+in ", log))  # vLLM's own line (not the profile run's)
+    snap, log, mode, truth = served["snap"], served["log"], served["mode"], served["truth"]
+    # vLLM's own lines, not the profile run's: a synchronous one logs when done, an async one
+    # when it starts; one still moving its layers is no event yet.
+    done = r"Rearranged experts\s+in " if mode == "sync" else r"Rearranging experts \(async mode\)\s+\.\.\."
+    rearranged = len(re.findall(done, log)) - any(t["in_flight"] for t in truth)
     events = snap["rebalances"]
     assert rearranged >= 2 and len(events) == rearranged, (rearranged, len(events))
     assert all(e["duration_seconds"] > 0 and len(e["balancedness_planned"]) == MOE_LAYERS for e in events)
     assert [e["step"] for e in events] == sorted(e["step"] for e in events)
+    assert {e["mode"] for e in events} == {mode}
+    if mode == "sync":  # the engine waits for the whole move
+        assert all(e["transfer_seconds"] == e["duration_seconds"] for e in events)
+    else:  # the engine moves one layer per step; the worker thread's transfer spans those steps
+        assert all(e["transfer_seconds"] > e["duration_seconds"] for e in events)
+    # vLLM planned on its own window, in its unit: the snapshot's is vLLM's last_expert_load
+    assert snap["eplb_window_load"] == truth[0]["last_expert_load"]
     m = _metrics(served["url"])
     assert _value(m, "moemeter_eplb_rebalances_total") == rearranged
     assert _value(m, "moemeter_eplb_last_rebalance_timestamp_seconds") == events[-1]["time"]
@@ -167,3 +181,14 @@ def test_the_experts_page_shows_the_real_placement_and_rebalance(served, monkeyp
     # What it bought: no tokens/s after the last rebalance measured yet is said so, not "did not rise".
     after_unknown = labels["Generated tok/s: before → after"].value.endswith("→ —")
     assert (labels["Tokens to win back"].delta == "tok/s after it not measured yet") == after_unknown
+
+
+def test_every_cpu_patch_is_logged_once_per_process_and_documented(served):
+    from stack.vllm_plugin.moemeter_vllm_plugin.cpu_eplb import PATCHES
+
+    names = [name for name, _ in PATCHES]
+    lines = re.findall(r"\((\w+) pid=(\d+)\).*EPLB on CPU patches applied: (.*)", served["log"])
+    assert lines and all(applied.split(", ") == names for _, _, applied in lines), lines
+    assert len({pid for _, pid, _ in lines}) == len(lines)  # once per process
+    table = (ROOT / "docs" / "metrics.md").read_text()
+    assert all(f"| `{name}` |" in table for name in names)

@@ -10,10 +10,8 @@ vLLM's EPLB itself (its state, its policy, its rearrangement and weight transfer
    all-gather/reduce-scatter all2all calls at every MoE layer. Here: padded all-gather and an
    all-reduce then this rank's rows, over gloo.
 3. `eplb-state`: the CPU model runner's `load_model` never builds an `EplbState` (the GPU
-   runner's does). Built here the same way, after the model is loaded. vLLM's default async
-   EPLB moves weights on a worker thread with its own accelerator stream, which a CPU has not:
-   here the rearrangement runs synchronously (in the engine step, as `use_async: false` does),
-   said in a warning.
+   runner's does). Built here the same way, after the model is loaded, and, for vLLM's default
+   async EPLB, its worker thread started as the GPU runner starts it.
 4. `map-and-record`: on CPU vLLM's logical-to-physical expert mapping is the identity (the
    mapping and load recording exist only as a Triton kernel). Here: the same computation in
    torch (replica chosen by the same Knuth hash of the token index; load counted per physical
@@ -24,6 +22,10 @@ vLLM's EPLB itself (its state, its policy, its rearrangement and weight transfer
 6. `local-experts`: the CPU fused-MoE kernel ignores the expert map and indexes its local
    weights by global expert id. Here: ids mapped to this rank's local experts; tokens routed to
    another rank's experts get weight 0 (that rank adds their share in the reduce-scatter).
+7. `async-worker`: async EPLB's worker thread makes an accelerator stream, and its hand-over
+   (`CpuGpuEvent`) pairs a thread event with a `torch.Event`; a CPU has neither. Here: the worker
+   runs vLLM's own `transfer_run_periodically` on a no-op stream (on CPU every copy is done when
+   it returns), and the hand-over keeps only its thread event.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import contextlib
 import functools
 import logging
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -151,8 +154,7 @@ def _eplb_state() -> None:
                 self.eplb_state = EplbState(self.parallel_config, self.device)
             self.eplb_state.add_model(self._moe_model, self.model_config)
             if self.eplb_state.is_async:
-                self.eplb_state.is_async = False
-                log.warning("moemeter plugin: async EPLB needs an accelerator stream; on CPU it runs synchronously")
+                self.eplb_state.start_async_loop()  # as GPUModelRunner.load_model does
 
         return load_model
 
@@ -281,6 +283,76 @@ def _local_experts() -> None:
     _once(CPUUnquantizedExperts, "apply", make)
 
 
+# 7 ------------------------------------------------------------------ async-worker
+@contextlib.contextmanager
+def device_stream(stream: Any) -> Iterator[None]:
+    """vLLM's `eplb_utils.device_stream`, a no-op for the host's stream."""
+    if stream is None or isinstance(stream, _NoStream):
+        yield
+        return
+    with _device_stream(stream):
+        yield
+
+
+_device_stream: Any = None  # vLLM's, for any other stream
+
+
+def _host_event_init(self: Any) -> None:
+    self._event = WallClockEvent()
+    self._recorded = threading.Event()
+
+
+def _host_event_record(self: Any, stream: Any = None) -> None:
+    """`CpuGpuEvent.record` without a device event (the check it makes, kept)."""
+    if self._recorded.is_set():
+        raise RuntimeError("CpuGpuEvent.record() called before the previous event was consumed by wait()")
+    self._event = WallClockEvent()
+    self._event.record()
+    self._recorded.set()
+
+
+def _host_event_wait(self: Any, stream: Any = None) -> None:
+    self._recorded.wait()
+    self._recorded.clear()
+
+
+def start_async_worker(state: Any, is_profile: bool = False) -> threading.Thread:
+    """vLLM's `async_worker.start_async_worker` with the host's stream for the accelerator's."""
+    from vllm.distributed.eplb import async_worker
+
+    def target() -> None:
+        try:
+            async_worker.transfer_run_periodically(state=state, stream=_NoStream(), is_profile=is_profile)
+        except Exception:  # as vLLM's own thread does: logged, the engine goes on
+            log.exception("moemeter plugin: async EPLB worker failed")
+
+    thread = threading.Thread(target=target, name="eplb-async-worker", daemon=True)
+    thread.start()
+    return thread
+
+
+def _replacement(method: Callable[..., None], original: Any) -> Callable[..., None]:
+    return method
+
+
+def _async_worker() -> None:
+    global _device_stream
+    from vllm.distributed.eplb import async_worker, eplb_communicator, eplb_state, eplb_utils, rebalance_execute
+
+    if _device_stream is None:
+        _device_stream = eplb_utils.device_stream
+    for module in (eplb_utils, async_worker, eplb_communicator, rebalance_execute):
+        module.device_stream = device_stream  # type: ignore[attr-defined]
+    methods: dict[str, Callable[..., None]] = {
+        "__init__": _host_event_init,
+        "record": _host_event_record,
+        "wait": _host_event_wait,
+    }
+    for name, method in methods.items():
+        _once(eplb_utils.CpuGpuEvent, name, functools.partial(_replacement, method))
+    _once(eplb_state, "start_async_worker", lambda original: start_async_worker)
+
+
 PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("platform-check", _platform_check),
     ("gatherv", _gatherv),
@@ -288,4 +360,5 @@ PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("map-and-record", _map_and_record),
     ("events", _events),
     ("local-experts", _local_experts),
+    ("async-worker", _async_worker),
 )

@@ -42,6 +42,7 @@ _lock = threading.Lock()
 _counters: dict[int, Any] = {}  # MoE layer ordinal -> device tensor of per-expert tokens
 _physical: dict[int, Any] = {}  # with EPLB: MoE layer ordinal -> device tensor of per-slot tokens
 _eplb: dict[str, Any] = {}  # with EPLB: "model", the served model's EplbModelState
+_async_cycle: dict[str, Any] = {}  # with async EPLB: the rearrangement in flight (placement before, step, times)
 _copy_due = False  # the flusher asks for a copy-out; the engine makes it between steps
 _layer_ordinal: dict[str, int] = {}
 _pending_events: list[tuple[Any, Any]] = []  # CUDA (start, end) events of forward passes not yet resolved
@@ -261,9 +262,12 @@ def _install_eplb_hooks() -> None:
 
     def step(original: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
             result = original(self, *args, **kwargs)
             if STATE.eplb is not None and not kwargs.get("is_profile", args[1] if len(args) > 1 else False):
                 STATE.eplb.steps += 1
+                if _async_cycle:
+                    _guard("eplb", _note_async_step)(time.perf_counter() - t0)
             return result
 
         return wrapper
@@ -271,13 +275,16 @@ def _install_eplb_hooks() -> None:
     def rearrange(original: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             model = _eplb.get("model")
-            if model is None or self.is_async or kwargs.get("is_profile", args[0] if args else False):
-                return original(self, *args, **kwargs)  # async: the maps change later, layer by layer
+            if model is None or kwargs.get("is_profile", args[0] if args else False):
+                return original(self, *args, **kwargs)
             before = model.physical_to_logical_map.tolist()
-            t0 = time.perf_counter()
+            step, t0 = STATE.eplb.steps if STATE.eplb else 0, time.perf_counter()
             result = original(self, *args, **kwargs)
             seconds = time.perf_counter() - t0
-            _guard("eplb", _note_rebalance)(model, before, seconds)
+            if not self.is_async:
+                _guard("eplb", _note_rebalance)(model, before, step, seconds, seconds, "sync")
+            elif model.rebalanced:  # vLLM's worker thread moves the layers now, one per engine step
+                _async_cycle.update(before=before, step=step, started=t0, pause=0.0)
             return result
 
         return wrapper
@@ -298,13 +305,29 @@ def _note_eplb(model_state: Any) -> None:
     STATE.eplb = Eplb(ep.rank_in_group, ep.world_size, model_state.physical_to_logical_map.tolist())
 
 
-def _note_rebalance(model_state: Any, before: list[list[int]], seconds: float) -> None:
+def _note_async_step(seconds: float) -> None:
+    """An engine step of an async rearrangement: the step's EPLB time is the engine's pause
+    (the rearrangement's own call in the first, the ranks' agreement and the move of one layer's
+    weights from the worker's buffer in the others). The last layer committed ends it."""
+    model = _eplb.get("model")
+    _async_cycle["pause"] += seconds
+    if model is not None and not model.rebalanced:
+        cycle = dict(_async_cycle)
+        _async_cycle.clear()
+        seconds = time.perf_counter() - cycle["started"]
+        _note_rebalance(model, cycle["before"], cycle["step"], cycle["pause"], seconds, "async")
+
+
+def _note_rebalance(
+    model_state: Any, before: list[list[int]], step: int, pause: float, seconds: float, mode: str
+) -> None:
     view = STATE.eplb
     if view is None:
         return
     view.phy2log = model_state.physical_to_logical_map.tolist()
     if view.rank == 0:  # every rank rearranges in lockstep; one event
-        view.rebalanced(time.time(), seconds, before, model_state.last_expert_load.tolist())
+        load = model_state.last_expert_load.tolist()
+        view.rebalanced(time.time(), step, pause, seconds, mode, before, load)
 
 
 # ------------------------------------------------------------------ hand-over to the API server
@@ -317,6 +340,9 @@ def _copy_out() -> None:
     model = _eplb.get("model")
     if model is not None and STATE.eplb is not None:  # async EPLB changes it layer by layer: read it each time
         STATE.eplb.phy2log = model.physical_to_logical_map.tolist()
+        STATE.eplb.replicas = model.logical_replica_count.tolist()
+        if STATE.eplb.rebalances_total or _async_cycle:  # vLLM starts it as ones: no window yet
+            STATE.eplb.window_load = model.last_expert_load.tolist()
         STATE.eplb.physical = {layer: acc.tolist() for layer, acc in _physical.items()}
 
 
@@ -358,6 +384,7 @@ def _after_fork_in_child() -> None:
     _counters.clear()
     _physical.clear()
     _eplb.clear()
+    _async_cycle.clear()
     _layer_ordinal.clear()
     _pending_events.clear()
     _start_flusher()

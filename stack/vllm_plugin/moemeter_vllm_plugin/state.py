@@ -91,6 +91,8 @@ class Eplb:
     steps: int = 0  # EplbState.step calls (dummy steps too: vLLM's rearrangement counter counts them)
     rebalances: list[dict[str, object]] = field(default_factory=list)
     rebalances_total: int = 0
+    replicas: list[list[int]] = field(default_factory=list)  # vLLM's logical_replica_count
+    window_load: list[list[float]] = field(default_factory=list)  # vLLM's last_expert_load; [] before a rebalance
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -101,6 +103,8 @@ class Eplb:
             "steps": self.steps,
             "rebalances": self.rebalances,
             "rebalances_total": self.rebalances_total,
+            "replicas": self.replicas,
+            "window_load": self.window_load,
         }
 
     @classmethod
@@ -113,16 +117,31 @@ class Eplb:
             steps=int(data["steps"]),  # type: ignore[call-overload]
             rebalances=list(data["rebalances"]),  # type: ignore[call-overload]
             rebalances_total=int(data["rebalances_total"]),  # type: ignore[call-overload]
+            replicas=[[int(n) for n in row] for row in data["replicas"]],  # type: ignore[attr-defined]
+            window_load=[[float(n) for n in row] for row in data["window_load"]],  # type: ignore[attr-defined]
         )
 
-    def rebalanced(self, at: float, seconds: float, before: list[list[int]], load: list[list[float]]) -> None:
+    def rebalanced(
+        self,
+        at: float,
+        step: int,
+        pause: float,
+        seconds: float,
+        mode: str,
+        before: list[list[int]],
+        load: list[list[float]],
+    ) -> None:
         """Record a rearrangement from `before` to the current `phy2log`, planned on `load`
-        (vLLM's all-reduced window of logical expert load, per layer)."""
+        (vLLM's all-reduced window of logical expert load, per layer), started at EPLB step
+        `step`: `pause` seconds of the engine's, `seconds` from its start until the last layer's
+        new weights were in (the same for a synchronous one; longer for `mode` "async")."""
         self.rebalances.append(
             {
                 "time": at,
-                "step": self.steps,
-                "duration_seconds": seconds,
+                "step": step,
+                "mode": mode,
+                "duration_seconds": pause,
+                "transfer_seconds": seconds,
                 "moved_replicas": sum(a != b for old, new in zip(before, self.phy2log) for a, b in zip(old, new)),
                 "balancedness_before": [placement_balancedness(w, p, self.ranks) for w, p in zip(load, before)],
                 "balancedness_planned": [placement_balancedness(w, p, self.ranks) for w, p in zip(load, self.phy2log)],
@@ -274,6 +293,8 @@ def snapshot(m: Merged, now: float) -> dict[str, object]:
             ranks=e.ranks,
             phy2log=[e.phy2log[layer] for layer in m.layers()],
             physical_tokens_total=[e.physical.get(layer, [0] * len(e.phy2log[layer])) for layer in m.layers()],
+            logical_replicas=[e.replicas[layer] for layer in m.layers()] if e.replicas else [],
+            eplb_window_load=[e.window_load[layer] for layer in m.layers()] if e.window_load else [],
             eplb_steps=e.steps,
             rebalances=e.rebalances,
         )

@@ -25,6 +25,8 @@ class EplbReferee:
             "ep_rank": get_ep_group().rank_in_group,
             "phy2log": model.physical_to_logical_map.tolist(),
             "replicas": model.logical_replica_count.tolist(),
+            "in_flight": bool(model.rebalanced),  # async: a rearrangement whose layers are not all moved yet
+            "last_expert_load": model.last_expert_load.tolist() if model.last_expert_load is not None else None,
             "local_experts": int(model.model.num_local_physical_experts),
         }
         (Path(directory) / f"ep-rank-{truth['ep_rank']}.json").write_text(json.dumps(truth))

@@ -120,13 +120,16 @@ def test_a_rebalance_is_recorded_with_what_it_moved_and_planned():
     # rank 1 10 + 20 + 10 = 40, balancedness 1.0.
     window = [[10.0, 10.0, 40.0, 20.0]]
     view = Eplb(0, 2, [[0, 1, 2, 3, 2, 3]], steps=24)
-    view.rebalanced(100.0, 0.25, INITIAL, window)
+    view.rebalanced(100.0, 24, 0.25, 0.25, "sync", INITIAL, window)
     (event,) = view.rebalances
     assert event["moved_replicas"] == 2 and event["step"] == 24 and event["duration_seconds"] == 0.25
+    assert event["mode"] == "sync" and event["transfer_seconds"] == 0.25
     assert event["balancedness_before"] == [pytest.approx(0.8)] and event["balancedness_planned"] == [1.0]
     view.phy2log = [list(INITIAL[0])]  # and back again
-    view.rebalanced(200.0, 0.5, [[0, 1, 2, 3, 2, 3]], window)
-    assert view.rebalances[-1]["balancedness_planned"] == [pytest.approx(0.8)] and view.rebalances_total == 2
+    view.rebalanced(200.0, 48, 0.5, 3.0, "async", [[0, 1, 2, 3, 2, 3]], window)  # 3 s of transfer, 0.5 s paused
+    last = view.rebalances[-1]
+    assert last["balancedness_planned"] == [pytest.approx(0.8)] and view.rebalances_total == 2
+    assert (last["mode"], last["step"], last["duration_seconds"], last["transfer_seconds"]) == ("async", 48, 0.5, 3.0)
 
 
 def test_ep_ranks_merge_into_vllms_placement_and_per_rank_load(tmp_path):
@@ -148,7 +151,7 @@ def test_rebalance_families_come_from_rank_zeros_events(tmp_path):
     rank0 = ProcessState(model_name="tiny-moe", num_experts=4)
     rank0.experts[0] = {0: [1, 1, 1, 1]}
     rank0.eplb = Eplb(0, 2, [[0, 1, 2, 3, 2, 3]], {0: [1, 0, 1, 1, 1, 0]})
-    rank0.eplb.rebalanced(1234.5, 0.75, INITIAL, [[10.0, 10.0, 40.0, 20.0]])
+    rank0.eplb.rebalanced(1234.5, 0, 0.75, 0.75, "sync", INITIAL, [[10.0, 10.0, 40.0, 20.0]])
     write_atomically(tmp_path, rank0.as_json(os.getpid(), 1.0))
     samples = {s.name: s.value for s in parse_page(_render(PluginCollector(tmp_path)).encode())}
     assert samples["moemeter_eplb_rebalances_total"] == 1.0
