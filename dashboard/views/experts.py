@@ -188,9 +188,10 @@ def render() -> None:
     )
     policy = f[1].radio("Policy", ["vllm", "refined"], horizontal=True, key="policy")
     st.caption(
-        "`vllm` is vLLM 0.32's default EPLB policy exactly: the same rank loads and replica counts as vLLM "
-        "computes; which of two equally loaded experts takes which slot follows numpy's sort on this "
-        "machine, as vLLM's own does on its host. `refined` never has a higher maximum rank load."
+        "`vllm` is vLLM 0.32's default EPLB policy exactly: the same rank loads and replica loads as vLLM "
+        "computes; which of two equally loaded experts takes which slot (or the last redundant one) follows "
+        "numpy's sort on this machine, as vLLM's own does on its host. `refined` never has a higher maximum "
+        "rank load."
     )
     result = what_if(load, phy2log, ranks, redundant, policy)
     f[2].metric(
