@@ -20,8 +20,8 @@ from warehouse.eplb import what_if
 RULES = AlertRules()
 
 
-def _pct(v: float) -> str:
-    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+def _pct(v: float, digits: int = 3) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
 def _rate(v: float) -> str:
@@ -45,7 +45,7 @@ def _last_rebalance(last: pd.Series) -> None:
     c[1].metric("Generated tok/s: before → after", f"{_rate(last['tps_before'])} → {_rate(last['tps_after'])}")
     c[2].metric(
         "Balancedness: before → after",
-        f"{_pct(last['measured_before'])} → {_pct(last['measured_after'])}",
+        f"{_pct(last['measured_before'], 2)} → {_pct(last['measured_after'], 2)}",  # a quarter of 1280 px
         f"planned {_pct(last['planned_after'])}",
         delta_color="off",
     )
