@@ -478,6 +478,11 @@ def _open_read_only(db: str):  # type: ignore[no-untyped-def]
         lock_down(con)
         return con
     except duckdb.Error as exc:
+        from warehouse.db import written_by_newer_duckdb
+
+        newer = written_by_newer_duckdb(db, exc)
+        if newer:
+            raise CliError(newer) from exc
         raise CliError(
             f"cannot open {db} ({exc}); while `moemeter serve` holds it, go through its query API: "
             f"--api http://127.0.0.1:{DEFAULT_API_PORT}"

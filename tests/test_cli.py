@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -114,7 +115,9 @@ def test_query_refuses_anything_but_select(tmp_path, capsys):
     assert main(["query", "--db", db, "DELETE FROM samples"]) == 2
     assert "only SELECT statements are allowed" in capsys.readouterr().err
     assert main(["query", "--db", db, "WITH x AS (DELETE FROM samples RETURNING *) SELECT count(*) FROM x"]) == 2
-    assert "DELETE is not allowed" in capsys.readouterr().err
+    assert re.search(
+        "DELETE is not allowed|A CTE needs a SELECT", capsys.readouterr().err
+    )  # ours, or DuckDB 1.5's parser
     assert main(["query", "--db", db, "SELECT count(*) AS n FROM samples"]) == 0
     assert int(capsys.readouterr().out.split()[-1]) == rows
 

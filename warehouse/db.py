@@ -69,6 +69,17 @@ def storage_problem(exc: BaseException) -> str | None:
     return None
 
 
+def written_by_newer_duckdb(path: str, exc: BaseException) -> str | None:
+    """What to do with a file a newer DuckDB wrote (DuckDB reads no newer storage version), else None."""
+    if "newer version of DuckDB" not in str(exc):
+        return None
+    return (
+        f"{path} was written by a newer DuckDB than this one ({duckdb.__version__}, pinned for the lake's "
+        "extensions, README): with that DuckDB, EXPORT DATABASE it to a directory, then IMPORT DATABASE "
+        "that directory into a new file here; or start a new file with --db"
+    )
+
+
 def invalidated(exc: BaseException) -> bool:
     """DuckDB's fatal errors leave the database instance unusable until it is opened again."""
     return isinstance(exc, duckdb.FatalException) or "database has been invalidated" in str(exc)
@@ -152,7 +163,7 @@ class Warehouse:
         try:
             self._con = self._connect(locked=False)
         except duckdb.Error as exc:
-            raise WarehouseError(f"cannot open {self.path}: {exc}") from exc
+            raise WarehouseError(written_by_newer_duckdb(self.path, exc) or f"cannot open {self.path}: {exc}") from exc
         if read_only is None:
             applied = apply_migrations(self._con)
             if applied:

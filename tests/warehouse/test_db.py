@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import struct
+
 import duckdb
 import pytest
 
-from warehouse.db import Warehouse, apply_migrations, migrations
+from moemeter.cli import main
+from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
 
 
 def test_migrations_apply_once_and_are_recorded():
@@ -79,3 +82,25 @@ def test_a_bad_memory_limit_is_refused_before_the_file_is_touched(tmp_path, bad)
     with pytest.raises(WarehouseError, match="give a size such as"):
         Warehouse(tmp_path / "m.duckdb", memory_limit=bad)
     assert not (tmp_path / "m.duckdb").exists()
+
+
+def test_a_file_a_newer_duckdb_wrote_says_how_to_bring_it_over(tmp_path, capsys):
+    """DuckDB reads no newer storage version: a file DuckDB 2.x wrote (its header says 999) is refused
+    with what to do, by the writer and by `moemeter query` alike, and left as it was."""
+    path = tmp_path / "w.duckdb"
+    Warehouse(path).close()
+    data = bytearray(path.read_bytes())
+    before = struct.unpack("<2Q", data[8:24])
+    data[12:20] = struct.pack("<Q", 999)  # the main header's storage version, after the magic "DUCK"
+    # the header's checksum (its first 8 bytes) XORs each 8-byte word times a constant (DuckDB's
+    # common/checksum.cpp): swap the two words' terms
+    checksum = struct.unpack("<Q", data[0:8])[0]
+    for old, new in zip(before, struct.unpack("<2Q", data[8:24])):
+        checksum ^= (old * 0xBF58476D1CE4E5B9) % 2**64 ^ (new * 0xBF58476D1CE4E5B9) % 2**64
+    data[0:8] = struct.pack("<Q", checksum)
+    path.write_bytes(bytes(data))
+    with pytest.raises(WarehouseError, match="written by a newer DuckDB .* EXPORT DATABASE"):
+        Warehouse(path)
+    assert main(["query", "--db", str(path), "SELECT 1"]) == 2
+    assert "written by a newer DuckDB" in capsys.readouterr().err
+    assert path.read_bytes() == bytes(data)
