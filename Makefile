@@ -56,10 +56,12 @@ run-vllm: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP)
 run: $(STAMP)
 	$(BIN)/moemeter up
 
-## Debian packages the tests use: chromium (browser test), prometheus (promtool checks the rules file).
+## Debian packages the tests use: chromium (browser test), prometheus (promtool checks the rules file),
+## postgresql (the fleet lake's catalog; the tests start their own server).
 system-deps:
 	@missing=""; command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  else echo "missing Debian packages:$$missing (not root: tests that need them are skipped)"; fi; fi

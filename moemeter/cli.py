@@ -245,6 +245,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     collector = Collector(wh, args.targets, args.interval, retention=retention, prometheus=args.prometheus)
     if wh.read_only is None:
         api.collector = collector.health.as_json
+    publishing = _publish_loop(args, wh)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -272,8 +273,61 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     finally:
+        if publishing is not None:
+            publishing.stop()
         api.shutdown()
         wh.close()
+    return 0
+
+
+def _publish_loop(args: argparse.Namespace, wh):  # type: ignore[no-untyped-def]
+    """serve --lake: the thread that publishes the rack's closed rows (None without --lake)."""
+    if not args.lake:
+        return None
+    from warehouse.lake import LakeError, PublishLoop
+
+    try:
+        chunk = timedelta(minutes=args.chunk_minutes)
+        loop = PublishLoop(wh.cursor, args.lake, args.lake_data, _rack(args), args.publish_every, chunk)
+    except LakeError as exc:
+        raise CliError(str(exc)) from exc
+    loop.start()
+    print(f"publishing rack {loop.rack} to the lake {args.lake} every {args.publish_every:g}s", flush=True)
+    return loop
+
+
+def _rack(args: argparse.Namespace) -> str:
+    """--rack, else this host's name (as a rack name)."""
+    import re
+    import socket
+
+    return args.rack or re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64]
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    """Publish what a warehouse file holds to the lake, up to its rollup watermark."""
+    import duckdb
+
+    from warehouse.lake import LakeError, Publisher, connect
+
+    try:
+        lake = connect(args.lake, args.lake_data)
+        try:
+            publisher = Publisher(lake, _rack(args), timedelta(minutes=args.chunk_minutes))
+            with _open_read_only(args.db) as local:
+                steps = publisher.catch_up(local)
+        finally:
+            lake.close()
+    except (LakeError, duckdb.Error) as exc:
+        raise CliError(f"publishing to the lake failed: {exc}") from exc
+    if not steps:
+        print(f"rack {publisher.rack}: nothing new to publish from {args.db}")
+        return 0
+    rows = sum(s.total_rows for s in steps)
+    print(
+        f"rack {publisher.rack}: published through {steps[-1].through['1m']:%Y-%m-%d %H:%M} UTC "
+        f"in {len(steps)} steps, {rows:,} rows, from {args.db}"
+    )
     return 0
 
 
@@ -496,7 +550,10 @@ def cmd_query(args: argparse.Namespace) -> int:
     from warehouse.api import LocalQuery, QueryClient, QueryError, QueryRefused
 
     try:
-        if args.api:
+        if args.lake:
+            with _open_lake(args) as con:
+                df = LocalQuery(con)(args.sql)
+        elif args.api:
             df = QueryClient(args.api)(args.sql)
         else:
             with _open_read_only(args.db) as con:
@@ -530,13 +587,28 @@ def _report_sheet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return load_sheet(args.price_sheet) if args.price_sheet else None
 
 
+def _open_lake(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The lake opened read-only and locked down as the query API's connections are: with --rack,
+    the warehouse's table names are that rack's; without, `lake.<table>` holds every rack's rows."""
+    from warehouse.lake import LakeError, open_reader
+
+    try:
+        return open_reader(args.lake, args.rack, args.lake_data)
+    except LakeError as exc:
+        raise CliError(str(exc)) from exc
+
+
 def _with_query(args: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
-    """Run fn(query) on the query API (--api) or the file opened read-only (--db)."""
+    """Run fn(query) on one rack of the lake (--lake, --rack), the query API (--api) or the file
+    opened read-only (--db)."""
     import duckdb
 
     from warehouse.api import LocalQuery, QueryClient, QueryError
 
     try:
+        if getattr(args, "lake", None):
+            with _open_lake(args) as con:
+                return fn(LocalQuery(con))
         if args.api:
             return fn(QueryClient(args.api))
         with _open_read_only(args.db) as con:
@@ -559,15 +631,49 @@ def _print_report(args: argparse.Namespace, report: Any) -> int:
 
 
 def cmd_report_cost(args: argparse.Namespace) -> int:
-    from warehouse.cost import NoData, cost_report
+    from warehouse.cost import NoData, cost_report, stored_pools
 
     start, end = _parse_time(args.from_), _parse_time(args.to)
-    pools, sheet = _report_pools(args.targets), _report_sheet(args)
+    sheet = _report_sheet(args)
+    if args.lake and any(t != t.replace(minute=0, second=0, microsecond=0) for t in (start, end)):
+        print(
+            "the lake holds request sums per closed hour: per-user costs count the window's whole hours only",
+            file=sys.stderr,
+        )
+    if args.lake and not args.rack:
+        return _print_report(args, _fleet_cost(args, start, end, sheet))
+    if not args.targets and not args.lake:
+        raise CliError("--targets is needed: the roles and GPUs of the pools (a lake's racks carry their own)")
+    pools = _report_pools(args.targets) if args.targets else None
     try:
-        report = _with_query(args, lambda q: cost_report(q, pools, start, end, sheet))
+        report = _with_query(args, lambda q: cost_report(q, pools or stored_pools(q, start, end), start, end, sheet))
     except (NoData, ValueError) as exc:
         raise CliError(str(exc)) from exc
     return _print_report(args, report)
+
+
+def _fleet_cost(args: argparse.Namespace, start: datetime, end: datetime, sheet):  # type: ignore[no-untyped-def]
+    """report cost --lake without --rack: every rack's report (its own pools and sheets) and the fleet's."""
+    from warehouse.api import LocalQuery
+    from warehouse.cost import NoData, cost_report, stored_pools
+    from warehouse.fleet import FleetCost
+    from warehouse.lake import racks
+
+    with _open_lake(args) as con:
+        names = racks(con)
+    if not names:
+        raise CliError(f"no rack has published to the lake {args.lake} yet")
+    reports, missing = {}, {}
+    for rack in names:
+        with _open_lake(argparse.Namespace(**{**vars(args), "rack": rack})) as con:
+            q = LocalQuery(con)
+            try:
+                reports[rack] = cost_report(q, stored_pools(q, start, end), start, end, sheet)
+            except (NoData, ValueError) as exc:
+                missing[rack] = str(exc)
+    if not reports:
+        raise CliError("no rack has counters in the window: " + "; ".join(f"{r}: {m}" for r, m in missing.items()))
+    return FleetCost(start, end, reports, missing)
 
 
 def cmd_report_daily(args: argparse.Namespace) -> int:
@@ -667,7 +773,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     start, end = _parse_time(args.from_), _parse_time(args.to)
     tables = tuple(args.tables.split(",")) if args.tables else FACT_TABLES + DIMENSION_TABLES
     try:
-        if args.api:
+        if args.lake:
+            if not args.rack:
+                raise CliError("export --lake needs --rack: a rack's tables, partitioned under rack=NAME/")
+            with _open_lake(args) as con:
+                done = export_parquet(LocalQuery(con), Path(args.out), start, end, tables, rack=args.rack)
+        elif args.api:
             done = export_parquet(
                 QueryClient(args.api, timeout=300), Path(args.out), start, end, tables, rack=args.rack
             )
@@ -1158,7 +1269,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"statements run at once; more wait up to {QUEUE_SECONDS:g} s, then get 503 with Retry-After",
     )
+    s.add_argument("--lake", metavar="CATALOG", help="also publish what closes to this DuckLake (" + LAKE_HELP + ")")
+    s.add_argument("--lake-data", metavar="PATH", help=LAKE_DATA_HELP)
+    s.add_argument("--rack", help="the name this rack publishes under (default: the host's name)")
+    s.add_argument(
+        "--publish-every", type=float, default=60.0, metavar="SECONDS", help="publish to the lake this often"
+    )
+    s.add_argument("--chunk-minutes", type=float, default=60.0, help=CHUNK_HELP)
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("publish", help="publish what a warehouse file holds to a DuckLake, as serve --lake does")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
+    s.add_argument("--lake", required=True, metavar="CATALOG", help=LAKE_HELP)
+    s.add_argument("--lake-data", metavar="PATH", help=LAKE_DATA_HELP)
+    s.add_argument("--rack", help="the name this rack publishes under (default: the host's name)")
+    s.add_argument("--chunk-minutes", type=float, default=60.0, help=CHUNK_HELP)
+    s.set_defaults(func=cmd_publish)
 
     s = sub.add_parser("gateway", help="the metering gateway: OpenAI-compatible, in front of vllm-router")
     s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")
@@ -1288,7 +1414,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
     s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
     s.add_argument("--tables", help="comma-separated tables (default: all)")
-    s.add_argument("--rack", help="partition under rack=NAME/ too, so several racks export into one dataset")
+    s.add_argument(
+        "--rack", help="partition under rack=NAME/ too, so several racks export into one dataset; with --lake: the rack"
+    )
+    _lake_reading(s, rack=False)
     s.set_defaults(func=cmd_export)
 
     s = sub.add_parser(
@@ -1319,6 +1448,12 @@ def build_parser() -> argparse.ArgumentParser:
                 "--targets", help="targets file: roles and GPUs of the pools (default: the targets the warehouse saw)"
             )
             s.add_argument("--by", choices=("class", "tenant"), default="class", help="a row per class, or per tenant")
+        elif name == "cost":
+            s.add_argument(
+                "--targets",
+                help="targets file: roles and GPUs of the pools (with --lake: the ones each rack published)",
+            )
+            _lake_reading(s)
         else:
             s.add_argument("--targets", required=True, help="targets file: roles and GPUs of the pools")
         s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601 (UTC if no offset)")
@@ -1357,8 +1492,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
     s.add_argument("--json", action="store_true", help="print JSON records")
     s.add_argument("--max-rows", type=int, default=200, help="rows to print in table form")
+    _lake_reading(s)
     s.set_defaults(func=cmd_query)
     return p
+
+
+LAKE_HELP = "its catalog, e.g. 'postgres:dbname=lake host=/run/postgresql user=moemeter'"
+CHUNK_HELP = "the most minutes one lake transaction publishes (a backlog goes in steps of this)"
+LAKE_DATA_HELP = "where the lake's Parquet files go (a directory or s3://...); needed when the lake is new"
+
+
+def _lake_reading(s: argparse.ArgumentParser, rack: bool = True) -> None:
+    s.add_argument("--lake", metavar="CATALOG", help="read the fleet's DuckLake instead (" + LAKE_HELP + ")")
+    s.add_argument("--lake-data", metavar="PATH", help="the lake's data path (default: the one its catalog holds)")
+    if rack:
+        s.add_argument("--rack", help="with --lake: one rack, under the warehouse's table names (else lake.<table>)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,189 @@
+"""The fleet's DuckLake on a real PostgreSQL catalog: a rack publishes what has closed, and the lake
+answers the rack's own reports to the cent (the hand-computed rack of test_cost.py); publishing again
+duplicates nothing; rows that arrive late replace what was published; readers cannot write."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timedelta
+
+import duckdb
+import pytest
+
+from moemeter.cli import main
+from tests.postgres import running_postgres
+from warehouse.lake import LakeError, Publisher, connect, open_reader
+
+from .conftest import page
+
+pytestmark = pytest.mark.integration  # starts PostgreSQL
+WINDOW = ["--from", "2026-11-29T10:00:00Z", "--to", "2026-11-29T12:00:00Z"]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    with running_postgres() as database:
+        yield database
+
+
+@pytest.fixture
+def lake(postgres, tmp_path):
+    """A new lake: a fresh catalog database and data path (catalog URI, data path)."""
+    return postgres(f"lake_{tmp_path.name.lower().replace('-', '_')[:40]}"), str(tmp_path / "lake-files")
+
+
+def ingest(db, name: str, role: str, gpus: int, capture: str, values: dict[str, float], at: datetime, tmp) -> None:
+    f = tmp / f"{name}-{at:%H%M%S}.txt"
+    f.write_text(page(capture, values))
+    argv = ["ingest", "--file", str(f), "--target", name, "--at", at.isoformat(), "--db", str(db)]
+    assert main([*argv, "--role", role, "--gpus", str(gpus)]) == 0
+
+
+@pytest.fixture
+def closed_rack(rack, tmp_path):
+    """The cost rack, copied, with two more scrapes of each instance at 12:00:05 and 12:01:05
+    (counters as at 11:59:55), so its 10:00-12:00 minutes and hours have closed: the interval that
+    reaches back into 11:59 is rolled up once 12:00 has closed."""
+    db, targets = rack
+    copy = tmp_path / "rack.duckdb"
+    shutil.copy(db, copy)
+    for at in (datetime(2026, 11, 29, 12, 0, 5), datetime(2026, 11, 29, 12, 1, 5)):
+        pf = {"vllm:prompt_tokens_total": 1_500_000, "vllm:prompt_tokens_by_source_total|local_cache_hit": 300_000}
+        ingest(copy, "prefill-0", "prefill", 2, "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt", pf, at, tmp_path)
+        dc = {"vllm:generation_tokens_total": 1_000_000}
+        ingest(copy, "decode-0", "decode", 4, "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", dc, at, tmp_path)
+    return copy, targets
+
+
+def publish(db, lake, rack: str = "rack-a", *extra: str) -> None:
+    uri, data = lake
+    assert main(["publish", "--db", str(db), "--lake", uri, "--lake-data", data, "--rack", rack, *extra]) == 0
+
+
+def cost(capsys, *source: str) -> dict:
+    capsys.readouterr()
+    assert main(["report", "cost", *WINDOW, "--json", *source]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_lake_answers_the_racks_own_cost_report_to_the_cent(closed_rack, lake, capsys):
+    db, targets = closed_rack
+    publish(db, lake)
+    local = cost(capsys, "--db", str(db), "--targets", str(targets))
+    uri, _ = lake
+    from_lake = cost(capsys, "--lake", uri, "--rack", "rack-a")
+    for part in ("pools", "total", "users", "window"):
+        assert from_lake[part] == local[part], json.dumps([from_lake[part], local[part]])
+    assert from_lake == local
+    # the hand-computed numbers of test_cost.py
+    assert from_lake["total"]["cost_usd"] == 467.52
+    assert from_lake["pools"]["prefill"]["computed_prompt_tokens"] == 3_200_000
+    assert from_lake["pools"]["decode"]["generated_tokens"] == 1_000_000
+    assert {u["user"]: u["cost_usd"] for u in from_lake["users"]} == {"alice": 181.81, "bob": 285.71}
+
+
+def lake_rows(lake, table: str, rack: str = "rack-a") -> list[tuple]:
+    uri, data = lake
+    with open_reader(uri, data_path=data) as con:
+        return con.execute(f"SELECT * EXCLUDE (rack) FROM lake.{table} WHERE rack = ? ORDER BY ALL", [rack]).fetchall()
+
+
+def local_rows(db, table: str) -> list[tuple]:
+    """The rows of a table of the rack's file that have closed (raw scrapes: before the rollups'
+    minute; hour rows: before its hour, the open hour is published once it has closed)."""
+    minute = "(SELECT through FROM rollup_state WHERE name = '1m')"
+    closed = {
+        "scrapes": f"WHERE ts < {minute}",
+        "increments_1h": f"WHERE ts < time_bucket(INTERVAL 1 HOUR, {minute})",
+    }.get(table, "")
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(f"SELECT * FROM {table} {closed} ORDER BY ALL").fetchall()
+
+
+def test_publishing_again_duplicates_nothing(closed_rack, lake, capsys):
+    db, _ = closed_rack
+    publish(db, lake)
+    first = {t: lake_rows(lake, t) for t in ("increments_1m", "increments_1h", "scrapes", "requests_1h", "series")}
+    publish(db, lake)
+    assert "nothing new to publish" in capsys.readouterr().out
+    again = {t: lake_rows(lake, t) for t in first}
+    assert again == first
+    for t in first:
+        assert again[t] == local_rows(db, t), t  # and every row is the rack's own, once
+
+
+def test_a_late_interval_replaces_the_minutes_it_reaches_back_into(closed_rack, lake, tmp_path):
+    """A decode scrape after 10 minutes down covers the 10 minutes: its increase splits into minutes
+    the lake already holds, and the next step replaces them."""
+    db, _ = closed_rack
+    publish(db, lake)
+    for at in (datetime(2026, 11, 29, 12, 11, 5), datetime(2026, 11, 29, 12, 12, 5)):  # the second rolls the first
+        dc = {"vllm:generation_tokens_total": 1_600_000}
+        ingest(db, "decode-0", "decode", 4, "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", dc, at, tmp_path)
+        pf = {"vllm:prompt_tokens_total": 1_500_000, "vllm:prompt_tokens_by_source_total|local_cache_hit": 300_000}
+        ingest(db, "prefill-0", "prefill", 2, "vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt", pf, at, tmp_path)
+    publish(db, lake)
+    assert lake_rows(lake, "increments_1m") == local_rows(db, "increments_1m")
+    assert lake_rows(lake, "increments_1h") == local_rows(db, "increments_1h")
+    minutes = [r for r in lake_rows(lake, "increments_1m") if r[0] >= datetime(2026, 11, 29, 12, 1) and r[2] > 0]
+    assert len({r[0] for r in minutes}) == 11  # 12:01 .. 12:11 each hold their share of the 600,000
+
+
+def test_a_rack_publishes_in_bounded_steps_and_resumes_where_it_stopped(closed_rack, lake):
+    db, _ = closed_rack
+    uri, data = lake
+    con = connect(uri, data)
+    try:
+        pub = Publisher(con, "rack-a", chunk=timedelta(minutes=30))
+        with duckdb.connect(str(db), read_only=True) as local:
+            first = pub.step(local)
+            assert first is not None and first.through["1m"] == datetime(2026, 11, 29, 10, 30)
+            again = Publisher(con, "rack-a", chunk=timedelta(minutes=30))  # as after a restart
+            rest = again.catch_up(local)
+    finally:
+        con.close()
+    assert [s.through["1m"].strftime("%H:%M") for s in rest] == ["11:00", "11:30", "12:00", "12:01"]
+    assert lake_rows(lake, "increments_1m") == local_rows(db, "increments_1m")
+    assert lake_rows(lake, "scrapes") == local_rows(db, "scrapes")
+
+
+def test_the_lake_reader_writes_nothing_and_names_what_it_refuses(closed_rack, lake, capsys):
+    db, _ = closed_rack
+    publish(db, lake)
+    uri, data = lake
+    before = lake_rows(lake, "increments_1m")
+    for sql in ("DELETE FROM lake.increments_1m", "SELECT * FROM read_parquet('/etc/passwd')"):
+        assert main(["query", "--lake", uri, "--lake-data", data, sql]) == 2
+        assert "refused" in capsys.readouterr().err
+    with open_reader(uri, data_path=data) as con, pytest.raises(duckdb.Error, match="read-only|READ_ONLY"):
+        con.execute("DELETE FROM lake.increments_1m")
+    assert lake_rows(lake, "increments_1m") == before
+    assert main(["query", "--lake", uri, "--rack", "rack-b", "SELECT 1"]) == 2
+    assert "rack 'rack-b' has published nothing to this lake (racks: rack-a)" in capsys.readouterr().err
+    assert main(["query", "--lake", uri, "--rack", "rack-a", "SELECT count(*) AS n FROM series"]) == 0
+    assert int(capsys.readouterr().out.split()[-1]) == len(local_rows(db, "series"))
+
+
+def test_the_fleet_report_adds_up_the_racks(closed_rack, lake, capsys):
+    db, _ = closed_rack
+    publish(db, lake, "rack-a")
+    publish(db, lake, "rack-b")
+    uri, _ = lake
+    fleet = cost(capsys, "--lake", uri)
+    assert sorted(fleet["racks"]) == ["rack-a", "rack-b"]
+    assert fleet["fleet"]["cost_usd"] == 2 * 467.52
+    assert fleet["fleet"]["generated_tokens"] == 2_000_000
+    assert fleet["fleet"]["usd_per_mtok_input"] == 48.70  # the racks' $/M, as both are alike
+    assert main(["report", "cost", *WINDOW, "--lake", uri]) == 0
+    text = capsys.readouterr().out
+    assert "fleet" in text and "$935.04" in text
+
+
+def test_bad_lake_arguments_say_what_is_wrong(closed_rack, tmp_path, capsys):
+    db, _ = closed_rack
+    argv = ["publish", "--db", str(db), "--lake", f"postgres:dbname=lake host={tmp_path} port=1", "--rack", "a"]
+    assert main(argv) == 2
+    assert "cannot attach the lake" in capsys.readouterr().err
+    with pytest.raises(LakeError, match="rack name"):
+        Publisher(duckdb.connect(), "../etc")
