@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -45,13 +44,12 @@ import pyarrow as pa
 from moemeter.errors import MoemeterError
 
 from .db import apply_migrations
+from .export import RACK_NAME
 from .read import HOUR, MINUTE, floor
 from .readonly import lock_down
 
 log = logging.getLogger(__name__)
 
-RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-"""A rack's name: it tags every row it publishes and names its partition."""
 CHUNK = timedelta(hours=1)
 """The most a step publishes past the last one (a rack's first step over a month of rollups takes
 a month's worth of steps, each a bounded transaction)."""

@@ -187,3 +187,22 @@ def test_bad_lake_arguments_say_what_is_wrong(closed_rack, tmp_path, capsys):
     assert "cannot attach the lake" in capsys.readouterr().err
     with pytest.raises(LakeError, match="rack name"):
         Publisher(duckdb.connect(), "../etc")
+
+
+def test_export_reads_a_rack_of_the_lake(closed_rack, lake, tmp_path):
+    db, _ = closed_rack
+    publish(db, lake)
+    uri, data = lake
+    out = tmp_path / "out"
+    argv = ["export", "--lake", uri, "--rack", "rack-a", "--out", str(out), *WINDOW]
+    assert main([*argv, "--tables", "increments_1m,series"]) == 0
+    with duckdb.connect() as con:
+        exported = con.execute(
+            f"SELECT * EXCLUDE (rack, day) FROM read_parquet('{out}/increments_1m/**/*.parquet', hive_partitioning = true) "
+            "ORDER BY ALL"
+        ).fetchall()
+    window = [
+        r for r in local_rows(db, "increments_1m") if datetime(2026, 11, 29, 10) <= r[0] < datetime(2026, 11, 29, 12)
+    ]
+    assert exported == window and len(window) > 100
+    assert main(["export", "--lake", uri, "--out", str(out), *WINDOW]) == 2  # which rack, then?
