@@ -12,7 +12,18 @@ import streamlit as st
 from dashboard import login
 from dashboard.data import alerts
 from dashboard.data.live import latest_scrape_time
-from dashboard.source import api_health, api_url, collector_warning, query, starting_note, writer_warning
+from dashboard.source import (
+    LIVE,
+    api_health,
+    api_url,
+    collector_warning,
+    lake_uri,
+    lake_watermarks,
+    picked_rack,
+    query,
+    starting_note,
+    writer_warning,
+)
 
 PAGES = Path(__file__).parent / "views"  # not "pages": Streamlit would serve that folder without this script
 
@@ -27,16 +38,21 @@ def firing_now() -> list[alerts.Firing]:
     """None before the first scrape, none when the API fails (the page says what failed)."""
     try:
         latest = latest_scrape_time(query)
-        return firing_at(api_url(), latest) if latest is not None else []
+        return firing_at(f"lake:{picked_rack()}" if picked_rack() else api_url(), latest) if latest is not None else []
     except (httpx.HTTPError, RuntimeError):
         return []
 
 
 st.set_page_config(page_title="moemeter", page_icon=":bar_chart:", layout="wide")
 login.gate()
+fleet = [st.Page(PAGES / "fleet.py", title="Fleet", icon=":material/dns:", default=True)] if lake_uri() else []
+if fleet:  # the lake's racks, and the rack the query API serves while it answers
+    racks = ([LIVE] if api_health() is not None else []) + list(lake_watermarks())
+    st.sidebar.selectbox("Rack", racks or [LIVE], key="rack", help="the rack every page but Fleet reads")
 nav = st.navigation(
     [
-        st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=True),
+        *fleet,
+        st.Page(PAGES / "live.py", title="Live", icon=":material/monitor_heart:", default=not fleet),
         st.Page(PAGES / "users.py", title="Users", icon=":material/group:"),
         st.Page(PAGES / "slo.py", title="SLOs", icon=":material/verified:"),
         st.Page(PAGES / "cost.py", title="Cost", icon=":material/payments:"),

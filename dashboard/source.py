@@ -1,4 +1,6 @@
-"""Where the dashboard's data comes from: the query API named by MOEMETER_API, cached briefly.
+"""Where the dashboard's data comes from: the query API named by MOEMETER_API, or, with a fleet's
+lake (MOEMETER_LAKE, MOEMETER_LAKE_DATA) and a rack picked in the sidebar, that rack of the lake;
+cached briefly.
 
 The only Streamlit-aware data code: pages call `query()`; pure functions never cache.
 """
@@ -6,13 +8,17 @@ The only Streamlit-aware data code: pages call `query()`; pure functions never c
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from typing import Any
 
+import duckdb
 import httpx
 import pandas as pd
 import streamlit as st
 
-from warehouse.api import ApiUnreachable, QueryClient
+from warehouse.api import ApiUnreachable, LocalQuery, QueryClient
+from warehouse.lake import open_reader, watermarks
+from warehouse.read import Query
 from warehouse.readonly import Params, QueryBusy, QueryRefused, QueryTimeout, QueryTooLarge
 
 DEFAULT_API = "http://127.0.0.1:8431"
@@ -34,7 +40,64 @@ def _cached(url: str, sql: str, params: Params) -> pd.DataFrame:
 
 
 def query(sql: str, params: Params | None = None) -> pd.DataFrame:
+    rack = picked_rack()
+    if rack is not None:
+        return _cached_lake(lake_uri(), rack, sql, params or [])
     return _cached(api_url(), sql, params or [])
+
+
+LIVE = "live (query API)"
+"""The sidebar's choice of the rack the query API serves, beside the lake's racks."""
+
+
+def lake_uri() -> str | None:
+    return os.environ.get("MOEMETER_LAKE") or None
+
+
+def picked_rack() -> str | None:
+    """The lake's rack the pages read, None for the query API."""
+    rack = st.session_state.get("rack") if lake_uri() else None
+    return None if rack in (None, LIVE) else str(rack)
+
+
+def _lake(uri: str, rack: str | None) -> duckdb.DuckDBPyConnection:
+    return _lake_connection(uri, os.environ.get("MOEMETER_LAKE_DATA") or None, rack)
+
+
+@st.cache_resource(show_spinner=False)
+def _lake_connection(uri: str, data: str | None, rack: str | None) -> duckdb.DuckDBPyConnection:
+    """One read-only, locked-down lake connection per rack (None: every rack, lake.<table>)."""
+    return open_reader(uri, rack, data)
+
+
+def lake_query(rack: str | None) -> Query:
+    """A rack of the lake (None: the whole lake) through the same read layer as the query API."""
+    uri = lake_uri()
+    if uri is None:
+        raise RuntimeError("no lake: start the dashboard with --lake")
+
+    def read(sql: str, params: Params | None = None) -> pd.DataFrame:
+        with _lake(uri, rack).cursor() as cur:
+            return LocalQuery(cur)(sql, params)
+
+    return read
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _cached_lake(uri: str | None, rack: str, sql: str, params: Params) -> pd.DataFrame:
+    return lake_query(rack)(sql, params)
+
+
+def lake_watermarks() -> dict[str, datetime]:
+    """Each rack of the lake and how far it has published."""
+    uri = lake_uri()
+    return {} if uri is None else _watermarks(uri)
+
+
+@st.cache_data(ttl=30, show_spinner=False)
+def _watermarks(uri: str) -> dict[str, datetime]:
+    with _lake(uri, None).cursor() as cur:
+        return watermarks(cur)
 
 
 @st.cache_data(ttl=5, show_spinner=False)

@@ -245,7 +245,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     collector = Collector(wh, args.targets, args.interval, retention=retention, prometheus=args.prometheus)
     if wh.read_only is None:
         api.collector = collector.health.as_json
-    publishing = _publish_loop(args, wh)
+    publishing = _publish_loop(args, wh, api)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -280,7 +280,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _publish_loop(args: argparse.Namespace, wh):  # type: ignore[no-untyped-def]
+def _publish_loop(args: argparse.Namespace, wh, api):  # type: ignore[no-untyped-def]
     """serve --lake: the thread that publishes the rack's closed rows (None without --lake)."""
     if not args.lake:
         return None
@@ -292,6 +292,7 @@ def _publish_loop(args: argparse.Namespace, wh):  # type: ignore[no-untyped-def]
     except LakeError as exc:
         raise CliError(str(exc)) from exc
     loop.start()
+    api.lake = loop.health.as_json
     print(f"publishing rack {loop.rack} to the lake {args.lake} every {args.publish_every:g}s", flush=True)
     return loop
 
@@ -472,7 +473,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("authlib") is None:
             raise CliError("--require-login needs Authlib (pip install 'Authlib>=1.3.2')")
         env[login.LOGIN_ENV] = "1"
-    print(f"dashboard: http://{args.host}:{args.port}  (query API {args.api})", flush=True)
+    if args.lake:  # checked here, so a bad catalog is one line and not a page error
+        with _open_lake(args) as _:
+            env["MOEMETER_LAKE"], env["MOEMETER_LAKE_DATA"] = args.lake, args.lake_data or ""
+    lake = f"; the lake {args.lake}: Fleet page" if args.lake else ""
+    print(f"dashboard: http://{args.host}:{args.port}  (query API {args.api}{lake})", flush=True)
     proc = subprocess.Popen(_streamlit_cmd(args.port, args.host), env=env)
     stopping: list[int] = []
 
@@ -667,8 +672,12 @@ def _fleet_cost(args: argparse.Namespace, start: datetime, end: datetime, sheet)
     for rack in names:
         with _open_lake(argparse.Namespace(**{**vars(args), "rack": rack})) as con:
             q = LocalQuery(con)
+            pools = stored_pools(q, start, end)
+            if not any(pools.values()):
+                missing[rack] = "none of its prefill or decode targets was scraped in the window"
+                continue
             try:
-                reports[rack] = cost_report(q, stored_pools(q, start, end), start, end, sheet)
+                reports[rack] = cost_report(q, pools, start, end, sheet)
             except (NoData, ValueError) as exc:
                 missing[rack] = str(exc)
     if not reports:
@@ -1352,7 +1361,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="sign-in with Streamlit's OIDC login, configured "
         "under [auth] in .streamlit/secrets.toml (README, Security)",
     )
-    s.set_defaults(func=cmd_dashboard)
+    _lake_reading(s, rack=False)
+    s.set_defaults(func=cmd_dashboard, rack=None)
 
     s = sub.add_parser("ingest", help="load one exposition snapshot file offline")
     s.add_argument("--file", required=True, help="Prometheus text or OpenMetrics page")

@@ -10,8 +10,9 @@ Answers: 200 with the result; 400 a refused or failed statement (the message nam
 construct); 408 a request body not received in time; 411/413 a body without a length or over
 the limit, or a result over the limit; 503 with Retry-After while `max_concurrent` statements
 run and the queue wait passed; 504 a statement stopped at the time limit. GET /health answers
-{"ok": ..., "writer": {...}, "collector": {...}}: whether writes succeed, and if not since when,
-why (disk full, read-only) and how many rounds were lost; how many rounds the collector stored,
+{"ok": ..., "writer": {...}, "collector": {...}, "lake": {...}}: whether writes succeed, and if not
+since when, why (disk full, read-only) and how many rounds were lost; under `serve --lake`, the
+rack's watermark in the lake and the publisher's last failure; how many rounds the collector stored,
 failed, stored target by target, and how many inputs it refused. `ok` is false while writes or
 rounds fail; /health still answers 200 then (queries do), and never waits for a query.
 """
@@ -312,6 +313,7 @@ class QueryServer(ThreadingHTTPServer):
         self._count = threading.Lock()
         self.running = 0  # statements running now
         self.collector: Callable[[], dict[str, Any]] | None = None  # the collector's health, where one runs
+        self.lake: Callable[[], dict[str, Any]] | None = None  # the lake publisher's, under serve --lake
 
     def health(self) -> dict[str, Any]:
         """Whether the writer writes and the collector's rounds are stored; `ok` only when both."""
@@ -320,6 +322,8 @@ class QueryServer(ThreadingHTTPServer):
         if self.collector is not None:
             out["collector"] = collector = self.collector()
             out["ok"] = out["ok"] and bool(collector["ok"])
+        if self.lake is not None:  # publishing can wait out an outage: it does not make the rack unhealthy
+            out["lake"] = self.lake()
         return out
 
     def answer(self, sql: str, params: Params, fmt: str, gone: Any = None) -> tuple[bytes, str]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import tempfile
 import threading
@@ -56,7 +57,10 @@ a month's worth of steps, each a bounded transaction)."""
 EVENT_LATENESS = timedelta(hours=1)
 """How far before the published watermark a rebalance event may still arrive (it carries the
 exporter's clock): each step copies the events of this long before it again."""
-CONFLICT_TRIES = 5
+CONFLICT_TRIES = 10
+"""Racks' steps conflict often (DuckLake refuses a commit that deletes from a table another
+commit inserted into meanwhile, whatever the partition): each is tried again, then left to the
+next round."""
 
 
 class LakeError(MoemeterError, RuntimeError):
@@ -180,20 +184,28 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
     """An in-memory DuckDB with the lake attached as `lake` (created on the first write when the
     catalog is empty; its data path then defaults to `<catalog dir>/lake.files` for a file catalog
     and must be given for PostgreSQL)."""
-    con = duckdb.connect()
     options = []
     if data_path:
         options.append(f"DATA_PATH {_quoted(str(data_path))}")
     if read_only:
         options.append("READ_ONLY")
-    try:
-        with _extensions_loaded(con):
-            con.execute(f"ATTACH {_quoted(catalog_uri(uri))} AS lake" + (f" ({', '.join(options)})" if options else ""))
-    except duckdb.Error as exc:
-        con.close()
-        hint = "" if data_path else " (a new lake needs --lake-data: where its Parquet files go)"
-        raise LakeError(f"cannot attach the lake {uri!r}: {exc}{hint}") from exc
-    return con
+    for attempt in range(1, CONFLICT_TRIES + 1):
+        con = duckdb.connect()
+        try:
+            with _extensions_loaded(con):
+                con.execute(
+                    f"ATTACH {_quoted(catalog_uri(uri))} AS lake" + (f" ({', '.join(options)})" if options else "")
+                )
+            return con
+        except duckdb.Error as exc:
+            con.close()
+            if "Failed to initialize DuckLake" in str(exc) and attempt < CONFLICT_TRIES:
+                # two racks creating a new lake's catalog at once: the other one's is there next time
+                time.sleep(random.uniform(0.1, 0.3) * attempt)
+                continue
+            hint = "" if data_path else " (a new lake needs --lake-data: where its Parquet files go)"
+            raise LakeError(f"cannot attach the lake {uri!r}: {exc}{hint}") from exc
+    raise AssertionError("unreachable")
 
 
 def data_path_of(con: duckdb.DuckDBPyConnection) -> str:
@@ -265,7 +277,7 @@ def retry_conflicts(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> A
             if "conflict" not in str(exc).lower() or attempt == CONFLICT_TRIES:
                 raise
             log.info("lake: a commit conflicted with another writer (%s); trying again", exc)
-            time.sleep(0.05 * attempt)
+            time.sleep(random.uniform(0.05, 0.2) * attempt)  # apart from the rack it met
     raise AssertionError("unreachable")
 
 
@@ -387,7 +399,11 @@ class Publisher:
             kept_minutes = _local_state(local).get("increments_1m_from")
         finally:
             local.execute("COMMIT")
-        return retry_conflicts(self.lake, lambda: self._commit(before, through, batches, sheets, series, kept_minutes))
+        done = retry_conflicts(self.lake, lambda: self._commit(before, through, batches, sheets, series, kept_minutes))
+        # only once committed: an attempt that conflicted and was rolled back published no series
+        assert self._series is not None
+        self._series.update(series.column("series_id").to_pylist())
+        return done
 
     def _commit(
         self,
@@ -432,8 +448,6 @@ class Publisher:
             f"INSERT INTO lake.{STATE} VALUES (?, ?, ?, now()::TIMESTAMP)",
             [[rack, name, t] for name, t in sorted(state.items())],
         )
-        if new:
-            self._series.update(ids[i] for i in new)
         return Step(rack, through, rows)
 
     def _insert(self, name: str, batch: pa.Table) -> int:
@@ -456,10 +470,6 @@ class Publisher:
             done.append(s)
         return done
 
-    def forget_series(self) -> None:
-        """Read the lake's series ids again at the next step (after a step that failed)."""
-        self._series = None
-
 
 # ---------------------------------------------------------------------------------------- reading
 def racks(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -467,6 +477,14 @@ def racks(con: duckdb.DuckDBPyConnection) -> list[str]:
     if not _columns(con, "lake", STATE):
         return []
     return [str(r[0]) for r in con.execute(f"SELECT DISTINCT rack FROM lake.{STATE} ORDER BY rack").fetchall()]
+
+
+def watermarks(con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
+    """Each rack's minute watermark: what it has published is before it."""
+    if not _columns(con, "lake", STATE):
+        return {}
+    rows = con.execute(f"SELECT rack, through FROM lake.{STATE} WHERE name = '1m' ORDER BY rack").fetchall()
+    return {str(r): t for r, t in rows}
 
 
 def rack_view(con: duckdb.DuckDBPyConnection, rack: str) -> None:

@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timedelta
 
 import duckdb
+import httpx
 import pytest
 
 from moemeter.cli import main
@@ -104,9 +105,9 @@ def test_two_racks_publish_at_once_and_a_killed_publisher_loses_and_duplicates_n
                 wait_http(api + "/health", scaled(60))
             alive = [p for p, _ in procs.values()]
             until("rack-a's first step", lambda: watermark(uri, "rack-a") is not None, scaled(120), alive)
-            killed_at = watermark(uri, "rack-a")
             procs["rack-a"][0].send_signal(signal.SIGKILL)  # in the middle of its backlog, a minute a step
             procs["rack-a"][0].wait(30)
+            killed_at = watermark(uri, "rack-a")
             assert killed_at is not None and killed_at < history_in["rack-a"], "rack-a published all before the kill"
             procs["rack-a"] = serve(tmp, files["rack-a"], "rack-a", uri)
             for rack in RACKS:
@@ -115,6 +116,16 @@ def test_two_racks_publish_at_once_and_a_killed_publisher_loses_and_duplicates_n
                     lambda r=rack: (watermark(uri, r) or datetime.min) >= history_in[r],
                     scaled(240),
                     [p for p, _ in procs.values()],
+                )
+            for rack, (_, api) in procs.items():  # what an SRE sees of the publishing
+
+                def published(r: str = rack, url: str = api) -> bool:
+                    health = httpx.get(url + "/health", timeout=10).json()["lake"]
+                    assert health["rack"] == r and health["error"] == "", health
+                    return health["through"] != "" and datetime.fromisoformat(health["through"]) >= history_in[r]
+
+                until(
+                    f"{rack}'s /health to say its history is in", published, scaled(30), [p for p, _ in procs.values()]
                 )
         finally:
             for p, _ in procs.values():

@@ -1,0 +1,89 @@
+"""The Fleet page over a real DuckLake (a DuckDB-file catalog here; tests/integration/test_fleet.py
+runs PostgreSQL's): the sick twin rack published as two racks. Its numbers must be the rack's own:
+the same functions over the rack's warehouse give the same row."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dashboard.data import fleet
+from tests.conftest import run_page
+from warehouse.api import LocalQuery
+from warehouse.lake import Publisher, connect, open_reader, watermarks
+
+ROOT = Path(__file__).parents[2]
+RACKS = ("rack-a", "rack-b")
+
+
+@pytest.fixture(scope="module")
+def lake(sick_rack, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fleet")
+    uri, data = f"ducklake:{tmp / 'catalog.ducklake'}", str(tmp / "files")
+    con = connect(uri, data)
+    try:
+        with sick_rack.cursor() as local:
+            for rack in RACKS:
+                assert Publisher(con, rack).catch_up(local)
+    finally:
+        con.close()
+    return uri, data
+
+
+def lines(lake, sick) -> tuple[pd.DataFrame, fleet.FleetWindow]:
+    uri, data = lake
+    with open_reader(uri, data_path=data) as con:
+        marks = watermarks(con)
+    w = fleet.FleetWindow.ending(marks, pd.Timedelta(minutes=6).to_pytimedelta())
+    assert w is not None
+    readers = {rack: open_reader(uri, rack, data) for rack in RACKS}
+    try:
+        got = fleet.fleet_lines(
+            {"own": sick, **{r: LocalQuery(c) for r, c in readers.items()}},
+            w.start,
+            w.end,
+        )
+    finally:
+        for c in readers.values():
+            c.close()
+    return got, w
+
+
+def test_each_racks_line_is_the_racks_own(lake, sick):
+    got, _ = lines(lake, sick)
+    own = got.iloc[0].drop("rack")
+    for i, rack in enumerate(RACKS, start=1):
+        row = got.iloc[i]
+        assert row["rack"] == rack
+        for col, v in own.items():
+            assert (math.isnan(v) and math.isnan(row[col])) or row[col] == pytest.approx(v, rel=1e-12), col
+    assert own["cost_usd"] > 0 and own["tokens_per_second_per_gpu"] > 0 and own["gpus"] > 0
+    assert 0 < own["worst_balancedness"] <= 1  # the twin's decode instance exports its rank loads
+    assert math.isnan(own["p90_user_tokens_per_second"])  # 6 minutes hold no closed hour
+
+
+def test_the_fleet_page_shows_every_rack_and_their_sum(lake, sick, monkeypatch, empty_api):
+    uri, data = lake
+    monkeypatch.setenv("MOEMETER_LAKE", uri)
+    monkeypatch.setenv("MOEMETER_LAKE_DATA", data)
+    at = run_page(str(ROOT / "dashboard" / "views" / "fleet.py"), empty_api, monkeypatch, timeout=120)
+    at.segmented_control(key="fleet_span").set_value("Last hour").run()
+    assert not at.exception, at.exception
+    table = at.dataframe[0].value
+    assert list(table["rack"]) == list(RACKS)
+    cost = {m.label: m.value for m in at.metric}["Fleet cost"]
+    assert cost == f"${table['cost_usd'].sum():,.2f}"
+    assert table["cost_usd"].iloc[0] == table["cost_usd"].iloc[1] > 0
+
+
+def test_without_a_published_rack_the_page_says_so(tmp_path, monkeypatch, empty_api):
+    uri, data = f"ducklake:{tmp_path / 'catalog.ducklake'}", str(tmp_path / "files")
+    connect(uri, data).close()
+    monkeypatch.setenv("MOEMETER_LAKE", uri)
+    monkeypatch.setenv("MOEMETER_LAKE_DATA", data)
+    at = run_page(str(ROOT / "dashboard" / "views" / "fleet.py"), empty_api, monkeypatch)
+    assert not at.error, at.error[0].value if at.error else ""
+    assert "No rack has published" in at.info[0].value
