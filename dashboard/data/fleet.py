@@ -81,8 +81,12 @@ def rack_line(q: Query, rack: str, start: datetime, end: datetime) -> dict[str, 
         seconds = (end - start).total_seconds()
         if gpus:  # the rack figure: prefill prompt tokens and decode generated tokens over all its GPUs
             row["tokens_per_second_per_gpu"] = (r.prompt_tokens + r.generated_tokens) / seconds / gpus
-        row["usd_per_mtok_input"] = r.per_mtok(r.prefill.cost_usd, r.computed_prompt_tokens) or math.nan
-        row["usd_per_mtok_output"] = r.per_mtok(r.decode.cost_usd, r.generated_tokens) or math.nan
+        for col, cost, tokens in (
+            ("usd_per_mtok_input", r.prefill.cost_usd, r.computed_prompt_tokens),
+            ("usd_per_mtok_output", r.decode.cost_usd, r.generated_tokens),
+        ):
+            per = r.per_mtok(cost, tokens)  # None without tokens; a price of 0 is $0/M, not "none"
+            row[col] = math.nan if per is None else per
         row["cost_usd"] = r.cost_usd
         row["idle_cost_usd"] = r.prefill.idle_cost_usd + r.decode.idle_cost_usd
     h0, h1 = ceil(start, HOUR), floor(end, HOUR)
