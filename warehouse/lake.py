@@ -48,6 +48,7 @@ from .db import apply_migrations
 from .export import RACK_NAME
 from .read import HOUR, MINUTE, floor
 from .readonly import lock_down
+from .rollup import COMPACT_REACH
 
 log = logging.getLogger(__name__)
 
@@ -339,11 +340,16 @@ def _targets(
     return out
 
 
-def _since(local: duckdb.DuckDBPyConnection, table: Table, before: dict[str, datetime]) -> datetime | None:
-    """Where this step's window of `table` starts (None: from its first row)."""
+def _since(
+    local: duckdb.DuckDBPyConnection, table: Table, before: dict[str, datetime], end: datetime
+) -> datetime | None:
+    """Where this step's window of `table`, ending at `end`, starts (None: from its first row)."""
     start = before.get(table.clock)
     if start is None:
         return None
+    if table.name == "increments_1h" and floor(end, HOUR) > floor(start, HOUR):
+        # an hour closed since: the writer compacted the hours before it (rollup.compact_hours)
+        start = floor(start, HOUR) - COMPACT_REACH
     if table.name == "eplb_rebalances":
         return start - EVENT_LATENESS
     if table.reach == "increments":  # the rows rolled since: raw increments closed in [start, ...)
@@ -392,7 +398,7 @@ class Publisher:
                 end = through.get(t.clock)
                 if end is None:
                     continue
-                since = _since(local, t, before)
+                since = _since(local, t, before, end)
                 batches[t.name] = (since, end, _window(local, t, since, end))
             sheets = {name: local.execute(f"SELECT * FROM {name}").to_arrow_table() for name in SHEETS}
             series = local.execute(f"SELECT * FROM {SERIES}").to_arrow_table()

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from .read import floor
+from .read import HOUR, floor
 from .requests import roll_requests_1h, roll_requests_slo_1m
 from .sql import sql
 
@@ -47,6 +47,29 @@ _LEVELS = (
 )
 
 
+COMPACT_REACH = timedelta(hours=2)
+"""How far before the hour a minute roll closes its compaction reaches back: an interval that
+straddles an hour's end adds to that hour in the next minute's roll (intervals are far shorter)."""
+
+
+def compact_hours(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
+    """One increments_1h row per series and hour for the hours in [start, until).
+
+    Each minute's roll adds a row per series to the hour its raw increments cover (sixty a closed
+    hour); readers only sum an hour's rows (warehouse/sql/increase.sql), so their sum stands for
+    them. Run in the roll's transaction: a reader sees the rows before or after, never neither."""
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE compacted_hours AS
+           SELECT ts, series_id, sum(delta) AS delta, sum(seconds) AS seconds, sum(resets)::INTEGER AS resets,
+                  sum(idle_seconds) AS idle_seconds
+           FROM increments_1h WHERE ts >= ? AND ts < ? GROUP BY ts, series_id""",
+        [start, until],
+    )
+    con.execute("DELETE FROM increments_1h WHERE ts >= ? AND ts < ?", [start, until])
+    con.execute("INSERT INTO increments_1h BY NAME SELECT * FROM compacted_hours")
+    con.execute("DROP TABLE compacted_hours")
+
+
 class Rollups:
     def __init__(self, retention: Retention | None = None) -> None:
         self.retention = retention or Retention()
@@ -76,6 +99,8 @@ class Rollups:
                 self._through[name] = start
                 continue
             self._roll(con, unit, inc, smp, suffix, start, until)
+            if name == "1m" and floor(until, HOUR) > floor(start, HOUR):
+                compact_hours(con, floor(start, HOUR) - COMPACT_REACH, floor(until, HOUR))
             con.execute(
                 "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
                 [name, until],

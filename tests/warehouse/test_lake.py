@@ -130,6 +130,22 @@ def test_a_late_interval_replaces_the_minutes_it_reaches_back_into(closed_rack, 
     assert len({r[0] for r in minutes}) == 11  # 12:01 .. 12:11 each hold their share of the 600,000
 
 
+def test_hours_the_writer_compacted_after_they_were_published_are_published_again(closed_rack, lake, tmp_path):
+    """The lake holds hour 11:00 with two rows per series (the interval closing at 12:00:05 added
+    to it after it closed); when 13:00 closes, the writer compacts it to one, and so must the lake."""
+    db, _ = closed_rack
+    publish(db, lake)
+    for at in (datetime(2026, 11, 29, 13, 0, 5), datetime(2026, 11, 29, 13, 1, 5)):
+        dc = {"vllm:generation_tokens_total": 1_200_000}
+        ingest(db, "decode-0", "decode", 4, "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", dc, at, tmp_path)
+    local = local_rows(db, "increments_1h")
+    assert len({r[:2] for r in local if r[0] == datetime(2026, 11, 29, 11)}) == len(
+        [r for r in local if r[0] == datetime(2026, 11, 29, 11)]
+    )  # compacted: one row per series
+    publish(db, lake)
+    assert lake_rows(lake, "increments_1h") == local
+
+
 def test_a_rack_publishes_in_bounded_steps_and_resumes_where_it_stopped(closed_rack, lake):
     db, _ = closed_rack
     uri, data = lake

@@ -10,8 +10,9 @@ import pytest
 from collectors.parse import parse_page
 from dashboard.data import live
 from moemeter.contract import TargetInfo
+from warehouse import rollup
 from warehouse.api import LocalQuery
-from warehouse.db import apply_migrations
+from warehouse.db import apply_migrations, migrations
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.read import Holdings, plan, served_by
 from warehouse.rollup import Retention
@@ -117,20 +118,29 @@ def test_window_steps_of_a_minute_or_more_are_whole_minutes():
     )
 
 
-def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
-    c = duckdb.connect()
-    apply_migrations(c)
+HOURS_START = datetime(2026, 11, 30, 10, 0, 0)
+
+
+def three_hours(c: duckdb.DuckDBPyConnection) -> Ingestor:
+    """One scrape a minute for three hours, 10:00 .. 13:00, into `c`."""
     ing = Ingestor(Retention(raw_days=1 / 24, minute_days=2 / 24, hour_days=30))
-    start = datetime(2026, 11, 30, 10, 0, 0)
     gen = 0.0
-    for k in range(0, 3 * 3600 + 60, 60):  # one scrape a minute for three hours
+    for k in range(0, 3 * 3600 + 60, 60):
         gen += 60.0
         ing.write(
             c,
             ScrapeBatch(
-                DECODE, start + timedelta(seconds=k), True, 0.01, parse_page(page(gen, (k // 60) % 5).encode())
+                DECODE, HOURS_START + timedelta(seconds=k), True, 0.01, parse_page(page(gen, (k // 60) % 5).encode())
             ),
         )
+    return ing
+
+
+def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
+    c = duckdb.connect()
+    apply_migrations(c)
+    three_hours(c)
+    start = HOURS_START
     hours = c.execute("SELECT ts, sum(delta), sum(seconds) FROM increments_1h GROUP BY ts ORDER BY ts").fetchall()
     # An hour holds the intervals that cover it: 10:00 those closing at 10:01 .. 11:00, 11:00 sixty more,
     # 12:00 those closing at 12:01 .. 12:59 (the one closing at 13:00 is not rolled up until 13:01); x3 for
@@ -152,6 +162,35 @@ def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
     gauge = c.execute("""SELECT x.value, x.max, x.n FROM samples_1h x JOIN series s USING (series_id)
                          WHERE s.metric = 'vllm:num_requests_running' ORDER BY x.ts LIMIT 1""").fetchall()[0]
     assert gauge == (pytest.approx(sum(m % 5 for m in range(60)) / 60), 4.0, 60)
+    # each hour was compacted when a later one closed: one row per series and hour, not one per minute
+    assert c.execute("SELECT count(*), count(DISTINCT (ts, series_id)) FROM increments_1h").fetchall() == [(6, 6)]
+
+
+def hour_sums(c: duckdb.DuckDBPyConnection) -> list[tuple]:
+    return c.execute("""SELECT ts, series_id, sum(delta), sum(seconds), sum(resets), sum(idle_seconds)
+                        FROM increments_1h GROUP BY ALL ORDER BY ALL""").fetchall()
+
+
+def test_a_file_of_uncompacted_hours_is_compacted_in_place_by_its_migration(monkeypatch):
+    """A warehouse written before hours were compacted (migrations up to 013, a writer that only
+    appends a row per minute to the hour) keeps every hour's sums through migration 014."""
+    c = duckdb.connect()
+    c.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
+    for version, name, text in migrations():
+        if version < 14:
+            c.execute(text)
+            c.execute("INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [version, name])
+    monkeypatch.setattr(rollup, "compact_hours", lambda *a: None)  # the writer before compaction
+    three_hours(c)
+    before = hour_sums(c)
+    assert (
+        c.execute("SELECT count(*) FROM increments_1h").fetchall()[0][0] == 2 * 179
+    )  # a row per engine and minute rolled
+    assert apply_migrations(c) == ["014_compact_hour_rows.sql"]
+    assert c.execute("SELECT count(*) FROM increments_1h").fetchall()[0][0] == 6
+    after = hour_sums(c)
+    assert [r[:2] for r in after] == [r[:2] for r in before]
+    assert [r[2:] for r in after] == [pytest.approx(r[2:], rel=1e-12) for r in before]
 
 
 def test_retention_never_drops_rows_that_are_not_rolled_up():
