@@ -20,9 +20,12 @@
    826 tokens/s for a single user).
 Results go to benchmarks/results/latest.json, one entry per section with its date and commit, and
 are printed. `python -m benchmarks.run SECTION ...` runs only the sections named (planner, ingest,
-live_page, vs_prometheus, plugin_overhead, history, gateway, query_storm), replacing their entries.
+live_page, vs_prometheus, plugin_overhead, history, gateway, query_storm, fleet), replacing their entries.
 7. Query storm: `moemeter serve` on the twin, rounds stored per minute with the query API quiet
    and with six readers keeping runaway queries going; /health latency during the storm.
+8. Fleet (benchmarks/fleet.py): twenty racks x seven days of minute rollups published to one
+   DuckLake on a real PostgreSQL: publish CPU per rack-minute, lake bytes per rack-day against the
+   rack's DuckDB file, the Fleet page's reads p50/p95.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from warehouse.api import LocalQuery, QueryClient
 from warehouse.db import Warehouse
 from warehouse.read import Holdings, plan, served_by
 
-from . import pages
+from . import fleet, pages
 
 ROOT = Path(__file__).parents[1]
 ROUNDS = 10
@@ -585,6 +588,7 @@ SECTIONS = {
     "gateway": bench_gateway,
     "history": bench_history,
     "query_storm": bench_query_storm,
+    "fleet": fleet.bench_fleet,
 }
 
 

@@ -103,6 +103,14 @@ class Table:
             params.append(end)
         return " AND ".join(where), params
 
+    def overlaps(self, since: datetime | None, published: datetime | None) -> bool:
+        """Whether the lake may hold rows of a window from `since` already: a rack's rows of this
+        table end where its watermark `published` ends them (at its last whole period for
+        `whole`), nowhere for `open_ended`."""
+        if since is None or published is None or self.open_ended:
+            return True
+        return since < (floor(published, self.period) if self.whole else published)
+
 
 TABLES = (
     Table("increments_1m", "1m", "increments"),
@@ -369,6 +377,10 @@ def _window(local: duckdb.DuckDBPyConnection, table: Table, since: datetime | No
     return local.execute(f"SELECT * FROM {table.name} WHERE {where}", params).to_arrow_table()
 
 
+def _row_set(table: pa.Table) -> set[tuple[Any, ...]]:
+    return set(zip(*(table.column(c).to_pylist() for c in table.column_names)))
+
+
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> set[tuple[Any, ...]]:
     return set(con.execute(sql, params).fetchall())
 
@@ -382,6 +394,7 @@ class Publisher:
         self.lake, self.rack, self.chunk = lake, check_rack(rack), chunk
         ensure_schema(lake)
         self._series: set[int] | None = None
+        self._sheets: dict[str, set[tuple[Any, ...]]] | None = None  # each sheet's rows, as last committed
 
     def step(self, local: duckdb.DuckDBPyConnection) -> Step | None:
         """Publish the next window (at most `chunk`); None when nothing new has closed. `local` is a
@@ -401,14 +414,18 @@ class Publisher:
                 since = _since(local, t, before, end)
                 batches[t.name] = (since, end, _window(local, t, since, end))
             sheets = {name: local.execute(f"SELECT * FROM {name}").to_arrow_table() for name in SHEETS}
+            sheet_rows = {name: _row_set(table) for name, table in sheets.items()}
             series = local.execute(f"SELECT * FROM {SERIES}").to_arrow_table()
             kept_minutes = _local_state(local).get("increments_1m_from")
         finally:
             local.execute("COMMIT")
-        done = retry_conflicts(self.lake, lambda: self._commit(before, through, batches, sheets, series, kept_minutes))
-        # only once committed: an attempt that conflicted and was rolled back published no series
+        done = retry_conflicts(
+            self.lake, lambda: self._commit(before, through, batches, sheets, sheet_rows, series, kept_minutes)
+        )
+        # only once committed: an attempt that conflicted and was rolled back published nothing
         assert self._series is not None
         self._series.update(series.column("series_id").to_pylist())
+        self._sheets = sheet_rows
         return done
 
     def _commit(
@@ -417,6 +434,7 @@ class Publisher:
         through: dict[str, datetime],
         batches: dict[str, tuple[datetime | None, datetime, pa.Table]],
         sheets: dict[str, pa.Table],
+        sheet_rows: dict[str, set[tuple[Any, ...]]],
         series: pa.Table,
         kept_minutes: datetime | None,
     ) -> Step:
@@ -426,13 +444,17 @@ class Publisher:
             if t.name not in batches:
                 continue
             since, end, batch = batches[t.name]
-            where, params = t.edges(since, end)
-            lake.execute(f"DELETE FROM lake.{t.name} WHERE rack = ? AND {where}", [rack, *params])
+            if t.overlaps(since, before.get(t.clock)):  # a delete costs a look at the rack's files
+                where, params = t.edges(since, end)
+                lake.execute(f"DELETE FROM lake.{t.name} WHERE rack = ? AND {where}", [rack, *params])
             rows[t.name] = self._insert(t.name, batch)
         for name, table in sheets.items():
-            here = set(zip(*(table.column(c).to_pylist() for c in table.column_names)))
-            cols = ", ".join(f'"{c}"' for c in table.column_names)
-            there = _rows(lake, f"SELECT {cols} FROM lake.{name} WHERE rack = ?", [rack])
+            here = sheet_rows[name]
+            if self._sheets is not None:  # as the last commit left them
+                there = self._sheets[name]
+            else:
+                cols = ", ".join(f'"{c}"' for c in table.column_names)
+                there = _rows(lake, f"SELECT {cols} FROM lake.{name} WHERE rack = ?", [rack])
             if here != there:
                 lake.execute(f"DELETE FROM lake.{name} WHERE rack = ?", [rack])
                 rows[name] = self._insert(name, table)

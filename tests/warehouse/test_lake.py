@@ -146,6 +146,33 @@ def test_hours_the_writer_compacted_after_they_were_published_are_published_agai
     assert lake_rows(lake, "increments_1h") == local
 
 
+def test_a_price_sheet_loaded_between_steps_is_published_and_an_unchanged_one_is_not_rewritten(
+    closed_rack, lake, tmp_path
+):
+    db, _ = closed_rack
+    uri, data = lake
+    con = connect(uri, data)
+    try:
+        pub = Publisher(con, "rack-a")
+        with duckdb.connect(str(db), read_only=True) as local:
+            assert "gpu_prices" not in {k for s in pub.catch_up(local) for k in s.rows}  # empty here and there
+        with duckdb.connect(str(db)) as local:
+            local.execute(
+                "INSERT INTO gpu_prices VALUES ('2026-11-29 12:00', 'decode', 9.5, 'prices.csv', 'test', now()::TIMESTAMP)"
+            )
+        for minute in (2, 3):  # two more minutes close
+            at = datetime(2026, 11, 29, 12, minute, 5)
+            dc = {"vllm:generation_tokens_total": 1_000_000}
+            ingest(db, "decode-0", "decode", 4, "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", dc, at, tmp_path)
+            with duckdb.connect(str(db), read_only=True) as local:
+                step = pub.step(local)
+            assert step is not None
+            assert ("gpu_prices" in step.rows) == (minute == 2), step.rows  # once, when it changed
+    finally:
+        con.close()
+    assert lake_rows(lake, "gpu_prices") == local_rows(db, "gpu_prices") and len(local_rows(db, "gpu_prices")) == 1
+
+
 def test_a_rack_publishes_in_bounded_steps_and_resumes_where_it_stopped(closed_rack, lake):
     db, _ = closed_rack
     uri, data = lake
