@@ -75,9 +75,10 @@ def lake_query(rack: str | None) -> Query:
     uri = lake_uri()
     if uri is None:
         raise RuntimeError("no lake: start the dashboard with --lake")
+    con = _lake(uri, rack)  # here, in the page's thread: the Fleet page reads racks from threads of its own
 
     def read(sql: str, params: Params | None = None) -> pd.DataFrame:
-        with _lake(uri, rack).cursor() as cur:
+        with con.cursor() as cur:
             return LocalQuery(cur)(sql, params)
 
     return read

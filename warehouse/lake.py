@@ -59,9 +59,18 @@ EVENT_LATENESS = timedelta(hours=1)
 """How far before the published watermark a rebalance event may still arrive (it carries the
 exporter's clock): each step copies the events of this long before it again."""
 CONFLICT_TRIES = 10
-"""Racks' steps conflict often (DuckLake refuses a commit that deletes from a table another
-commit inserted into meanwhile, whatever the partition): each is tried again, then left to the
-next round."""
+"""A commit that conflicts with another writer's (DuckLake refuses a commit that deletes from a
+table another commit inserted into meanwhile, whatever the partition) is tried again, then left to
+the next round."""
+LOCK_DB = "lake_commits"
+"""The catalog's PostgreSQL database attached once more, plainly, for the commit lock."""
+COMMIT_LOCK = 0x6D6F656D
+"""The PostgreSQL advisory lock every writer of a lake commits under: racks that delete and insert
+at once conflict on nearly every step (two racks catching up in lockstep failed ten tries in a
+row), so their transactions take turns. Held by a transaction of its own until the lake's commits,
+released by PostgreSQL when a killed writer's session ends."""
+LOCK_WAIT = "120s"
+"""How long a writer waits for the commit lock before the step fails (and the next round tries)."""
 
 
 class LakeError(MoemeterError, RuntimeError):
@@ -205,6 +214,9 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
                 con.execute(
                     f"ATTACH {_quoted(catalog_uri(uri))} AS lake" + (f" ({', '.join(options)})" if options else "")
                 )
+                postgres = catalog_uri(uri).removeprefix("ducklake:")
+                if not read_only and postgres.startswith("postgres:"):
+                    con.execute(f"ATTACH {_quoted(postgres.removeprefix('postgres:'))} AS {LOCK_DB} (TYPE postgres)")
             return con
         except duckdb.Error as exc:
             con.close()
@@ -269,20 +281,50 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     retry_conflicts(con, create)
 
 
-def retry_conflicts(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> Any:
-    """Run job in a lake transaction; on a commit conflict with another writer, roll back and run
-    it again (it reads the lake afresh), up to CONFLICT_TRIES times."""
-    for attempt in range(1, CONFLICT_TRIES + 1):
-        con.execute("BEGIN TRANSACTION")
+@contextmanager
+def commit_lock(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """Hold the lake's commit lock (COMMIT_LOCK) for the block: a lake on PostgreSQL only (a lake
+    on a DuckDB file has one writer: DuckDB locks the file)."""
+    if not con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [LOCK_DB]).fetchall()[0][0]:
+        yield
+        return
+    lock = con.cursor()
+    try:
+        lock.execute("BEGIN TRANSACTION")
         try:
-            out = job()
-            con.execute("COMMIT")
+            lock.execute(
+                f"CALL postgres_execute('{LOCK_DB}', "
+                f"'SET LOCAL lock_timeout = ''{LOCK_WAIT}''; SELECT pg_advisory_xact_lock({COMMIT_LOCK})')"
+            )
+        except duckdb.Error as exc:
+            raise LakeError(f"waited {LOCK_WAIT} for the lake's commit lock, held by another writer: {exc}") from exc
+        yield
+    finally:
+        try:
+            lock.execute("ROLLBACK")  # ends the lock's transaction: PostgreSQL releases it
+        finally:
+            lock.close()
+
+
+def retry_conflicts(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> Any:
+    """Run job in a lake transaction under the commit lock; on a commit conflict with another
+    writer (one that does not take the lock: DuckLake's own maintenance), roll back and run it
+    again (it reads the lake afresh), up to CONFLICT_TRIES times."""
+    for attempt in range(1, CONFLICT_TRIES + 1):
+        try:
+            with commit_lock(con):
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    out = job()
+                    con.execute("COMMIT")
+                except BaseException:
+                    try:
+                        con.execute("ROLLBACK")
+                    except duckdb.Error:
+                        pass
+                    raise
             return out
         except duckdb.Error as exc:
-            try:
-                con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass
             if "conflict" not in str(exc).lower() or attempt == CONFLICT_TRIES:
                 raise
             log.info("lake: a commit conflicted with another writer (%s); trying again", exc)
@@ -315,11 +357,9 @@ def _local_state(local: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
 
 
 def _earliest(local: duckdb.DuckDBPyConnection) -> datetime | None:
-    """The oldest rollup row: where a rack's first step starts."""
-    row = local.execute(
-        "SELECT least((SELECT min(ts) FROM increments_1h), (SELECT min(ts) FROM samples_1h), "
-        "(SELECT min(ts) FROM requests_1h), (SELECT min(ts) FROM scrapes))"
-    ).fetchone()
+    """The oldest row of any published table: where a rack's first step starts."""
+    oldest = ", ".join(f"(SELECT min({t.column}) FROM {t.name})" for t in TABLES)
+    row = local.execute(f"SELECT least({oldest})").fetchone()
     return row[0] if row else None
 
 

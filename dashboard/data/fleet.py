@@ -1,12 +1,15 @@
 """The Fleet page's numbers: each rack of the lake side by side over one window, every figure the
 one the rack's own pages and reports give (docs/definitions.md): its cost report's cost, idle cost,
 $/M input and output and rack tokens/s per GPU; P90 per-user tokens/s from its hourly inter-token
-latency histogram; the worst layer balancedness of its EPLB instances. Pure: each rack is a Query."""
+latency histogram; the worst layer balancedness of its EPLB instances; the SLO classes burning
+their error budget at the window's end (the alert pack's burn rules, as its banner judges them).
+Pure: each rack is a Query."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -15,6 +18,7 @@ import pandas as pd
 from warehouse.cost import NoData, cost_report, stored_pools
 from warehouse.read import HOUR, MINUTE, Query, Window, ceil, floor
 
+from .alerts import burning
 from .cost import first_count
 from .experts import eplb_targets, rank_steps
 from .users import itl_quantiles_from_histogram
@@ -29,6 +33,7 @@ COLUMNS = [
     "cost_usd",
     "idle_cost_usd",
     "worst_balancedness",
+    "slo_alerts",
 ]
 
 
@@ -94,9 +99,17 @@ def rack_line(q: Query, rack: str, start: datetime, end: datetime) -> dict[str, 
         _, itl90 = itl_quantiles_from_histogram(q, h0, h1)
         row["p90_user_tokens_per_second"] = 1 / itl90 if itl90 > 0 else math.nan
     row["worst_balancedness"] = worst_balancedness(q, Window.between(start, end))
+    row["slo_alerts"] = ", ".join(f"{f.rule} ({f.subject})" for f in burning(q, end))
     return row
+
+
+READERS = 8
+"""Racks read at once: a rack's line is a dozen small lake reads, most of their time spent on the
+catalog's metadata and on opening Parquet files, each rack on its own connection."""
 
 
 def fleet_lines(racks: Mapping[str, Query], start: datetime, end: datetime) -> pd.DataFrame:
     """A row per rack (COLUMNS), in the order given."""
-    return pd.DataFrame([rack_line(q, rack, start, end) for rack, q in racks.items()], columns=COLUMNS)
+    with ThreadPoolExecutor(max(1, min(READERS, len(racks)))) as pool:
+        lines = list(pool.map(lambda item: rack_line(item[1], item[0], start, end), racks.items()))
+    return pd.DataFrame(lines, columns=COLUMNS)

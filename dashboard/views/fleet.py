@@ -37,8 +37,9 @@ def render() -> None:
     st.caption(
         f"{w.start:%Y-%m-%d %H:%M} .. {w.end:%Y-%m-%d %H:%M} UTC, ending a minute before the rack that has "
         "published least; a rack first seen later counts from then (unobserved time is not observed cost). "
-        "Per-user tokens/s counts the closed hours in the window; alerts are judged on "
-        "each rack's own dashboard (the lake holds no raw samples)."
+        "Per-user tokens/s counts the closed hours in the window. SLO alerts: the classes burning their "
+        "error budget at the window's end (the alert pack's burn rules); engine, scrape and cost alerts "
+        "are judged on each rack's own dashboard (the lake holds no raw samples)."
     )
     newest = max(marks.values())
     if behind := [f"{r} (through {t:%Y-%m-%d %H:%M})" for r, t in marks.items() if newest - t > BEHIND]:
@@ -72,6 +73,7 @@ def render() -> None:
             "cost_usd": st.column_config.NumberColumn("Cost", format="$%,.2f"),
             "idle_cost_usd": st.column_config.NumberColumn("Idle cost", format="$%,.2f"),
             "worst_balancedness": st.column_config.NumberColumn("Worst balancedness", format="%.2f"),
+            "slo_alerts": st.column_config.TextColumn("SLO alerts"),
             "published_through": st.column_config.DatetimeColumn("Published through", format="YYYY-MM-DD HH:mm"),
         },
     )

@@ -5,6 +5,7 @@ the same functions over the rack's warehouse give the same row."""
 from __future__ import annotations
 
 import math
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -59,10 +60,42 @@ def test_each_racks_line_is_the_racks_own(lake, sick):
         row = got.iloc[i]
         assert row["rack"] == rack
         for col, v in own.items():
-            assert (math.isnan(v) and math.isnan(row[col])) or row[col] == pytest.approx(v, rel=1e-12), col
+            if isinstance(v, str):
+                assert row[col] == v, col
+            else:
+                assert (math.isnan(v) and math.isnan(row[col])) or row[col] == pytest.approx(v, rel=1e-12), col
     assert own["cost_usd"] > 0 and own["tokens_per_second_per_gpu"] > 0 and own["gpus"] > 0
     assert 0 < own["worst_balancedness"] <= 1  # the twin's decode instance exports its rank loads
     assert math.isnan(own["p90_user_tokens_per_second"])  # 6 minutes hold no closed hour
+
+
+def test_a_rack_burning_its_slo_budget_says_so_as_its_own_banner_does(tmp_path):
+    """The burning class of tests/dashboard/test_data_alerts.py (70 requests a minute apart up to
+    14:30, the last 60 over their 1 s TTFT), its records rolled up into the per-minute SLO counts and
+    published: the rack's line names both burn alerts, as the banner over its own file does."""
+    from tests.dashboard.test_data_alerts import BURNING_SHEET
+    from tests.warehouse.test_goodput import DAY, record, warehouse
+    from warehouse.rollup import Rollups
+
+    latest = DAY.replace(hour=14, minute=30)
+    finished = [latest - timedelta(minutes=70 - k) + timedelta(seconds=30) for k in range(70)]
+    records = [record(k, "bob", "00:00", ttft_seconds=1.5 if k >= 10 else 0.5) for k in range(70)]
+    for r, at in zip(records, finished):
+        r["started_at"] = (at - datetime(1970, 1, 1)).total_seconds() - float(r["e2e_seconds"])
+    local = warehouse(records, sheet=BURNING_SHEET)
+    Rollups().advance(local, DAY.replace(hour=15, minute=1))
+    uri, data = f"ducklake:{tmp_path / 'catalog.ducklake'}", str(tmp_path / "files")
+    con = connect(uri, data)
+    try:
+        assert Publisher(con, "burning").catch_up(local)
+    finally:
+        con.close()
+    with open_reader(uri, "burning", data) as reader:
+        got = fleet.fleet_lines(
+            {"own": LocalQuery(local), "burning": LocalQuery(reader)}, latest - timedelta(hours=1), latest
+        )
+    expected = "MoemeterSLOFastBurn (class standard), MoemeterSLOSlowBurn (class standard)"
+    assert list(got["slo_alerts"]) == [expected, expected]
 
 
 def test_the_fleet_page_shows_every_rack_and_their_sum(lake, sick, monkeypatch, empty_api):

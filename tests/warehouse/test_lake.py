@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 from datetime import datetime, timedelta
 
 import duckdb
 import pytest
 
 from moemeter.cli import main
+from stack.ready import scaled
 from tests.postgres import running_postgres
-from warehouse.lake import LakeError, Publisher, connect, open_reader
+from warehouse.lake import LakeError, Publisher, commit_lock, connect, ensure_schema, open_reader, retry_conflicts
 
 from .conftest import page
 
@@ -249,6 +252,36 @@ def test_export_reads_a_rack_of_the_lake(closed_rack, lake, tmp_path):
     ]
     assert exported == window and len(window) > 100
     assert main(["export", "--lake", uri, "--out", str(out), *WINDOW]) == 2  # which rack, then?
+
+
+def test_writers_of_a_lake_commit_one_at_a_time(lake):
+    """A second writer's transaction waits for the commit lock the first holds (PostgreSQL shows it
+    waiting), commits nothing meanwhile, and goes through once the lock is let go."""
+    uri, data = lake
+    first, second, watch = connect(uri, data), connect(uri, data), connect(uri, data)
+    try:
+        ensure_schema(first)
+        row = "INSERT INTO lake.lake_state VALUES ('rack-b', '1m', '2026-11-29 12:00', now()::TIMESTAMP)"
+        done = threading.Event()
+        with commit_lock(first):
+            writer = threading.Thread(target=lambda: (retry_conflicts(second, lambda: second.execute(row)), done.set()))
+            writer.start()
+            waiting = (
+                "SELECT * FROM postgres_query('lake_commits', "
+                "'SELECT count(*) FROM pg_locks WHERE locktype = ''advisory'' AND NOT granted')"
+            )
+            deadline = time.monotonic() + scaled(30)
+            while watch.execute(waiting).fetchall()[0][0] == 0:
+                assert time.monotonic() < deadline, "the second writer never waited for the lock"
+                time.sleep(0.05)
+            assert not done.is_set()
+            assert watch.execute("SELECT count(*) FROM lake.lake_state WHERE rack = 'rack-b'").fetchall() == [(0,)]
+        writer.join(scaled(30))
+        assert done.is_set()
+        assert watch.execute("SELECT count(*) FROM lake.lake_state WHERE rack = 'rack-b'").fetchall() == [(1,)]
+    finally:
+        for c in (first, second, watch):
+            c.close()
 
 
 class FakeConflictOnce(Publisher):
