@@ -99,7 +99,7 @@ def rack_line(q: Query, rack: str, start: datetime, end: datetime) -> dict[str, 
         _, itl90 = itl_quantiles_from_histogram(q, h0, h1)
         row["p90_user_tokens_per_second"] = 1 / itl90 if itl90 > 0 else math.nan
     row["worst_balancedness"] = worst_balancedness(q, Window.between(start, end))
-    row["slo_alerts"] = ", ".join(f"{f.rule} ({f.subject})" for f in burning(q, end))
+    row["slo_alerts"] = ", ".join(f"{f.rule} ({f.subject.removeprefix('class ')})" for f in burning(q, end))
     return row
 
 

@@ -58,6 +58,11 @@ def render() -> None:
     cards[0].metric("Racks", f"{len(lines)}", help=", ".join(lines["rack"]))
     cards[1].metric("Fleet cost", usd(cost), help="the sum of the racks' costs over the window")
     cards[2].metric("Idle cost", usd(idle), help="GPU-hours of engines that produced no token, at their price")
+    if len(burning := lines[lines["slo_alerts"] != ""]):  # the table's last columns scroll on a laptop
+        st.warning(
+            "SLO error budgets burning at the window's end: "
+            + "; ".join(f"**{r.rack}**: {r.slo_alerts}" for r in burning.itertuples())
+        )
     table = lines.assign(published_through=[marks[r] for r in lines["rack"]])
     st.dataframe(
         table,

@@ -8,6 +8,7 @@ import math
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
 
@@ -69,33 +70,52 @@ def test_each_racks_line_is_the_racks_own(lake, sick):
     assert math.isnan(own["p90_user_tokens_per_second"])  # 6 minutes hold no closed hour
 
 
-def test_a_rack_burning_its_slo_budget_says_so_as_its_own_banner_does(tmp_path):
-    """The burning class of tests/dashboard/test_data_alerts.py (70 requests a minute apart up to
-    14:30, the last 60 over their 1 s TTFT), its records rolled up into the per-minute SLO counts and
-    published: the rack's line names both burn alerts, as the banner over its own file does."""
+BURNS = "MoemeterSLOFastBurn (standard), MoemeterSLOSlowBurn (standard)"
+
+
+def burning_lake(tmp_path) -> tuple[tuple[str, str], duckdb.DuckDBPyConnection]:
+    """The burning class of tests/dashboard/test_data_alerts.py (70 requests a minute apart, the
+    last 60 over their 1 s TTFT), here up to 15:00, rolled up into the per-minute SLO counts by
+    15:01 and published as rack "burning": the lake and the rack's own file."""
     from tests.dashboard.test_data_alerts import BURNING_SHEET
     from tests.warehouse.test_goodput import DAY, record, warehouse
     from warehouse.rollup import Rollups
 
-    latest = DAY.replace(hour=14, minute=30)
+    latest = DAY.replace(hour=15)
     finished = [latest - timedelta(minutes=70 - k) + timedelta(seconds=30) for k in range(70)]
     records = [record(k, "bob", "00:00", ttft_seconds=1.5 if k >= 10 else 0.5) for k in range(70)]
     for r, at in zip(records, finished):
         r["started_at"] = (at - datetime(1970, 1, 1)).total_seconds() - float(r["e2e_seconds"])
     local = warehouse(records, sheet=BURNING_SHEET)
-    Rollups().advance(local, DAY.replace(hour=15, minute=1))
+    Rollups().advance(local, latest + timedelta(minutes=1))
     uri, data = f"ducklake:{tmp_path / 'catalog.ducklake'}", str(tmp_path / "files")
     con = connect(uri, data)
     try:
         assert Publisher(con, "burning").catch_up(local)
     finally:
         con.close()
+    return (uri, data), local
+
+
+def test_a_rack_burning_its_slo_budget_says_so_as_its_own_banner_does(tmp_path):
+    (uri, data), local = burning_lake(tmp_path)
+    with open_reader(uri, data_path=data) as con:
+        w = fleet.FleetWindow.ending(watermarks(con), timedelta(hours=1))
+    assert w is not None
     with open_reader(uri, "burning", data) as reader:
-        got = fleet.fleet_lines(
-            {"own": LocalQuery(local), "burning": LocalQuery(reader)}, latest - timedelta(hours=1), latest
-        )
-    expected = "MoemeterSLOFastBurn (class standard), MoemeterSLOSlowBurn (class standard)"
-    assert list(got["slo_alerts"]) == [expected, expected]
+        got = fleet.fleet_lines({"own": LocalQuery(local), "burning": LocalQuery(reader)}, w.start, w.end)
+    assert list(got["slo_alerts"]) == [BURNS, BURNS]
+
+
+def test_the_page_names_the_racks_burning_their_budget_above_the_table(tmp_path, monkeypatch, empty_api):
+    (uri, data), _ = burning_lake(tmp_path)
+    monkeypatch.setenv("MOEMETER_LAKE", uri)
+    monkeypatch.setenv("MOEMETER_LAKE_DATA", data)
+    at = run_page(str(ROOT / "dashboard" / "views" / "fleet.py"), empty_api, monkeypatch, timeout=120)
+    assert not at.exception, at.exception
+    [burning] = [w.value for w in at.warning if "SLO error budgets burning" in w.value]
+    assert burning.endswith(f"**burning**: {BURNS}")
+    assert at.dataframe[0].value["slo_alerts"].tolist() == [BURNS]
 
 
 def test_the_fleet_page_shows_every_rack_and_their_sum(lake, sick, monkeypatch, empty_api):
@@ -110,6 +130,7 @@ def test_the_fleet_page_shows_every_rack_and_their_sum(lake, sick, monkeypatch, 
     cost = {m.label: m.value for m in at.metric}["Fleet cost"]
     assert cost == f"${table['cost_usd'].sum():,.2f}"
     assert table["cost_usd"].iloc[0] == table["cost_usd"].iloc[1] > 0
+    assert not [w for w in at.warning if "SLO error budgets burning" in w.value]  # the sick rack has no requests
 
 
 def test_without_a_published_rack_the_page_says_so(tmp_path, monkeypatch, empty_api):
