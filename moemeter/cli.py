@@ -317,6 +317,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
             publisher = Publisher(lake, _rack(args), timedelta(minutes=args.chunk_minutes))
             with _open_read_only(args.db) as local:
                 steps = publisher.catch_up(local)
+            if steps:  # a backlog leaves the lake tidy
+                publisher.tidy()
         finally:
             lake.close()
     except (LakeError, duckdb.Error) as exc:

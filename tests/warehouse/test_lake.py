@@ -13,10 +13,23 @@ from datetime import datetime, timedelta
 import duckdb
 import pytest
 
+import warehouse.lake as lake_module
 from moemeter.cli import main
 from stack.ready import scaled
 from tests.postgres import running_postgres
-from warehouse.lake import LakeError, Publisher, commit_lock, connect, ensure_schema, open_reader, retry_conflicts
+from warehouse.lake import (
+    SERIES,
+    SHEETS,
+    TABLES,
+    LakeError,
+    Publisher,
+    commit_lock,
+    connect,
+    ensure_schema,
+    open_reader,
+    retry_conflicts,
+    tidy,
+)
 
 from .conftest import page
 
@@ -147,6 +160,68 @@ def test_hours_the_writer_compacted_after_they_were_published_are_published_agai
     )  # compacted: one row per series
     publish(db, lake)
     assert lake_rows(lake, "increments_1h") == local
+
+
+def lake_files(lake) -> dict[str, tuple[int, int]]:
+    """Each lake table's data files and delete files in the current snapshot (a few rows are
+    inlined in the catalog, not written to a file)."""
+    uri, data = lake
+    con = connect(uri, data)
+    try:
+        return {
+            name: tuple(  # type: ignore[misc]
+                con.execute(
+                    "SELECT count(*), count(delete_file) FROM ducklake_list_files('lake', ?)", [name]
+                ).fetchone()
+            )
+            for name in [t.name for t in TABLES] + [*SHEETS, SERIES]
+        }
+    finally:
+        con.close()
+
+
+def test_a_publisher_leaves_one_file_per_table_and_rack_and_every_row_as_it_was(
+    closed_rack, lake, tmp_path, monkeypatch
+):
+    """A backlog in 30-min steps, then a late interval that replaces minutes already published:
+    each leaves files and delete files, and the publisher's tidy one file per table with no
+    deleted rows; the files a replaced snapshot reads stay on disk until it is KEEP_SNAPSHOTS old."""
+    db, _ = closed_rack
+    uri, data = lake
+    publish(db, lake, "rack-a", "--chunk-minutes", "30")  # five steps, then a tidy
+    files = lake_files(lake)
+    assert files["increments_1m"] == files["samples_1m"] == (1, 0), files
+    for at in (datetime(2026, 11, 29, 12, 11, 5), datetime(2026, 11, 29, 12, 12, 5)):
+        dc = {"vllm:generation_tokens_total": 1_600_000}
+        ingest(db, "decode-0", "decode", 4, "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", dc, at, tmp_path)
+    con = connect(uri, data)
+    try:
+        pub = Publisher(con, "rack-a")
+        pub._tidied = time.monotonic()  # as if tidied just now: the step below leaves its files
+        with duckdb.connect(str(db), read_only=True) as local:
+            assert pub.catch_up(local)
+        untidy = lake_files(lake)
+        assert untidy["increments_1m"][0] >= 2 and untidy["increments_1m"][1] >= 1, untidy
+        done = pub.tidy()
+        assert done is not None and done.rewritten >= 1 and done.merged >= 1 and done.removed == 0, done
+    finally:
+        con.close()
+    files = lake_files(lake)
+    assert all(f == (1, 0) for f in files.values() if f != (0, 0)), files
+    for name in [t.name for t in TABLES] + [*SHEETS, SERIES]:
+        assert lake_rows(lake, name) == local_rows(db, name), name
+    on_disk = lambda: sum(1 for _ in (tmp_path / "lake-files").rglob("*.parquet"))  # noqa: E731
+    assert on_disk() > sum(n for n, _ in files.values())  # a read of an older snapshot finds its files
+    monkeypatch.setattr(lake_module, "KEEP_SNAPSHOTS", timedelta(0))
+    con = connect(uri, data)
+    try:
+        again = tidy(con)
+    finally:
+        con.close()
+    assert again.rewritten == again.merged == 0 and again.removed > 0, again
+    assert on_disk() == sum(n for n, _ in lake_files(lake).values())
+    for name in [t.name for t in TABLES] + [*SHEETS, SERIES]:
+        assert lake_rows(lake, name) == local_rows(db, name), name
 
 
 def test_a_price_sheet_loaded_between_steps_is_published_and_an_unchanged_one_is_not_rewritten(
