@@ -40,12 +40,18 @@ src AS (
       AND i.ts < make_timestamp(epoch_us($r1::TIMESTAMP) + $reach_us)
       AND i.series_id IN (SELECT series_id FROM picked)
     UNION ALL
-    SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds, p.a, p.b
+    -- minute rows of each minute piece [a, b), each piece its own scan (one scan of [$r0, $r1)
+    -- would read every minute of a week to keep the two hours at its edges)
+    SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds,
+           epoch_us($r0::TIMESTAMP), epoch_us($h0::TIMESTAMP)
     FROM increments_1m m
-    JOIN (VALUES (epoch_us($r0::TIMESTAMP), epoch_us($h0::TIMESTAMP)),
-                 (epoch_us($h1::TIMESTAMP), epoch_us($r1::TIMESTAMP))) AS p(a, b)
-      ON epoch_us(m.ts) + 60000000 > p.a AND epoch_us(m.ts) < p.b
-    WHERE m.ts > $r0::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $r1::TIMESTAMP
+    WHERE m.ts > $r0::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $h0::TIMESTAMP
+      AND m.series_id IN (SELECT series_id FROM picked)
+    UNION ALL
+    SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds,
+           epoch_us($h1::TIMESTAMP), epoch_us($r1::TIMESTAMP)
+    FROM increments_1m m
+    WHERE m.ts > $h1::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $r1::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT h.series_id, epoch_us(h.ts), epoch_us(h.ts) + 3600000000, h.delta, h.seconds, h.idle_seconds,
