@@ -341,15 +341,19 @@ def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd
     return u.sort_values(["cost_usd", "user"], ascending=[False, True]).reset_index(drop=True)
 
 
-def cost_report(q: Query, pools: Pools, start: datetime, end: datetime, sheet: PriceSheet | None = None) -> CostReport:
-    """`pools`: {"prefill": [(target, gpus), ...], "decode": [...]} from the targets file."""
+def cost_report(
+    q: Query, pools: Pools, start: datetime, end: datetime, sheet: PriceSheet | None = None, revenue_too: bool = True
+) -> CostReport:
+    """`pools`: {"prefill": [(target, gpus), ...], "decode": [...]} from the targets file.
+    `revenue_too=False`: no revenue (None), and tokens counted in the GPU prices' steps only (a
+    sheet's off-peak half hours would otherwise read a week of minute rows for a week's cost)."""
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
     sheet = price_sheet(q, sheet)
     pf, dc = pools.get("prefill", []), pools.get("decode", [])
     if not pf and not dc:
         raise ValueError("the targets file names no prefill or decode target: no pool to cost")
-    step = sheet.step_seconds()
+    step = sheet.step_seconds(tokens=revenue_too)
     tokens = pool_tokens(q, pools, start, end, step)
     if tokens.empty:
         raise NoData(
@@ -370,7 +374,7 @@ def cost_report(q: Query, pools: Pools, start: datetime, end: datetime, sheet: P
         float(tokens["prompt"].sum()),
         float(tokens["cached"].sum()),
         float(tokens["generated"].sum()),
-        revenue(sheet, tokens, start),
+        revenue(sheet, tokens, start) if revenue_too else None,
         users,
         first,
         last,

@@ -86,13 +86,14 @@ class PriceSheet:
             for a, b, p in self.gpu_segments(pool, start, end)
         )
 
-    def step_seconds(self) -> int:
+    def step_seconds(self, tokens: bool = True) -> int:
         """The longest step, dividing an hour and at least a minute, on whose edges every price of the
-        sheet starts or changes (effective times, off-peak hours): within one step prices are constant."""
+        sheet starts or changes (effective times, off-peak hours): within one step prices are constant.
+        `tokens=False`: the GPU prices' edges only (what costs GPUs; token prices value revenue)."""
         step = 3600
-        for effective in [p.effective for p in self.gpu] + [p.effective for p in self.tokens]:
+        for effective in [p.effective for p in self.gpu] + [p.effective for p in self.tokens if tokens]:
             step = gcd(step, int((effective - datetime(1970, 1, 1)).total_seconds()) % 3600)
-        for t in self.tokens:
+        for t in self.tokens if tokens else ():
             for hhmm in (t.off_peak_utc or "").replace("-", " ").split():
                 step = gcd(step, int(hhmm[3:]) * 60)
         return max(step, 60)

@@ -77,7 +77,7 @@ def rack_line(q: Query, rack: str, start: datetime, end: datetime) -> dict[str, 
     if first is not None and start < first < end:  # unobserved time is not observed cost, as on the Cost page
         start = first
     try:
-        r = cost_report(q, stored_pools(q, start, end), start, end)
+        r = cost_report(q, stored_pools(q, start, end), start, end, revenue_too=False)
     except (NoData, ValueError):
         r = None
     if r is not None:

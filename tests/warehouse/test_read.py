@@ -188,6 +188,26 @@ def test_raw_minute_and_hour_tables_give_the_same_numbers(day):
         }
 
 
+@pytest.mark.parametrize("window", [W1, W2, W3], ids=["W1", "W2", "W3"])
+def test_a_report_without_revenue_reads_whole_hours_and_costs_the_same_to_the_cent(day, window):
+    """The default sheet's off-peak half hours make a report's steps half hours (minute rows for
+    every hour); its GPU prices change on whole hours, so a report without revenue (the Fleet
+    page's) counts in hours, from the hour table, with the same cost, idle cost and tokens."""
+    sheet = default_sheet()
+    assert (sheet.step_seconds(), sheet.step_seconds(tokens=False)) == (1800, 3600)
+    held = Holdings.of(day)
+    assert plan(*window, 1800, held)["h0"] == plan(*window, 1800, held)["h1"]  # no hour rows
+    p = plan(*window, 3600, held)
+    assert p["h0"] < p["h1"], p  # whole hours from the hour table
+    full = cost_report(day, POOLS, *window, sheet).as_json()
+    fleet = cost_report(day, POOLS, *window, sheet, revenue_too=False).as_json()
+    assert full["total"]["revenue_usd"] is not None and fleet["total"]["revenue_usd"] is None
+    for pool in ("prefill", "decode"):
+        assert fleet["pools"][pool] == full["pools"][pool], pool
+    assert fleet["total"]["cost_usd"] == full["total"]["cost_usd"]
+    assert fleet["users"] == full["users"]
+
+
 def test_the_cost_page_the_report_and_the_live_page_count_the_same_tokens(day):
     """The Cost page's chart sums, the report and the Live page's rates x seconds, for one window."""
     r = cost_report(day, POOLS, *W2, default_sheet())
