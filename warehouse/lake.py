@@ -345,7 +345,7 @@ def retry_conflicts(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> A
 @dataclass(frozen=True)
 class Tidied:
     """What one tidy did: data files rewritten without their deleted rows, files merged into
-    larger ones, snapshots expired, and files removed from disk."""
+    larger ones, snapshots expired, and files removed from disk (replaced or orphaned)."""
 
     rewritten: int
     merged: int
@@ -357,7 +357,8 @@ def tidy(con: duckdb.DuckDBPyConnection) -> Tidied:
     """DuckLake's maintenance, for every rack's files (its partitions keep racks apart): rewrite the
     files that have deleted rows, merge small files of a table and rack (up to MERGED_FILE_BYTES),
     expire the snapshots older than KEEP_SNAPSHOTS and remove the files no snapshot reads any more
-    (once they too are that old). Under the commit lock; the rows any snapshot reads are unchanged."""
+    and those no commit ever named (once they too are that old). Under the commit lock; the rows
+    any snapshot reads are unchanged."""
 
     def count(call: str) -> int:
         # its own transaction: left to autocommit while the lock's transaction was open on another
@@ -377,6 +378,8 @@ def tidy(con: duckdb.DuckDBPyConnection) -> Tidied:
         merged = count(f"ducklake_merge_adjacent_files('lake', max_file_size => {MERGED_FILE_BYTES})")
         expired = count(f"ducklake_expire_snapshots('lake', older_than => {keep})")
     removed = count(f"ducklake_cleanup_old_files('lake', older_than => {keep})")  # deletes files: no lock needed
+    # files no commit names (a writer killed mid-step), as old: a step in flight commits long before
+    removed += count(f"ducklake_delete_orphaned_files('lake', older_than => {keep})")
     return Tidied(rewritten, merged, expired, removed)
 
 

@@ -212,6 +212,8 @@ def test_a_publisher_leaves_one_file_per_table_and_rack_and_every_row_as_it_was(
         assert lake_rows(lake, name) == local_rows(db, name), name
     on_disk = lambda: sum(1 for _ in (tmp_path / "lake-files").rglob("*.parquet"))  # noqa: E731
     assert on_disk() > sum(n for n, _ in files.values())  # a read of an older snapshot finds its files
+    orphan = tmp_path / "lake-files" / "main" / "increments_1m" / "ducklake-left-by-a-killed-step.parquet"
+    shutil.copy(next((tmp_path / "lake-files" / "main" / "increments_1m").rglob("*.parquet")), orphan)
     monkeypatch.setattr(lake_module, "KEEP_SNAPSHOTS", timedelta(0))
     con = connect(uri, data)
     try:
@@ -219,7 +221,7 @@ def test_a_publisher_leaves_one_file_per_table_and_rack_and_every_row_as_it_was(
     finally:
         con.close()
     assert again.rewritten == again.merged == 0 and again.removed > 0, again
-    assert on_disk() == sum(n for n, _ in lake_files(lake).values())
+    assert on_disk() == sum(n for n, _ in lake_files(lake).values()) and not orphan.exists()
     for name in [t.name for t in TABLES] + [*SHEETS, SERIES]:
         assert lake_rows(lake, name) == local_rows(db, name), name
 
