@@ -12,10 +12,11 @@ import yaml
 from dashboard.data import experts as data
 from dashboard.data import live
 from dashboard.figures import experts as figures
-from dashboard.source import api_url, query, show_api_error
+from dashboard.source import api_url, picked_rack, query, show_api_error
 from dashboard.widgets import compact, metric_columns
 from warehouse.alerts import AlertRules, evaluate_alerts, prometheus_rules
 from warehouse.eplb import what_if
+from warehouse.read import HOUR
 
 RULES = AlertRules()
 
@@ -122,7 +123,12 @@ def render() -> None:
         help="colour by log10 of the share: hot experts stand out among many cold ones",
     )
     h1, h2 = st.columns(2)
-    if shares.empty:
+    if shares.empty and picked_rack() and w.period != HOUR:
+        h1.info(
+            f"The lake holds {picked_rack()}'s per-expert load by the hour: the 7 d range shows it "
+            "(shorter ranges read per-minute snapshots, kept on the rack's own dashboard)."
+        )
+    elif shares.empty:
         h1.info("Per-expert load needs two expert snapshots in the window (the collectors take one a minute).")
     else:
         h1.plotly_chart(figures.expert_heatmap(shares, log=log), key="expert_heatmap")

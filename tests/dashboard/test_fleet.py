@@ -133,6 +133,25 @@ def test_the_fleet_page_shows_every_rack_and_their_sum(lake, sick, monkeypatch, 
     assert not [w for w in at.warning if "SLO error budgets burning" in w.value]  # the sick rack has no requests
 
 
+def test_a_racks_experts_page_says_which_range_the_lake_holds_per_expert_load_for(lake, monkeypatch, empty_api):
+    """The lake holds expert snapshots by the hour only: a rack's Experts page over 1 h has none,
+    and says where they are (not that the collectors took too few)."""
+    from streamlit.testing.v1 import AppTest
+
+    uri, data = lake
+    monkeypatch.setenv("MOEMETER_LAKE", uri)
+    monkeypatch.setenv("MOEMETER_LAKE_DATA", data)
+    monkeypatch.setenv("MOEMETER_API", empty_api)
+    at = AppTest.from_file(str(ROOT / "dashboard" / "views" / "experts.py"), default_timeout=120)
+    at.session_state["rack"] = "rack-a"
+    at.run()
+    assert not at.exception, at.exception
+    assert any("The lake holds rack-a's per-expert load by the hour" in i.value for i in at.info), [
+        i.value for i in at.info
+    ]
+    assert not any("needs two expert snapshots" in i.value for i in at.info)
+
+
 def test_without_a_published_rack_the_page_says_so(tmp_path, monkeypatch, empty_api):
     uri, data = f"ducklake:{tmp_path / 'catalog.ducklake'}", str(tmp_path / "files")
     connect(uri, data).close()
