@@ -57,7 +57,10 @@ CHUNK = timedelta(hours=1)
 a month's worth of steps, each a bounded transaction)."""
 EVENT_LATENESS = timedelta(hours=1)
 """How far before the published watermark a rebalance event may still arrive (it carries the
-exporter's clock): each step copies the events of this long before it again."""
+exporter's clock): each step looks this far back for events the lake does not hold yet."""
+EVENTS = "eplb_rebalances"
+"""Appended, never replaced: the warehouse keeps the first copy of each event (INSERT OR IGNORE),
+so a step inserts the events of its window the lake does not hold, keyed (target, ts, layer)."""
 CONFLICT_TRIES = 10
 """A commit that conflicts with another writer's (DuckLake refuses a commit that deletes from a
 table another commit inserted into meanwhile, whatever the partition) is tried again, then left to
@@ -94,9 +97,9 @@ class Table:
     `clock`: the local watermark a window ends at ('1m', '1h' or 'requests_slo_1m');
     `reach`: what moves the window's start back (None: nothing, rows arrive in time order;
     'increments' or 'requests': the earliest period the newly rolled rows add to);
-    `period`: the rollup period its `ts` is stamped with (the start's floor);
-    `open_ended`: the window has no end: the table holds only what was rolled, stamped with the
-    period a request finished in, which the gateway's clock may put past the rollup's watermark;
+    `period`: the rollup period its `ts` is stamped with (the start's floor; a request's rows are
+    stamped with the period it finished in, which the gateway's clock may put past the rollup's
+    watermark: those are published when the watermark has passed them);
     `whole`: the window ends at its last whole period (the writer adds to the open hour of
     increments_1h each minute, and readers take hour rows only for hours before the minute
     watermark's: the open hour is published once, when it has closed)."""
@@ -105,7 +108,6 @@ class Table:
     clock: str
     reach: str | None = None
     period: timedelta = MINUTE
-    open_ended: bool = False
     whole: bool = False
     column: str = "ts"
 
@@ -113,20 +115,17 @@ class Table:
         """The SQL condition (and its parameters) for the rows of [since, end) of this table."""
         if self.whole:
             end = floor(end, self.period)
-        where, params = ["TRUE"], []
+        where, params = [f"{self.column} < ?"], [end]
         if since is not None:
             where.append(f"{self.column} >= ?")
             params.append(since)
-        if not self.open_ended:
-            where.append(f"{self.column} < ?")
-            params.append(end)
         return " AND ".join(where), params
 
     def overlaps(self, since: datetime | None, published: datetime | None) -> bool:
         """Whether the lake may hold rows of a window from `since` already: a rack's rows of this
         table end where its watermark `published` ends them (at its last whole period for
-        `whole`), nowhere for `open_ended`."""
-        if since is None or published is None or self.open_ended:
+        `whole`)."""
+        if since is None or published is None:
             return True
         return since < (floor(published, self.period) if self.whole else published)
 
@@ -138,12 +137,12 @@ TABLES = (
     Table("samples_1h", "1h", period=HOUR),
     Table("scrapes", "1m"),
     Table("expert_placement", "1m"),
-    Table("eplb_rebalances", "1m"),
+    Table(EVENTS, "1m"),
     Table("expert_load_1h", "1h", period=HOUR),
-    Table("requests_1h", "1h", "requests", HOUR, open_ended=True),
-    Table("requests_itl_1h", "1h", "requests", HOUR, open_ended=True),
-    Table("requests_slo_1h", "1h", "requests", HOUR, open_ended=True),
-    Table("requests_slo_1m", "requests_slo_1m", "requests", open_ended=True),
+    Table("requests_1h", "1h", "requests", HOUR),
+    Table("requests_itl_1h", "1h", "requests", HOUR),
+    Table("requests_slo_1h", "1h", "requests", HOUR),
+    Table("requests_slo_1m", "requests_slo_1m", "requests"),
 )
 SHEETS = ("targets", "gpu_prices", "token_prices", "slo_classes", "slo_assignments")
 """Small tables published whole whenever they differ from the lake's copy."""
@@ -449,14 +448,16 @@ def _since(
     if table.name == "increments_1h" and floor(end, HOUR) > floor(start, HOUR):
         # an hour closed since: the writer compacted the hours before it (rollup.compact_hours)
         start = floor(start, HOUR) - COMPACT_REACH
-    if table.name == "eplb_rebalances":
+    if table.name == EVENTS:
         return start - EVENT_LATENESS
     if table.reach == "increments":  # the rows rolled since: raw increments closed in [start, ...)
         row = local.execute(
             "SELECT min(ts - to_microseconds(round(seconds * 1e6)::BIGINT)) FROM increments WHERE ts >= ?", [start]
         ).fetchone()
-    elif table.reach == "requests":  # records stored since, which add to the period they finished in
-        row = local.execute("SELECT min(finished_at) FROM requests WHERE ingested_at >= ?", [start]).fetchone()
+    elif table.reach == "requests":  # the records rolled since, which add to the period they finished in
+        row = local.execute(
+            "SELECT min(finished_at) FROM requests WHERE ingested_at >= ? AND ingested_at < ?", [start, end]
+        ).fetchone()
     else:
         return floor(start, table.period)
     reached = row[0] if row and row[0] is not None else start
@@ -466,6 +467,10 @@ def _since(
 def _window(local: duckdb.DuckDBPyConnection, table: Table, since: datetime | None, through: datetime) -> pa.Table:
     where, params = table.edges(since, through)
     return local.execute(f"SELECT * FROM {table.name} WHERE {where}", params).to_arrow_table()
+
+
+def _event_list(batch: pa.Table) -> list[tuple[Any, ...]]:
+    return list(zip(*(batch.column(c).to_pylist() for c in ("target", "ts", "layer"))))
 
 
 def _row_set(table: pa.Table) -> set[tuple[Any, ...]]:
@@ -487,6 +492,8 @@ class Publisher:
         self._series: set[int] | None = None
         self._sheets: dict[str, set[tuple[Any, ...]]] | None = None  # each sheet's rows, as last committed
         self._tidied: float | None = None  # time.monotonic() of the last tidy
+        self._events: set[tuple[Any, ...]] | None = None  # the (target, ts, layer) the lake holds, lately
+        self._resumed = False  # a first commit replaces the rows of its windows whatever the watermarks say
 
     def step(self, local: duckdb.DuckDBPyConnection) -> Step | None:
         """Publish the next window (at most `chunk`); None when nothing new has closed. `local` is a
@@ -518,6 +525,10 @@ class Publisher:
         assert self._series is not None
         self._series.update(series.column("series_id").to_pylist())
         self._sheets = sheet_rows
+        if EVENTS in batches and self._events is not None:  # the events of this window and on
+            since, _, events = batches[EVENTS]
+            self._events = {k for k in self._events | set(_event_list(events)) if since is None or k[1] >= since}
+        self._resumed = True
         return done
 
     def _commit(
@@ -536,7 +547,12 @@ class Publisher:
             if t.name not in batches:
                 continue
             since, end, batch = batches[t.name]
-            if t.overlaps(since, before.get(t.clock)):  # a delete costs a look at the rack's files
+            if t.name == EVENTS:
+                rows[t.name] = self._insert(t.name, self._unpublished_events(since, batch))
+                continue
+            # a delete costs a look at the rack's files; a first commit makes sure (an older
+            # publisher may have written rows past its watermarks)
+            if not self._resumed or t.overlaps(since, before.get(t.clock)):
                 where, params = t.edges(since, end)
                 lake.execute(f"DELETE FROM lake.{t.name} WHERE rack = ? AND {where}", [rack, *params])
             rows[t.name] = self._insert(t.name, batch)
@@ -569,6 +585,20 @@ class Publisher:
             [[rack, name, t] for name, t in sorted(state.items())],
         )
         return Step(rack, through, rows)
+
+    def _unpublished_events(self, since: datetime | None, batch: pa.Table) -> pa.Table:
+        """The events of the batch (those of its window, from `since`) the lake does not hold."""
+        if self._events is None:
+            where, params = ("ts >= ?", [since]) if since is not None else ("TRUE", [])
+            self._events = {
+                tuple(r)
+                for r in self.lake.execute(
+                    f"SELECT target, ts, layer FROM lake.{EVENTS} WHERE rack = ? AND {where}", [self.rack, *params]
+                ).fetchall()
+            }
+        held = self._events
+        new = [i for i, k in enumerate(_event_list(batch)) if k not in held]
+        return batch.take(pa.array(new, pa.int64()))
 
     def _insert(self, name: str, batch: pa.Table) -> int:
         if batch.num_rows == 0:

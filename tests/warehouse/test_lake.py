@@ -109,9 +109,14 @@ def local_rows(db, table: str) -> list[tuple]:
     """The rows of a table of the rack's file that have closed (raw scrapes: before the rollups'
     minute; hour rows: before its hour, the open hour is published once it has closed)."""
     minute = "(SELECT through FROM rollup_state WHERE name = '1m')"
+    hour = "(SELECT through FROM rollup_state WHERE name = '1h')"
     closed = {
         "scrapes": f"WHERE ts < {minute}",
         "increments_1h": f"WHERE ts < time_bucket(INTERVAL 1 HOUR, {minute})",
+        "requests_1h": f"WHERE ts < {hour}",  # a request's hour, published once its hour has rolled up
+        "requests_itl_1h": f"WHERE ts < {hour}",
+        "requests_slo_1h": f"WHERE ts < {hour}",
+        "requests_slo_1m": "WHERE ts < (SELECT through FROM rollup_state WHERE name = 'requests_slo_1m')",
     }.get(table, "")
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute(f"SELECT * FROM {table} {closed} ORDER BY ALL").fetchall()
@@ -224,6 +229,65 @@ def test_a_publisher_leaves_one_file_per_table_and_rack_and_every_row_as_it_was(
     assert on_disk() == sum(n for n, _ in lake_files(lake).values()) and not orphan.exists()
     for name in [t.name for t in TABLES] + [*SHEETS, SERIES]:
         assert lake_rows(lake, name) == local_rows(db, name), name
+
+
+def deleted_by_last_commit(lake) -> set[str]:
+    """The tables the lake's latest snapshot deleted rows from (files or inlined rows)."""
+    uri, data = lake
+    con = connect(uri, data)
+    try:
+        names = {
+            str(i): n for n, i in con.execute("SELECT table_name, table_id FROM ducklake_table_info('lake')").fetchall()
+        }
+        [changes] = con.execute(
+            "SELECT changes FROM ducklake_snapshots('lake') ORDER BY snapshot_id DESC LIMIT 1"
+        ).fetchone()
+    finally:
+        con.close()
+    return {names[i] for key in ("tables_deleted_from", "inlined_delete") for i in changes.get(key) or []}
+
+
+def add_events(db, *stamps: datetime) -> None:
+    """Rebalance events of decode-0 finished at these times, stored as the collector stores them."""
+    with duckdb.connect(str(db)) as con:
+        for at in stamps:
+            con.execute("INSERT OR IGNORE INTO eplb_rebalances VALUES (?, 'decode-0', 0.4, 12, 3, 0.8, 0.95)", [at])
+
+
+def test_a_step_appends_new_rebalance_events_and_replaces_no_request_sums_it_did_not_change(
+    closed_rack, lake, tmp_path
+):
+    """Events never change and request sums change only when records roll up: a step that brings
+    neither deletes nothing from their tables (it used to replace an hour of each, every minute);
+    an event that arrives late is published once."""
+    db, _ = closed_rack
+    uri, data = lake
+    add_events(db, datetime(2026, 11, 29, 11, 30), datetime(2026, 11, 29, 11, 59, 30))
+    con = connect(uri, data)
+    try:
+        pub = Publisher(con, "rack-a", chunk=timedelta(minutes=30))
+        with duckdb.connect(str(db), read_only=True) as local:
+            assert pub.catch_up(local)
+        for minute, late in ((2, None), (3, datetime(2026, 11, 29, 11, 45))):
+            if late is not None:
+                add_events(db, late)
+            for name, role, gpus, capture, values in (
+                ("decode-0", "decode", 4, "decode", {"vllm:generation_tokens_total": 1_000_000}),
+                ("prefill-0", "prefill", 2, "prefill", {"vllm:prompt_tokens_total": 1_500_000}),
+            ):
+                capture = f"vllm-0.32.0-cpu-pd-{capture}-nixl.metrics.txt"
+                ingest(db, name, role, gpus, capture, values, datetime(2026, 11, 29, 12, minute, 5), tmp_path)
+            with duckdb.connect(str(db), read_only=True) as local:
+                step = pub.step(local)
+            assert step is not None and step.through["1m"] == datetime(2026, 11, 29, 12, minute)
+            assert step.rows["eplb_rebalances"] == (0 if late is None else 1), step.rows
+            deleted = deleted_by_last_commit(lake)
+            assert not deleted & {"eplb_rebalances", "requests_1h", "requests_itl_1h", "requests_slo_1h"}, deleted
+    finally:
+        con.close()
+    for name in [t.name for t in TABLES]:
+        assert lake_rows(lake, name) == local_rows(db, name), name
+    assert len(lake_rows(lake, "eplb_rebalances")) == 3
 
 
 def test_a_price_sheet_loaded_between_steps_is_published_and_an_unchanged_one_is_not_rewritten(
