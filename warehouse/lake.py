@@ -13,7 +13,8 @@ What a step copies is the window `[since, through)` of each table, replacing the
 published watermark, moved back to the earliest period that the rows rolled since then reach into
 (a raw increment covering a long interval adds to minutes already published; a request finished an
 hour ago adds to that hour). Replacing, not appending, makes a step idempotent: publishing the same
-minute twice leaves one copy.
+minute twice leaves one copy. Rebalance events, which never change, are appended instead: those of
+the window the lake does not hold yet. Each publisher also tidies the lake's files (tidy).
 
 Readers (`moemeter query|report|export --lake`, the Fleet page) attach the lake read-only in an
 in-memory DuckDB that holds the warehouse's schema (its migrations), and turn each published table
