@@ -494,7 +494,7 @@ class Publisher:
         self._sheets: dict[str, set[tuple[Any, ...]]] | None = None  # each sheet's rows, as last committed
         self._tidied: float | None = None  # time.monotonic() of the last tidy
         self._events: set[tuple[Any, ...]] | None = None  # the (target, ts, layer) the lake holds, lately
-        self._resumed = False  # a first commit replaces the rows of its windows whatever the watermarks say
+        self._resumed = False  # True once this publisher has committed
 
     def step(self, local: duckdb.DuckDBPyConnection) -> Step | None:
         """Publish the next window (at most `chunk`); None when nothing new has closed. `local` is a
@@ -551,8 +551,8 @@ class Publisher:
             if t.name == EVENTS:
                 rows[t.name] = self._insert(t.name, self._unpublished_events(since, batch))
                 continue
-            # a delete costs a look at the rack's files; a first commit makes sure (an older
-            # publisher may have written rows past its watermarks)
+            # a delete costs a look at the rack's files; a publisher's first commit replaces its
+            # windows whatever the watermarks say
             if not self._resumed or t.overlaps(since, before.get(t.clock)):
                 where, params = t.edges(since, end)
                 lake.execute(f"DELETE FROM lake.{t.name} WHERE rack = ? AND {where}", [rack, *params])
