@@ -341,8 +341,11 @@ def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):
     )
     children: list[int] = []
     try:
-        wait_http(f"http://127.0.0.1:{port}/_stcore/health", 120, proc)
-        wait_http(f"http://127.0.0.1:{api_port}/health", 120, proc)
+        try:
+            wait_http(f"http://127.0.0.1:{port}/_stcore/health", 120, proc)
+            wait_http(f"http://127.0.0.1:{api_port}/health", 120, proc)
+        except AssertionError as exc:  # its output went to the log
+            raise AssertionError(f"{exc}\n{(tmp_path / 'up.log').read_text()[-3000:]}") from exc
         children = [
             int(p)
             for p in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()

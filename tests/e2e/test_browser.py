@@ -33,9 +33,10 @@ CHROMIUM_ARGS = [
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range. One the kernel gave for port 0 could be given
+    again, to any of the many port 0 binds of the stack started next (the twin's endpoints), before
+    the server meant to use it binds it: then that server exits, its port taken."""
+    return free_port_block(1)
 
 
 def assert_ports_free(*ports: int) -> None:
