@@ -39,7 +39,7 @@ from dashboard.data.fleet import FleetWindow, fleet_lines
 from tests.postgres import BIN, running_postgres
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
-from warehouse.lake import SERIES, SHEETS, TABLES, connect, open_reader, watermarks
+from warehouse.lake import SERIES, SHEETS, TABLES, connect, open_reader, table_files, watermarks
 from warehouse.read import HOUR
 from warehouse.rollup import compact_hours
 
@@ -186,14 +186,8 @@ def bench_fleet(tmp: Path) -> dict[str, object]:
         with open_reader(uri, data_path=str(data)) as con:
             lake_rows = _one(con, "SELECT count(*) FROM lake.increments_1m")[0]
         with connect(uri, str(data)) as con:  # the current snapshot's files (replaced ones wait KEEP_SNAPSHOTS)
-            files, lake_bytes = _one(
-                con,
-                " UNION ALL ".join(
-                    f"SELECT data_file_size_bytes + coalesce(delete_file_size_bytes, 0) AS b "
-                    f"FROM ducklake_list_files('lake', '{name}')"
-                    for name in [t.name for t in TABLES] + [*SHEETS, SERIES]
-                ).join(["SELECT count(*), sum(b) FROM (", ")"]),
-            )
+            listed = table_files(con).values()
+            files, lake_bytes = sum(f.data for f in listed), sum(f.bytes for f in listed)
         rack_days = n_racks * days + 1 + minutes / (24 * 60)
         per_day = {"lake": round(lake_bytes / rack_days), "rack_file": round(week.stat().st_size / days)}
         result |= {

@@ -112,11 +112,13 @@ class Table:
     whole: bool = False
     column: str = "ts"
 
-    def edges(self, since: datetime | None, end: datetime) -> tuple[str, list[Any]]:
-        """The SQL condition (and its parameters) for the rows of [since, end) of this table."""
-        if self.whole:
-            end = floor(end, self.period)
-        where, params = [f"{self.column} < ?"], [end]
+    def edges(self, since: datetime | None, end: datetime | None) -> tuple[str, list[Any]]:
+        """The SQL condition (and its parameters) for the rows of [since, end) of this table (None:
+        unbounded on that side)."""
+        where, params = ["TRUE"], []
+        if end is not None:
+            where.append(f"{self.column} < ?")
+            params.append(floor(end, self.period) if self.whole else end)
         if since is not None:
             where.append(f"{self.column} >= ?")
             params.append(since)
@@ -316,6 +318,21 @@ def commit_lock(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
             lock.close()
 
 
+def _transaction(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> Any:
+    """job() in one transaction of `con`: committed if it returns, rolled back if it raises."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        out = job()
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass
+        raise
+    return out
+
+
 def retry_conflicts(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> Any:
     """Run job in a lake transaction under the commit lock; on a commit conflict with another
     writer (one that does not take the lock: DuckLake's own maintenance), roll back and run it
@@ -323,17 +340,7 @@ def retry_conflicts(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> A
     for attempt in range(1, CONFLICT_TRIES + 1):
         try:
             with commit_lock(con):
-                con.execute("BEGIN TRANSACTION")
-                try:
-                    out = job()
-                    con.execute("COMMIT")
-                except BaseException:
-                    try:
-                        con.execute("ROLLBACK")
-                    except duckdb.Error:
-                        pass
-                    raise
-            return out
+                return _transaction(con, job)
         except duckdb.Error as exc:
             if "conflict" not in str(exc).lower() or attempt == CONFLICT_TRIES:
                 raise
@@ -363,13 +370,7 @@ def tidy(con: duckdb.DuckDBPyConnection) -> Tidied:
     def count(call: str) -> int:
         # its own transaction: left to autocommit while the lock's transaction was open on another
         # cursor, a rewrite and a merge reported their files and committed none (DuckLake 1.5.5)
-        con.execute("BEGIN TRANSACTION")
-        try:
-            row = con.execute(f"SELECT count(*) FROM {call}").fetchone()
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        row = _transaction(con, lambda: con.execute(f"SELECT count(*) FROM {call}").fetchone())
         return int(row[0]) if row else 0
 
     keep = f"now() - INTERVAL {int(KEEP_SNAPSHOTS.total_seconds())} SECOND"
@@ -381,6 +382,30 @@ def tidy(con: duckdb.DuckDBPyConnection) -> Tidied:
     # files no commit names (a writer killed mid-step), as old: a step in flight commits long before
     removed += count(f"ducklake_delete_orphaned_files('lake', older_than => {keep})")
     return Tidied(rewritten, merged, expired, removed)
+
+
+@dataclass(frozen=True)
+class Files:
+    """A lake table's files in the current snapshot: data files, delete files, their bytes."""
+
+    data: int
+    deletes: int
+    bytes: int
+
+
+def table_files(con: duckdb.DuckDBPyConnection) -> dict[str, Files]:
+    """Each lake table's files in the current snapshot (a few rows are inlined in the catalog, in no
+    file; files a replaced snapshot still reads wait KEEP_SNAPSHOTS on disk, not counted here)."""
+    out = {}
+    for name in [t.name for t in TABLES] + [*SHEETS, SERIES]:
+        row = con.execute(
+            "SELECT count(*), count(delete_file), "
+            "coalesce(sum(data_file_size_bytes + coalesce(delete_file_size_bytes, 0)), 0) "
+            "FROM ducklake_list_files('lake', ?)",
+            [name],
+        ).fetchone()
+        out[name] = Files(*(int(v) for v in row)) if row else Files(0, 0, 0)
+    return out
 
 
 # -------------------------------------------------------------------------------------- publishing
@@ -494,7 +519,6 @@ class Publisher:
         self._sheets: dict[str, set[tuple[Any, ...]]] | None = None  # each sheet's rows, as last committed
         self._tidied: float | None = None  # time.monotonic() of the last tidy
         self._events: set[tuple[Any, ...]] | None = None  # the (target, ts, layer) the lake holds, lately
-        self._resumed = False  # True once this publisher has committed
 
     def step(self, local: duckdb.DuckDBPyConnection) -> Step | None:
         """Publish the next window (at most `chunk`); None when nothing new has closed. `local` is a
@@ -529,7 +553,6 @@ class Publisher:
         if EVENTS in batches and self._events is not None:  # the events of this window and on
             since, _, events = batches[EVENTS]
             self._events = {k for k in self._events | set(_event_list(events)) if since is None or k[1] >= since}
-        self._resumed = True
         return done
 
     def _commit(
@@ -551,10 +574,12 @@ class Publisher:
             if t.name == EVENTS:
                 rows[t.name] = self._insert(t.name, self._unpublished_events(since, batch))
                 continue
-            # a delete costs a look at the rack's files; a publisher's first commit replaces its
-            # windows whatever the watermarks say
-            if not self._resumed or t.overlaps(since, before.get(t.clock)):
-                where, params = t.edges(since, end)
+            # a delete costs a look at the rack's files. A publisher's first commit replaces its
+            # windows whatever the watermarks say, and removes any row past them: request sums an
+            # older version published before their period had rolled up would be counted twice.
+            first = self._sheets is None  # set once this publisher has committed
+            if first or t.overlaps(since, before.get(t.clock)):
+                where, params = t.edges(since, None if first else end)
                 lake.execute(f"DELETE FROM lake.{t.name} WHERE rack = ? AND {where}", [rack, *params])
             rows[t.name] = self._insert(t.name, batch)
         for name, table in sheets.items():

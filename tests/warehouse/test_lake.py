@@ -28,6 +28,7 @@ from warehouse.lake import (
     ensure_schema,
     open_reader,
     retry_conflicts,
+    table_files,
     tidy,
 )
 
@@ -168,19 +169,10 @@ def test_hours_the_writer_compacted_after_they_were_published_are_published_agai
 
 
 def lake_files(lake) -> dict[str, tuple[int, int]]:
-    """Each lake table's data files and delete files in the current snapshot (a few rows are
-    inlined in the catalog, not written to a file)."""
-    uri, data = lake
-    con = connect(uri, data)
+    """Each lake table's data files and delete files in the current snapshot."""
+    con = connect(*lake)
     try:
-        return {
-            name: tuple(  # type: ignore[misc]
-                con.execute(
-                    "SELECT count(*), count(delete_file) FROM ducklake_list_files('lake', ?)", [name]
-                ).fetchone()
-            )
-            for name in [t.name for t in TABLES] + [*SHEETS, SERIES]
-        }
+        return {name: (f.data, f.deletes) for name, f in table_files(con).items()}
     finally:
         con.close()
 
@@ -333,6 +325,37 @@ def test_a_rack_publishes_in_bounded_steps_and_resumes_where_it_stopped(closed_r
     assert [s.through["1m"].strftime("%H:%M") for s in rest] == ["11:00", "11:30", "12:00", "12:01"]
     assert lake_rows(lake, "increments_1m") == local_rows(db, "increments_1m")
     assert lake_rows(lake, "scrapes") == local_rows(db, "scrapes")
+
+
+REQUEST_TABLES = [t.name for t in TABLES if t.reach == "requests"]
+
+
+def test_a_restarted_publisher_removes_request_sums_published_past_its_watermark(closed_rack, lake, tmp_path):
+    """The publisher before c84ee87 published request sums of periods its clock had not rolled up
+    (a gateway's clock ahead stamps them there). Upgraded, its first commit removes them, so the
+    watermark reaching them later does not count them twice."""
+    db, _ = closed_rack
+    uri, data = lake
+    publish(db, lake)
+    con = connect(uri, data)
+    try:
+        strays = {  # an hour past the rack's last rows: what the old version left
+            name: con.execute(
+                f"INSERT INTO lake.{name} SELECT * REPLACE (ts + INTERVAL 1 HOUR AS ts) FROM lake.{name} "
+                f"WHERE rack = 'rack-a' AND ts = (SELECT max(ts) FROM lake.{name} WHERE rack = 'rack-a')"
+            ).fetchone()[0]
+            for name in REQUEST_TABLES
+        }
+        assert strays["requests_1h"] and strays["requests_slo_1m"], strays  # (this rack has no ITL sums)
+        at = datetime(2026, 11, 29, 12, 2, 5)  # a minute closes
+        dc = {"vllm:generation_tokens_total": 1_000_000}
+        ingest(db, "decode-0", "decode", 4, "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", dc, at, tmp_path)
+        with duckdb.connect(str(db), read_only=True) as local:
+            assert Publisher(con, "rack-a").step(local) is not None
+    finally:
+        con.close()
+    for name in [t.name for t in TABLES]:
+        assert lake_rows(lake, name) == local_rows(db, name), name
 
 
 def test_the_lake_reader_writes_nothing_and_names_what_it_refuses(closed_rack, lake, capsys):
