@@ -36,6 +36,17 @@ def is_openmetrics(content_type: str, body: str) -> bool:
 
 def parse_page(body: bytes, content_type: str = "text/plain", max_samples: int = MAX_SAMPLES) -> list[Sample]:
     """Decode and parse one page. Raises ExpositionError on anything malformed or too big."""
+    text, openmetrics = _decode(body, content_type)
+    if not openmetrics:
+        try:
+            return _parse_plain_text(text, max_samples)
+        except _NotPlain:
+            pass
+    return parse_reference(text, openmetrics, max_samples)
+
+
+def _decode(body: bytes, content_type: str) -> tuple[str, bool]:
+    """The page's text, and whether it is OpenMetrics; ExpositionError if too big or not text."""
     if len(body) > MAX_PAGE_BYTES:
         raise ExpositionError(f"page of {len(body)} bytes is over the {MAX_PAGE_BYTES}-byte limit")
     try:
@@ -45,12 +56,66 @@ def parse_page(body: bytes, content_type: str = "text/plain", max_samples: int =
     openmetrics = is_openmetrics(content_type, text)
     if text and not openmetrics and not text.endswith("\n"):
         raise ExpositionError("page does not end with a newline: truncated")
-    if not openmetrics:
+    return text, openmetrics
+
+
+class PageCache:
+    """One target's scrape cache, as Prometheus keeps one: its last plain-text page, line by line,
+    without the values, and the samples it gave. A page whose lines are all the same but for their
+    values (and timestamps) takes its samples' names, labels and families from there, reading only
+    the values; any other page is parsed afresh and becomes the one kept. The result is parse_page's
+    by construction: a sample line is only read from the cache when it is the kept line's text up
+    to its value (whitespace included) followed by what the fast path takes as a value."""
+
+    def __init__(self) -> None:
+        self._lines: list[tuple[str, Sample | None]] = []  # (comment line, None) or (text before the value, sample)
+
+    def parse(self, body: bytes, content_type: str = "text/plain", max_samples: int = MAX_SAMPLES) -> list[Sample]:
+        text, openmetrics = _decode(body, content_type)
+        if openmetrics:
+            self._lines = []
+            return parse_reference(text, openmetrics, max_samples)
+        if self._lines:
+            again = self._reread(text, max_samples)
+            if again is not None:
+                return again
+        self._lines = []
+        kept: list[tuple[str, Sample | None]] = []
         try:
-            return _parse_plain_text(text, max_samples)
+            out = _parse_plain_text(text, max_samples, kept)
         except _NotPlain:
-            pass
-    return parse_reference(text, openmetrics, max_samples)
+            return parse_reference(text, openmetrics, max_samples)
+        self._lines = kept
+        return out
+
+    def _reread(self, text: str, max_samples: int) -> list[Sample] | None:
+        """The page's samples from the kept lines; None when a line differs but for its value."""
+        kept = self._lines
+        out: list[Sample] = []
+        i = 0
+        for raw in text.split("\n"):
+            line = raw.strip()
+            if not line:
+                continue
+            if i == len(kept):
+                return None
+            head, sample = kept[i]
+            i += 1
+            if sample is None:
+                if line != head:
+                    return None
+                continue
+            if not line.startswith(head):
+                return None
+            m = _VALUE.fullmatch(line, len(head))
+            if m is None:
+                return None
+            number = _number(*m.groups())
+            if number is None:
+                return None
+            out.append(Sample(sample.name, sample.labels, number, sample.family, sample.kind))
+        # fewer lines than kept: the kept page's first lines, which give its first samples
+        return out if len(out) <= max_samples else None
 
 
 def parse_reference(text: str, openmetrics: bool, max_samples: int = MAX_SAMPLES) -> list[Sample]:
@@ -82,6 +147,7 @@ _SAMPLE = re.compile(
     rf'({_NAME})(?:\{{((?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*")*)?\}})?'
     r"[ \t]+([^ \t]+)(?:[ \t]+([^ \t]+))?"
 )
+_VALUE = re.compile(r"([^ \t]+)(?:[ \t]+([^ \t]+))?")  # a sample line's value and timestamp, as _SAMPLE's
 _NAME_RE = re.compile(_NAME)
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 _PLAIN_HEAD = re.compile(r"[\x20\x21\x23-\x7e\t\x0b\x0c\r]*")  # ASCII, no quote, whitespace as the reference splits
@@ -93,9 +159,26 @@ _ALLOWED = {
 }
 
 
-def _parse_plain_text(text: str, max_samples: int) -> list[Sample]:
-    """prometheus_client.parser.text_fd_to_metric_families, line for line, for plain pages."""
+def _number(value: str, stamp: str | None) -> float | None:
+    """A sample's value as the reference reads it; None where the fast path leaves it to the
+    reference (Python's float() takes 1_000, the reference refuses it; a bad timestamp)."""
+    if "_" in value or (stamp is not None and "_" in stamp):
+        return None
+    try:
+        number = float(value)
+        if stamp is not None:
+            float(stamp)  # the reference refuses a page with a bad timestamp
+    except ValueError:
+        return None
+    return number
+
+
+def _parse_plain_text(text: str, max_samples: int, kept: list[tuple[str, Sample | None]] | None = None) -> list[Sample]:
+    """prometheus_client.parser.text_fd_to_metric_families, line for line, for plain pages. With
+    `kept`, each line is appended to it: (the line, None) for a comment, (the text before its
+    value, its sample) for a sample (for PageCache)."""
     out: list[Sample] = []
+    shape: list[tuple[str, bool]] = []  # per line: (the comment, False) or (the text before the value, True)
     family, kind, start = "", "unknown", 0  # the family being read and where its samples start
     allowed: tuple[str, ...] = ()
 
@@ -113,6 +196,7 @@ def _parse_plain_text(text: str, max_samples: int) -> list[Sample]:
         if not line:
             continue
         if line[0] == "#":
+            shape.append((line, False))
             parts = line.split(None, 3)
             if len(parts) < 3 or parts[1] not in ("HELP", "TYPE"):
                 if len(parts) == 2 and parts[1] in ("HELP", "TYPE"):
@@ -146,14 +230,10 @@ def _parse_plain_text(text: str, max_samples: int) -> list[Sample]:
                     if len(v) > MAX_LABEL_VALUE_BYTES:
                         raise ExpositionError(f"label {key} of {name} has a {len(v)}-character value: refused")
             labels = tuple(sorted(pairs))
-        if "_" in value or (stamp is not None and "_" in stamp):
-            raise _NotPlain  # Python's float() takes 1_000; the reference refuses it
-        try:
-            number = float(value)
-            if stamp is not None:
-                float(stamp)  # the reference refuses a page with a bad timestamp
-        except ValueError:
-            raise _NotPlain from None
+        number = _number(value, stamp)
+        if number is None:
+            raise _NotPlain
+        shape.append((line[: m.start(3)], True))
         if name in allowed:
             out.append(Sample(name, labels, number, family, kind))
         else:  # the reference yields it at once as an untyped family of its own
@@ -163,4 +243,7 @@ def _parse_plain_text(text: str, max_samples: int) -> list[Sample]:
         if len(out) > max_samples:
             raise ExpositionError(f"more than {max_samples} samples: refused")
     close()
+    if kept is not None:  # the samples as close() left them, in page order
+        samples = iter(out)
+        kept.extend((text, next(samples) if is_sample else None) for text, is_sample in shape)
     return out

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 
 import httpx
 
-from moemeter.contract import TargetInfo
+from moemeter.contract import Sample, TargetInfo
 from warehouse.ingest import ScrapeBatch
 
-from .parse import MAX_PAGE_BYTES, ExpositionError, parse_page
+from .parse import MAX_PAGE_BYTES, ExpositionError, PageCache, parse_page
 
 log = logging.getLogger(__name__)
 ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
@@ -82,7 +82,12 @@ def http_fetcher(client: httpx.AsyncClient) -> Fetch:
     return fetch
 
 
-async def scrape_one(target: TargetInfo, fetch: Fetch, timeout: float, clock: Clock = utc_now) -> ScrapeBatch:
+Parse = Callable[[bytes, str], list[Sample]]
+
+
+async def scrape_one(
+    target: TargetInfo, fetch: Fetch, timeout: float, clock: Clock = utc_now, parse: Parse = parse_page
+) -> ScrapeBatch:
     ts = clock()
     started = time.perf_counter()
     try:
@@ -96,15 +101,24 @@ async def scrape_one(target: TargetInfo, fetch: Fetch, timeout: float, clock: Cl
         snippet = resp.body[:120].decode("utf-8", "replace").strip()
         return ScrapeBatch(target, ts, False, duration, bytes=len(resp.body), error=f"HTTP {resp.status}: {snippet}")
     try:  # in a worker thread: a huge page never holds up another target's round on the event loop
-        samples = await asyncio.to_thread(parse_page, resp.body, resp.content_type)
+        samples = await asyncio.to_thread(parse, resp.body, resp.content_type)
     except ExpositionError as exc:
         return ScrapeBatch(target, ts, False, duration, bytes=len(resp.body), error=str(exc))
     return ScrapeBatch(target, ts, True, duration, samples, bytes=len(resp.body))
 
 
 async def scrape_all(
-    targets: list[TargetInfo], fetch: Fetch, timeout: float, clock: Clock = utc_now
+    targets: list[TargetInfo],
+    fetch: Fetch,
+    timeout: float,
+    clock: Clock = utc_now,
+    caches: dict[str, PageCache] | None = None,
 ) -> list[ScrapeBatch]:
-    """All targets at once; one scrape time per round so a round lines up across targets."""
+    """All targets at once; one scrape time per round so a round lines up across targets. With
+    `caches`, each target's page is parsed through its scrape cache there (added when missing)."""
     ts = clock()
-    return list(await asyncio.gather(*(scrape_one(t, fetch, timeout, lambda: ts) for t in targets)))
+
+    def parse(t: TargetInfo) -> Parse:
+        return parse_page if caches is None else caches.setdefault(t.name, PageCache()).parse
+
+    return list(await asyncio.gather(*(scrape_one(t, fetch, timeout, lambda: ts, parse(t)) for t in targets)))

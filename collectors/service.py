@@ -29,6 +29,7 @@ from warehouse.rollup import Retention
 
 from . import DEFAULT_INTERVAL
 from .experts import NOT_READY, SnapshotResult, fetch_snapshot
+from .parse import PageCache
 from .promapi import PromAPIError, http_get, pull_range
 from .requests import FeedResult, fetch_feed
 from .scrape import Fetch, http_fetcher, scrape_all, utc_now
@@ -80,6 +81,7 @@ class Collector:
         self.ingestor = Ingestor(self.retention)
         self.expert_ingestor = ExpertIngestor()
         self.request_ingestor = RequestIngestor()
+        self.pages: dict[str, PageCache] = {}  # each target's scrape cache
         self.snapshot_every = snapshot_every  # rounds between per-expert snapshots (60 s at 5 s)
         self._snapshot_due: dict[str, int] = {}
         self.targets: list[TargetInfo] = []
@@ -158,9 +160,7 @@ class Collector:
         feeds: list[FeedResult],
     ) -> tuple[int, int]:
         """Store these inside the writer's transaction: (samples stored, items refused or repaired)."""
-        n = 0
-        for b in batches:
-            n += self.ingestor.write(con, b)
+        n = self.ingestor.write_all(con, batches)
         for r in snapshots:
             if r.snapshot is not None:
                 self.expert_ingestor.write(con, r.target.name, ts, r.snapshot)
@@ -291,7 +291,9 @@ class Collector:
             await asyncio.to_thread(self.store, batches)
             self.rounds += 1
             return batches
-        batches = await scrape_all(targets, fetch, self.timeout)
+        for gone in self.pages.keys() - {t.name for t in targets}:
+            del self.pages[gone]
+        batches = await scrape_all(targets, fetch, self.timeout, caches=self.pages)
         for b in batches:
             if not b.up:
                 log.warning("scrape %s failed: %s", b.target.name, b.error)

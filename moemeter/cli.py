@@ -769,7 +769,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     wh = _open_warehouse(args.db)
     ingestor = Ingestor()
     try:
-        n = wh.write(lambda con: sum(ingestor.write(con, b) for b in batches), timeout=None)
+        n = wh.write(lambda con: ingestor.write_all(con, batches), timeout=None)
     finally:
         wh.close()
     print(f"pulled {n} samples in {len(batches)} target-steps from {args.prometheus} into {args.db}")

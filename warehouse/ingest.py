@@ -16,6 +16,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -55,8 +56,10 @@ class ScrapeBatch:
 
 def is_dcgm_blank(name: str, value: float) -> bool:
     """DCGM's "no value" sentinels, which must never be read as a measurement."""
-    if not name.startswith("DCGM_"):
-        return False
+    return name.startswith("DCGM_") and _blank(value)
+
+
+def _blank(value: float) -> bool:
     return value >= DCGM_INT64_BLANK_MIN or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK + 3
 
 
@@ -83,6 +86,36 @@ def is_monotonic(sample: Sample) -> bool:
     return any(sample.name == sample.family + s for s in suffixes)
 
 
+@dataclass
+class _Raw:
+    """Raw rows of one scrape time, held until they are inserted together."""
+
+    ts: datetime | None = None
+    ids: list[int] = field(default_factory=list)
+    values: list[float | None] = field(default_factory=list)
+    inc: dict[str, list[Any]] = field(
+        default_factory=lambda: {"series_id": [], "delta": [], "seconds": [], "reset": []}
+    )
+
+    def flush(self, con: duckdb.DuckDBPyConnection) -> None:
+        if self.ids:
+            self._append(con, "samples", {"series_id": (self.ids, pa.int64()), "value": (self.values, pa.float64())})
+        if self.inc["series_id"]:
+            types = {"series_id": pa.int64(), "delta": pa.float64(), "seconds": pa.float64(), "reset": pa.bool_()}
+            self._append(con, "increments", {k: (v, types[k]) for k, v in self.inc.items()})
+        self.ids.clear()
+        self.values.clear()
+        for column in self.inc.values():
+            column.clear()
+
+    def _append(
+        self, con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, tuple[list[Any], pa.DataType]]
+    ) -> None:
+        n = len(next(iter(columns.values()))[0])
+        stamps = pa.repeat(pa.scalar(self.ts, pa.timestamp("us")), n)
+        insert_arrow(con, table, {"ts": stamps, **{k: pa.array(v, type=t) for k, (v, t) in columns.items()}})
+
+
 class Ingestor:
     """Turns batches into rows. Keeps the last value of every monotonic series in memory."""
 
@@ -95,6 +128,9 @@ class Ingestor:
         self._known: set[int] = set()
         self._series_of: Counter[str] = Counter()  # series stored, per target
         self._last: dict[int, tuple[datetime, float]] = {}
+        # per target, what a sample's name, labels, family and kind make of it: (series id,
+        # monotonic, from DCGM); kept for stored series only, so a target inventing labels adds none
+        self._seen_as: dict[str, dict[tuple[str, tuple[tuple[str, str], ...], str, str], tuple[int, bool, bool]]] = {}
         self._longest = 0.0  # the longest interval of any stored increment
         self._loaded = False
         self.rollups = Rollups(retention)
@@ -114,6 +150,21 @@ class Ingestor:
 
     def write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch) -> int:
         """Write one batch inside the caller's transaction; returns samples stored."""
+        return self.write_all(con, [batch])
+
+    def write_all(self, con: duckdb.DuckDBPyConnection, batches: list[ScrapeBatch]) -> int:
+        """Write batches in order inside the caller's transaction; returns samples stored. The raw
+        rows of consecutive batches of one scrape time (a round) go in one insert per table."""
+        raw = _Raw()
+        n = 0
+        for b in batches:
+            if raw.ts is not None and b.ts != raw.ts:
+                raw.flush(con)  # before the next time's batch rolls up the minutes they may close
+            n += self._write(con, b, raw)
+        raw.flush(con)
+        return n
+
+    def _write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch, raw: _Raw) -> int:
         if not self._loaded:
             self._load(con)
         self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
@@ -128,16 +179,23 @@ class Ingestor:
             "INSERT INTO scrapes VALUES (?, ?, ?, ?, ?, ?, ?)",
             [batch.ts, t.name, batch.up, batch.duration_seconds, len(batch.samples), batch.bytes, batch.error],
         )
-        ids: list[int] = []
-        values: list[float | None] = []
+        raw.ts = batch.ts
+        ids, values, inc = raw.ids, raw.values, raw.inc
+        stored, rolled = len(ids), len(inc["seconds"])
         new_series: list[tuple[int, str, str, str, str, str, str | None, float | None]] = []
-        inc: dict[str, list] = {"series_id": [], "delta": [], "seconds": [], "reset": []}
         seen: set[int] = set()
         room = min(self.max_new_series, self.max_series - self._series_of[t.name])
         started = process_start(batch.samples)
         refused: Counter[str] = Counter()
+        seen_as = self._seen_as.setdefault(t.name, {})
         for s in batch.samples:
-            sid = series_id(t.name, s.name, s.labels)
+            key = (s.name, s.labels, s.family, s.kind)
+            known = seen_as.get(key)
+            sid, monotonic, dcgm = (
+                known
+                if known is not None
+                else (series_id(t.name, s.name, s.labels), is_monotonic(s), s.name.startswith("DCGM_"))
+            )
             if sid in seen:  # a duplicate sample in one page: the first one counts
                 continue
             seen.add(sid)
@@ -146,14 +204,16 @@ class Ingestor:
                     refused[self._over_limit(t.name, room)] += 1
                     continue
                 new_series.append(self._series_row(sid, t.name, s))
+            if known is None:
+                seen_as[key] = (sid, monotonic, dcgm)
             v = s.value
-            blank = is_dcgm_blank(s.name, v)
+            blank = dcgm and _blank(v)
             ids.append(sid)
             values.append(None if blank else v)  # a blank is stored as NULL: "no value", not a reading
             if blank:
                 continue
             # A counter is finite and never negative; anything else is kept raw but adds no increase.
-            if is_monotonic(s) and math.isfinite(v) and v >= 0:
+            if monotonic and math.isfinite(v) and v >= 0:
                 prev = self._last.get(sid)
                 if prev is not None and batch.ts <= prev[0]:
                     continue  # out of order or duplicate scrape time: no increase
@@ -191,40 +251,17 @@ class Ingestor:
         if refused:
             log.warning("%s: %s", t.name, "; ".join(f"{n:,} {why}" for why, n in refused.items()))
             record_rejected(con, batch.ts, t.name, "series", refused)
-        if ids:
-            self._append(
-                con,
-                "samples",
-                batch.ts,
-                {"series_id": pa.array(ids, type=pa.int64()), "value": pa.array(values, type=pa.float64())},
-            )
-        if inc["series_id"] and max(inc["seconds"]) > self._longest:  # how far a raw row reaches back (read.py)
-            self._longest = max(inc["seconds"])
+        longest = max(inc["seconds"][rolled:], default=0.0)
+        if longest > self._longest:  # how far a raw row reaches back (read.py)
+            self._longest = longest
             con.execute("DELETE FROM longest_interval")
             con.execute("INSERT INTO longest_interval VALUES (?)", [self._longest])
-        if inc["series_id"]:
-            self._append(
-                con,
-                "increments",
-                batch.ts,
-                {
-                    "series_id": pa.array(inc["series_id"], type=pa.int64()),
-                    "delta": pa.array(inc["delta"], type=pa.float64()),
-                    "seconds": pa.array(inc["seconds"], type=pa.float64()),
-                    "reset": pa.array(inc["reset"], type=pa.bool_()),
-                },
-            )
-        return len(ids)
+        return len(ids) - stored
 
     def _over_limit(self, target: str, room: int) -> str:
         if self._series_of[target] + room >= self.max_series:
             return f"new series over the limit of {self.max_series:,} per target: samples refused"
         return f"new series over the limit of {self.max_new_series:,} per round: samples refused until a later round"
-
-    @staticmethod
-    def _append(con: duckdb.DuckDBPyConnection, table: str, ts: datetime, columns: dict[str, pa.Array]) -> None:
-        n = len(next(iter(columns.values())))
-        insert_arrow(con, table, {"ts": pa.array([ts] * n, type=pa.timestamp("us")), **columns})
 
     @staticmethod
     def _series_row(sid: int, target: str, s: Sample) -> tuple[int, str, str, str, str, str, str | None, float | None]:

@@ -7,7 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.parse import MAX_SAMPLES, ExpositionError, _parse_plain_text, parse_page, parse_reference
+import collectors.parse as parse_module
+from collectors.parse import (
+    MAX_SAMPLES,
+    ExpositionError,
+    PageCache,
+    _parse_plain_text,
+    parse_page,
+    parse_reference,
+)
 
 CAPTURES = [
     "vllm-0.32.0-cpu-tiny-deepseek.metrics.txt",
@@ -54,6 +62,13 @@ def test_sample_limit_refuses_a_page_with_too_many_series():
     page = "".join(f'x{{i="{i}"}} 1\n' for i in range(50)).encode()
     with pytest.raises(ExpositionError, match="more than 10 samples"):
         parse_page(page, max_samples=10)
+
+
+def test_sample_limit_holds_for_a_page_read_from_the_scrape_cache():
+    cache, page = PageCache(), "".join(f'x{{i="{i}"}} 1\n' for i in range(50))
+    assert len(cache.parse(page.encode())) == 50
+    with pytest.raises(ExpositionError, match="more than 10 samples"):
+        cache.parse(page.replace(" 1\n", " 2\n").encode(), max_samples=10)
 
 
 def test_nan_and_inf_values_pass_through():
@@ -156,3 +171,117 @@ def test_fast_path_takes_the_real_pages(capture):
     """The captures are plain: no fallback to the slow reference scan."""
     for name in CAPTURES:
         assert _parse_plain_text(capture(name), MAX_SAMPLES)
+
+
+# ---------------------------------------------------------------- the scrape cache gives parse_page's samples
+def reference(text: str) -> object:
+    """parse_reference's samples, comparable (NaN by its text), or ExpositionError."""
+    try:
+        return [(s.name, s.labels, repr(s.value), s.family, s.kind) for s in parse_reference(text, openmetrics=False)]
+    except ExpositionError:
+        return ExpositionError
+
+
+def cached(cache: PageCache, text: str) -> object:
+    try:
+        return [(s.name, s.labels, repr(s.value), s.family, s.kind) for s in cache.parse(text.encode())]
+    except ExpositionError:
+        return ExpositionError
+
+
+def revalued(text: str, value) -> str:  # type: ignore[no-untyped-def]
+    """The page with each sample line's last token replaced by value(old token)."""
+    lines = []
+    for line in text.split("\n"):
+        head, space, last = line.rpartition(" ")
+        lines.append(f"{head}{space}{value(last)}" if space and not line.startswith("#") else line)
+    return "\n".join(lines)
+
+
+VALUE_TEXTS = st.sampled_from(["1", "2.5", "1_000", "NaN", "zz", "1 2", "1\t2", "\t3", "", "1e3", "+Inf", "1 1_0"])
+
+
+@st.composite
+def edited(draw, lines: list[str]) -> list[str]:  # type: ignore[no-untyped-def]
+    """The page's lines after a few edits: values changed, a line dropped, replaced or added."""
+    out = list(lines)
+    for _ in range(draw(st.integers(1, 3))):
+        edit = draw(st.sampled_from(["values", "drop", "replace", "insert"]))
+        at = draw(st.integers(0, max(len(out) - 1, 0)))
+        if edit == "values":
+            out = revalued("\n".join(out), lambda _: draw(VALUE_TEXTS)).split("\n")
+        elif edit == "drop" and out:
+            del out[at]
+        elif edit == "replace" and out:
+            out[at] = draw(PIECES)
+        else:
+            out.insert(at, draw(PIECES))
+    return out
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.lists(PIECES, max_size=12), st.data())
+def test_the_scrape_cache_agrees_with_the_reference_parser(first, data):
+    """A page, then edited pages, through one cache: each gives the reference's samples or its
+    refusal, whether read from the cache or parsed afresh."""
+    cache = PageCache()
+    text = "\n".join(first) + "\n"
+    assert cached(cache, text) == reference(text)
+    then = first
+    for _ in range(3):
+        then = data.draw(edited(then))
+        page = "\n".join(then) + "\n"
+        assert cached(cache, page) == reference(page), page
+
+
+@pytest.mark.parametrize(
+    "first,then",
+    [
+        (['g{x="1"} 5'], ['g{x="2"} 5']),  # a label changed, the line's length not
+        (["g 1", "a 2"], ["g 1"]),  # the last line gone (a plain page's first lines give its first samples)
+        (["g 1"], ["g 1 2 zz"]),  # more than a value and a timestamp: the reference refuses this one
+        (["# TYPE g gauge", "g 1"], ["# TYPE g counter", "g 1"]),
+        (["g 1"], ["g  1"]),
+    ],
+)
+def test_the_scrape_cache_sees_what_changed_besides_the_values(first, then):
+    cache = PageCache()
+    for lines in (first, then):
+        page = "\n".join(lines) + "\n"
+        assert cached(cache, page) == reference(page), page
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_the_scrape_cache_reads_only_the_values_of_an_unchanged_page(capture, name, monkeypatch):
+    text = capture(name)
+    cache = PageCache()
+    assert cached(cache, text) == reference(text)
+    again = revalued(text, lambda v: repr(float(v) + 1.5))
+    assert again != text
+    monkeypatch.setattr(parse_module, "_parse_plain_text", None)  # a page parsed afresh fails
+    assert cached(cache, again) == reference(again)
+
+
+def test_a_page_with_a_new_series_is_parsed_afresh_and_kept(capture, monkeypatch):
+    text = capture(CAPTURES[2])
+    cache = PageCache()
+    cache.parse(text.encode())
+    calls = []
+    real = parse_module._parse_plain_text
+    monkeypatch.setattr(parse_module, "_parse_plain_text", lambda *a: calls.append(1) or real(*a))
+    line = next(x for x in text.split("\n") if x.startswith("vllm:num_requests_running{"))
+    grown = text.replace(line, line + "\n" + line.replace('engine="0"', 'engine="9"'))
+    assert grown != text and cached(cache, grown) == reference(grown) and calls == [1]
+    later = revalued(grown, lambda v: repr(float(v) * 2))
+    assert cached(cache, later) == reference(later) and calls == [1]  # kept: read from the cache
+    assert cached(cache, text) == reference(text) and calls == [1, 1]  # the series went: afresh again
+
+
+def test_an_openmetrics_page_is_never_read_from_the_cache():
+    cache = PageCache()
+    plain = b"# TYPE a counter\na_total 3\n"
+    cache.parse(plain)
+    om = cache.parse(b"# TYPE a counter\na_total 3\n# EOF\n", "application/openmetrics-text; version=1.0.0")
+    assert [(s.name, s.value) for s in om] == [("a_total", 3.0)]
+    with pytest.raises(ExpositionError, match="truncated"):
+        cache.parse(b"# TYPE a counter\na_total 4")

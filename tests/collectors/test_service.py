@@ -30,18 +30,18 @@ def test_after_a_failed_write_no_sample_is_orphaned_and_no_increase_is_double_co
     c = Collector(wh, tmp_path / "t.json")
     c.store([batch(10, T0)])
     # The write fails after the ingestor did its work, inside the transaction, which rolls back.
-    original_write = c.ingestor.write
+    original_write = c.ingestor.write_all
 
     calls = []
 
-    def failing(con, b):  # fails once, like a full disk that is then cleared
-        original_write(con, b)
-        calls.append(b)
+    def failing(con, batches):  # fails once, like a full disk that is then cleared
+        original_write(con, batches)
+        calls.append(batches)
         if len(calls) == 1:
             raise RuntimeError("No space left on device (named fake: a fault this test cannot provoke otherwise)")
         return 0
 
-    c.ingestor.write = failing  # type: ignore[method-assign]
+    c.ingestor.write_all = failing  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="No space left"):
         c.store([batch(20, T0 + timedelta(seconds=5), "# TYPE b_total counter\nb_total 1\n")])
     c.store([batch(30, T0 + timedelta(seconds=10), "# TYPE b_total counter\nb_total 2\n")])
@@ -99,14 +99,14 @@ def test_an_input_that_breaks_the_round_is_refused_alone(tmp_path, monkeypatch):
     other = TargetInfo("decode-1", "http://y/metrics", "decode", 1)
     wh = Warehouse(tmp_path / "w.duckdb")
     c = Collector(wh, _targets_file(tmp_path, TARGET, other))
-    original = c.ingestor.write
+    original = Ingestor.write_all
 
-    def breaks_for_decode_0(con, b):  # type: ignore[no-untyped-def]
-        if b.target.name == "decode-0" and b.up:
+    def breaks_for_decode_0(self, con, batches):  # type: ignore[no-untyped-def]
+        if any(b.target.name == "decode-0" and b.up for b in batches):
             raise ValueError("named fake: an input nobody foresaw")
-        return original(con, b)
+        return original(self, con, batches)
 
-    monkeypatch.setattr(Ingestor, "write", lambda self, con, b: breaks_for_decode_0(con, b))
+    monkeypatch.setattr(Ingestor, "write_all", breaks_for_decode_0)
     for k in range(3):
         at = T0 + timedelta(seconds=5 * k)
         text = f"# TYPE a_total counter\na_total {10 * k}\n".encode()

@@ -129,3 +129,28 @@ def test_negative_or_infinite_counter_values_add_no_increase(con):
     for i, v in enumerate(["5", "-1", "+Inf", "+Inf", "9"]):
         ingest(con, ing, page(v), T0 + timedelta(seconds=5 * i))  # type: ignore[arg-type]
     assert increments(con, "vllm:generation_tokens_total") == [(4.0, False)]  # 5 -> 9 only
+
+
+def test_rounds_written_together_store_what_batch_by_batch_writes_store():
+    """write_all inserts the raw rows of a round at once, and those of each round before the next
+    round rolls up the minutes it closes: every table ends as writing each batch alone leaves it."""
+    other = TargetInfo("prefill-0", "http://y/metrics", "prefill", 8, "test")
+    stamps = [T0 + timedelta(seconds=s) for s in (20, 40, 60, 65, 125, 130)]  # crossing two minutes
+    batches = [
+        ScrapeBatch(t, at, True, 0.01, parse_page((page(100 + 7 * k + i) + f"g {k}\nDCGM_X {9.3e18}\n").encode()))
+        for k, at in enumerate(stamps)
+        for i, t in enumerate((TARGET, other))
+    ]
+    tables = ("samples", "increments", "increments_1m", "samples_1m", "scrapes", "series", "rollup_state")
+    stores = []
+    for write in (
+        lambda ing, con: sum(ing.write(con, b) for b in batches),
+        lambda ing, con: ing.write_all(con, batches),
+    ):
+        c = duckdb.connect()
+        apply_migrations(c)
+        assert write(Ingestor(), c) == 3 * len(batches)
+        stores.append({t: c.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in tables})
+    alone, together = stores
+    assert together == alone
+    assert len(alone["increments_1m"]) >= 4 and len(alone["increments"]) == 2 * (len(stamps) - 1)
