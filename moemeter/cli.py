@@ -116,7 +116,7 @@ def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] =
     """Generate history through the real ingest path: twin pages -> parser -> the collector's
     `store` (one round per interval, as a live collector stores it) -> warehouse."""
     from collectors.experts import SnapshotResult
-    from collectors.parse import parse_page
+    from collectors.parse import PageCache
     from collectors.requests import FeedResult
     from collectors.service import Collector
     from moemeter.contract import TargetInfo
@@ -152,7 +152,14 @@ def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] =
         ts = start + timedelta(seconds=t)
         pages = twin.pages(start.timestamp() + t)
         batches = [
-            ScrapeBatch(targets[name], ts, True, 0.0, parse_page(text.encode()), bytes=len(text))
+            ScrapeBatch(
+                targets[name],
+                ts,
+                True,
+                0.0,
+                collector.pages.setdefault(name, PageCache()).parse(text.encode()),
+                bytes=len(text),
+            )
             for name, text in pages.items()
         ]
         # Expert snapshots once a minute, as the collector pulls them.

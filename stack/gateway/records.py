@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,9 @@ class RequestRecord:
     slo_itl_seconds: float | None = None  # its own mean inter-token latency target (x-slo-tpot-ms)
 
     def to_json(self) -> dict[str, object]:
-        return asdict(self)
+        # asdict() without its deep copy (every field is a plain value): the twin's fast-forward
+        # spent 40% of its time there
+        return {name: getattr(self, name) for name in RECORD_FIELDS}
 
 
 RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
