@@ -61,11 +61,13 @@ def _decode(body: bytes, content_type: str) -> tuple[str, bool]:
 
 class PageCache:
     """One target's scrape cache, as Prometheus keeps one: its last plain-text page, line by line,
-    without the values, and the samples it gave. A page whose lines are all the same but for their
-    values (and timestamps) takes its samples' names, labels and families from there, reading only
-    the values; any other page is parsed afresh and becomes the one kept. The result is parse_page's
-    by construction: a sample line is only read from the cache when it is the kept line's text up
-    to its value (whitespace included) followed by what the fast path takes as a value."""
+    without the values, and the samples it gave. A page with the same comment lines and sample
+    names, line for line, takes its samples' names, labels and families from there, reading only
+    the values, and parsing alone the sample lines whose labels changed; any other page is parsed
+    afresh and becomes the one kept. The result is parse_page's by construction: a line is read
+    from the cache only when it is the kept line's text up to its value (whitespace included)
+    followed by what the fast path takes as a value, and the families and kinds the fast path
+    gives follow from the comment lines and the sample names alone."""
 
     def __init__(self) -> None:
         self._lines: list[tuple[str, Sample | None]] = []  # (comment line, None) or (text before the value, sample)
@@ -89,7 +91,11 @@ class PageCache:
         return out
 
     def _reread(self, text: str, max_samples: int) -> list[Sample] | None:
-        """The page's samples from the kept lines; None when a line differs but for its value."""
+        """The page's samples from the kept lines; None when a comment line differs, or a sample
+        line's name, or the number of lines grows. A sample line that differs in more than its
+        value but keeps its name (another label value) is read alone and kept in its place: the
+        page reads as before, its families and kinds following from the comment lines and the
+        sample names alone."""
         kept = self._lines
         out: list[Sample] = []
         i = 0
@@ -105,14 +111,17 @@ class PageCache:
                 if line != head:
                     return None
                 continue
-            if not line.startswith(head):
-                return None
-            m = _VALUE.fullmatch(line, len(head))
-            if m is None:
-                return None
-            number = _number(*m.groups())
+            m = _VALUE.fullmatch(line, len(head)) if line.startswith(head) else None
+            number = _number(*m.groups()) if m is not None else None
             if number is None:
-                return None
+                try:
+                    name, labels, number, head = _sample_line(line)
+                except (_NotPlain, ExpositionError):
+                    return None  # parsed afresh, the page gives the reference's answer
+                if _NAME_RE.match(kept[i - 1][0]).group() != name:  # type: ignore[union-attr]  # a kept head starts with its name
+                    return None
+                sample = Sample(sample.name, labels, number, sample.family, sample.kind)
+                kept[i - 1] = (head, sample)
             out.append(Sample(sample.name, sample.labels, number, sample.family, sample.kind))
         # fewer lines than kept: the kept page's first lines, which give its first samples
         return out if len(out) <= max_samples else None
@@ -173,6 +182,29 @@ def _number(value: str, stamp: str | None) -> float | None:
     return number
 
 
+def _sample_line(line: str) -> tuple[str, tuple[tuple[str, str], ...], float, str]:
+    """A plain sample line's name, sorted labels, value, and its text before the value; _NotPlain
+    where the reference decides, ExpositionError over a limit."""
+    m = _SAMPLE.fullmatch(line)
+    if m is None:
+        raise _NotPlain
+    name, inner, value, stamp = m.groups()
+    labels: tuple[tuple[str, str], ...] = ()
+    if inner:
+        pairs = _PAIR.findall(inner)
+        if inner.startswith("__") or ",__" in inner or (len(pairs) > 1 and len(dict(pairs)) != len(pairs)):
+            raise _NotPlain  # reserved or duplicate label names: the reference's error
+        if len(inner) > MAX_LABEL_VALUE_BYTES:
+            for key, v in pairs:
+                if len(v) > MAX_LABEL_VALUE_BYTES:
+                    raise ExpositionError(f"label {key} of {name} has a {len(v)}-character value: refused")
+        labels = tuple(sorted(pairs))
+    number = _number(value, stamp)
+    if number is None:
+        raise _NotPlain
+    return name, labels, number, line[: m.start(3)]
+
+
 def _parse_plain_text(text: str, max_samples: int, kept: list[tuple[str, Sample | None]] | None = None) -> list[Sample]:
     """prometheus_client.parser.text_fd_to_metric_families, line for line, for plain pages. With
     `kept`, each line is appended to it: (the line, None) for a comment, (the text before its
@@ -216,24 +248,8 @@ def _parse_plain_text(text: str, max_samples: int, kept: list[tuple[str, Sample 
                     raise _NotPlain
                 allowed = tuple(family + suffix for suffix in _ALLOWED.get(kind, ("",)))
             continue
-        m = _SAMPLE.fullmatch(line)
-        if m is None:
-            raise _NotPlain
-        name, inner, value, stamp = m.groups()
-        labels: tuple[tuple[str, str], ...] = ()
-        if inner:
-            pairs = _PAIR.findall(inner)
-            if inner.startswith("__") or ",__" in inner or (len(pairs) > 1 and len(dict(pairs)) != len(pairs)):
-                raise _NotPlain  # reserved or duplicate label names: the reference's error
-            if len(inner) > MAX_LABEL_VALUE_BYTES:
-                for key, v in pairs:
-                    if len(v) > MAX_LABEL_VALUE_BYTES:
-                        raise ExpositionError(f"label {key} of {name} has a {len(v)}-character value: refused")
-            labels = tuple(sorted(pairs))
-        number = _number(value, stamp)
-        if number is None:
-            raise _NotPlain
-        shape.append((line[: m.start(3)], True))
+        name, labels, number, head = _sample_line(line)
+        shape.append((head, True))
         if name in allowed:
             out.append(Sample(name, labels, number, family, kind))
         else:  # the reference yields it at once as an untyped family of its own

@@ -285,3 +285,21 @@ def test_an_openmetrics_page_is_never_read_from_the_cache():
     assert [(s.name, s.value) for s in om] == [("a_total", 3.0)]
     with pytest.raises(ExpositionError, match="truncated"):
         cache.parse(b"# TYPE a counter\na_total 4")
+
+
+def test_a_series_that_moved_within_its_family_is_read_alone_and_kept(capture, monkeypatch):
+    """The plugin's hot-expert gauge names other experts as the load moves: the lines that changed
+    are parsed, the others read from the cache, and the next page reads them from the cache too."""
+    text = capture(CAPTURES[2])
+    cache = PageCache()
+    cache.parse(text.encode())
+    line = next(x for x in text.split("\n") if x.startswith("vllm:num_requests_running{"))
+    moved = text.replace(line, line.replace('engine="0"', 'engine="7"'))
+    assert moved != text
+    calls = []
+    real = parse_module._sample_line
+    monkeypatch.setattr(parse_module, "_sample_line", lambda line: calls.append(line) or real(line))
+    monkeypatch.setattr(parse_module, "_parse_plain_text", None)  # the page is never parsed afresh
+    assert cached(cache, moved) == reference(moved) and len(calls) == 1
+    later = revalued(moved, lambda v: repr(float(v) + 1))
+    assert cached(cache, later) == reference(later) and len(calls) == 1
