@@ -111,8 +111,7 @@ class PageCache:
                 if line != head:
                     return None
                 continue
-            m = _VALUE.fullmatch(line, len(head)) if line.startswith(head) else None
-            number = _number(*m.groups()) if m is not None else None
+            number = _value(line[len(head) :]) if line.startswith(head) else None
             if number is None:
                 try:
                     name, labels, number, head = _sample_line(line)
@@ -166,6 +165,15 @@ _ALLOWED = {
     "summary": ("_count", "_sum", ""),
     "histogram": ("_count", "_sum", "_bucket"),
 }
+
+
+def _value(tail: str) -> float | None:
+    """The value of a sample line's text after its series and whitespace, as _SAMPLE and _number
+    read it (None: not a plain value)."""
+    if " " not in tail and "\t" not in tail:  # no timestamp: all of it (the line is stripped)
+        return _number(tail, None)
+    m = _VALUE.fullmatch(tail)
+    return _number(*m.groups()) if m is not None else None
 
 
 def _number(value: str, stamp: str | None) -> float | None:
