@@ -277,14 +277,17 @@ def test_a_page_with_a_new_series_is_parsed_afresh_and_kept(capture, monkeypatch
     assert cached(cache, text) == reference(text) and calls == [1, 1]  # the series went: afresh again
 
 
-def test_an_openmetrics_page_is_never_read_from_the_cache():
+def test_an_openmetrics_page_goes_to_its_parser_and_empties_the_cache(monkeypatch):
     cache = PageCache()
-    plain = b"# TYPE a counter\na_total 3\n"
-    cache.parse(plain)
+    cache.parse(b"# TYPE a counter\na_total 3\n")
     om = cache.parse(b"# TYPE a counter\na_total 3\n# EOF\n", "application/openmetrics-text; version=1.0.0")
     assert [(s.name, s.value) for s in om] == [("a_total", 3.0)]
+    calls = []
+    real = parse_module._parse_plain_text
+    monkeypatch.setattr(parse_module, "_parse_plain_text", lambda *a: calls.append(1) or real(*a))
+    assert [s.value for s in cache.parse(b"# TYPE a counter\na_total 4\n")] == [4.0] and calls == [1]
     with pytest.raises(ExpositionError, match="truncated"):
-        cache.parse(b"# TYPE a counter\na_total 4")
+        cache.parse(b"# TYPE a counter\na_total 5")
 
 
 def test_a_series_that_moved_within_its_family_is_read_alone_and_kept(capture, monkeypatch):
