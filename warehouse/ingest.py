@@ -56,10 +56,8 @@ class ScrapeBatch:
 
 def is_dcgm_blank(name: str, value: float) -> bool:
     """DCGM's "no value" sentinels, which must never be read as a measurement."""
-    return name.startswith("DCGM_") and _blank(value)
-
-
-def _blank(value: float) -> bool:
+    if not name.startswith("DCGM_"):
+        return False
     return value >= DCGM_INT64_BLANK_MIN or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK + 3
 
 
@@ -129,8 +127,8 @@ class Ingestor:
         self._series_of: Counter[str] = Counter()  # series stored, per target
         self._last: dict[int, tuple[datetime, float]] = {}
         # per target, what a sample's name, labels, family and kind make of it: (series id,
-        # monotonic, from DCGM); kept for stored series only, so a target inventing labels adds none
-        self._seen_as: dict[str, dict[tuple[str, tuple[tuple[str, str], ...], str, str], tuple[int, bool, bool]]] = {}
+        # monotonic); kept for stored series only, so a target inventing labels adds none
+        self._seen_as: dict[str, dict[tuple[str, tuple[tuple[str, str], ...], str, str], tuple[int, bool]]] = {}
         self._longest = 0.0  # the longest interval of any stored increment
         self._loaded = False
         self.rollups = Rollups(retention)
@@ -191,11 +189,7 @@ class Ingestor:
         for s in batch.samples:
             key = (s.name, s.labels, s.family, s.kind)
             known = seen_as.get(key)
-            sid, monotonic, dcgm = (
-                known
-                if known is not None
-                else (series_id(t.name, s.name, s.labels), is_monotonic(s), s.name.startswith("DCGM_"))
-            )
+            sid, monotonic = known if known is not None else (series_id(t.name, s.name, s.labels), is_monotonic(s))
             if sid in seen:  # a duplicate sample in one page: the first one counts
                 continue
             seen.add(sid)
@@ -205,9 +199,9 @@ class Ingestor:
                     continue
                 new_series.append(self._series_row(sid, t.name, s))
             if known is None:
-                seen_as[key] = (sid, monotonic, dcgm)
+                seen_as[key] = (sid, monotonic)
             v = s.value
-            blank = dcgm and _blank(v)
+            blank = is_dcgm_blank(s.name, v)
             ids.append(sid)
             values.append(None if blank else v)  # a blank is stored as NULL: "no value", not a reading
             if blank:
