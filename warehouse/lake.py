@@ -572,7 +572,7 @@ class Publisher:
                 continue
             since, end, batch = batches[t.name]
             if t.name == EVENTS:
-                rows[t.name] = self._insert(t.name, self._unpublished_events(since, batch))
+                rows[t.name] = self._insert(t.name, self._unpublished_events(t, since, batch))
                 continue
             # a delete costs a look at the rack's files. A publisher's first commit replaces its
             # windows whatever the watermarks say, and removes any row past them: request sums an
@@ -612,10 +612,10 @@ class Publisher:
         )
         return Step(rack, through, rows)
 
-    def _unpublished_events(self, since: datetime | None, batch: pa.Table) -> pa.Table:
+    def _unpublished_events(self, table: Table, since: datetime | None, batch: pa.Table) -> pa.Table:
         """The events of the batch (those of its window, from `since`) the lake does not hold."""
         if self._events is None:
-            where, params = ("ts >= ?", [since]) if since is not None else ("TRUE", [])
+            where, params = table.edges(since, None)
             self._events = {
                 tuple(r)
                 for r in self.lake.execute(
