@@ -70,7 +70,9 @@ def process_start(samples: list[Sample]) -> datetime | None:
     return None
 
 
-def series_id(target: str, name: str, labels: tuple[tuple[str, str], ...]) -> int:
+def series_key(target: str, name: str, labels: tuple[tuple[str, str], ...]) -> int:
+    """A series' identity: a 64-bit hash of its target, name and labels as scraped (its stored id
+    is a number the writer gives it, migration 015)."""
     key = "\x00".join([target, name, *(f"{k}\x01{v}" for k, v in labels)]).encode()
     return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big", signed=True)
 
@@ -82,6 +84,10 @@ def is_monotonic(sample: Sample) -> bool:
     if not suffixes:
         return False
     return any(sample.name == sample.family + s for s in suffixes)
+
+
+# a new row of `series`: id, target, metric, family, kind, labels, engine, le, key
+SeriesRow = tuple[int, str, str, str, str, str, str | None, float | None, int]
 
 
 @dataclass
@@ -123,7 +129,8 @@ class Ingestor:
         max_series: int = MAX_SERIES_PER_TARGET,
         max_new_series: int = MAX_NEW_SERIES_PER_ROUND,
     ) -> None:
-        self._known: set[int] = set()
+        self._ids: dict[int, int] = {}  # series key -> series id, of every stored series
+        self._next_id = 1
         self._series_of: Counter[str] = Counter()  # series stored, per target
         self._last: dict[int, tuple[datetime, float]] = {}
         # per target, what a sample's name, labels, family and kind make of it: (series id,
@@ -136,7 +143,8 @@ class Ingestor:
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
         """After a restart: known series, and the last value of each series seen in the last hour."""
-        self._known = {r[0] for r in con.execute("SELECT series_id FROM series").fetchall()}
+        self._ids = dict(con.execute("SELECT series_key, series_id FROM series").fetchall())
+        self._next_id = max(self._ids.values(), default=0) + 1
         self._series_of = Counter(dict(con.execute("SELECT target, count(*) FROM series GROUP BY 1").fetchall()))
         rows = con.execute(
             """SELECT series_id, max(ts), arg_max(value, ts) FROM samples
@@ -180,26 +188,33 @@ class Ingestor:
         raw.ts = batch.ts
         ids, values, inc = raw.ids, raw.values, raw.inc
         stored, rolled = len(ids), len(inc["seconds"])
-        new_series: list[tuple[int, str, str, str, str, str, str | None, float | None]] = []
+        new_series: list[SeriesRow] = []
         seen: set[int] = set()
         room = min(self.max_new_series, self.max_series - self._series_of[t.name])
         started = process_start(batch.samples)
         refused: Counter[str] = Counter()
         seen_as = self._seen_as.setdefault(t.name, {})
         for s in batch.samples:
-            key = (s.name, s.labels, s.family, s.kind)
-            known = seen_as.get(key)
-            sid, monotonic = known if known is not None else (series_id(t.name, s.name, s.labels), is_monotonic(s))
+            as_seen = (s.name, s.labels, s.family, s.kind)
+            known = seen_as.get(as_seen)
+            if known is not None:
+                sid, monotonic = known
+            else:
+                key = series_key(t.name, s.name, s.labels)
+                if key in self._ids:
+                    sid = self._ids[key]
+                elif len(new_series) >= room:
+                    refused[self._over_limit(t.name, room)] += 1
+                    continue
+                else:
+                    sid = self._ids[key] = self._next_id
+                    self._next_id += 1
+                    new_series.append(self._series_row(sid, key, t.name, s))
+                monotonic = is_monotonic(s)
+                seen_as[as_seen] = (sid, monotonic)
             if sid in seen:  # a duplicate sample in one page: the first one counts
                 continue
             seen.add(sid)
-            if sid not in self._known:
-                if len(new_series) >= room:
-                    refused[self._over_limit(t.name, room)] += 1
-                    continue
-                new_series.append(self._series_row(sid, t.name, s))
-            if known is None:
-                seen_as[key] = (sid, monotonic)
             v = s.value
             blank = is_dcgm_blank(s.name, v)
             ids.append(sid)
@@ -233,14 +248,14 @@ class Ingestor:
                     "labels": pa.array(cols[5], type=pa.string()),
                     "engine": pa.array(cols[6], type=pa.string()),
                     "le": pa.array(cols[7], type=pa.float64()),
+                    "series_key": pa.array(cols[8], type=pa.int64()),
                 }
             )
             con.register("_new_series", tbl)
-            try:  # a series another writer round already added is fine
-                con.execute("INSERT OR IGNORE INTO series SELECT * FROM _new_series")
+            try:
+                con.execute("INSERT INTO series BY NAME SELECT * FROM _new_series")
             finally:
                 con.unregister("_new_series")
-            self._known.update(cols[0])
             self._series_of[t.name] += len(new_series)
         if refused:
             log.warning("%s: %s", t.name, "; ".join(f"{n:,} {why}" for why, n in refused.items()))
@@ -258,11 +273,11 @@ class Ingestor:
         return f"new series over the limit of {self.max_new_series:,} per round: samples refused until a later round"
 
     @staticmethod
-    def _series_row(sid: int, target: str, s: Sample) -> tuple[int, str, str, str, str, str, str | None, float | None]:
+    def _series_row(sid: int, key: int, target: str, s: Sample) -> SeriesRow:
         labels = dict(s.labels)
         le = labels.pop("le", None)
         engine = labels.get("engine")
         le_value = float(le.replace("+Inf", "inf")) if le is not None and s.name.endswith("_bucket") else None
         if le is not None and le_value is None:
             labels["le"] = le
-        return (sid, target, s.name, s.family, s.kind, json.dumps(labels, sort_keys=True), engine, le_value)
+        return (sid, target, s.name, s.family, s.kind, json.dumps(labels, sort_keys=True), engine, le_value, key)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import struct
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import duckdb
 import pytest
 
+from collectors.parse import parse_page
 from moemeter.cli import main
+from moemeter.contract import TargetInfo
 from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
+from warehouse.ingest import Ingestor, ScrapeBatch
+
+from .layouts import written_before
 
 
 def test_migrations_apply_once_and_are_recorded():
@@ -104,3 +112,93 @@ def test_a_file_a_newer_duckdb_wrote_says_how_to_bring_it_over(tmp_path, capsys)
     assert main(["query", "--db", str(path), "SELECT 1"]) == 2
     assert "written by a newer DuckDB" in capsys.readouterr().err
     assert path.read_bytes() == bytes(data)
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+DECODE = TargetInfo("decode-0", "http://d/metrics", "decode", 1, "test")
+ROUTER = TargetInfo("router", "http://r/metrics", "router", 0, "test")
+T0 = datetime(2026, 11, 30, 10, 0, 0)
+LATE_SERIES = '# TYPE moemeter_test_late_total counter\nmoemeter_test_late_total{x="1"} 5\n'
+
+
+def round_pages(k: int) -> list[tuple[TargetInfo, bytes]]:
+    """Round k of two real pages, every value grown with k. The router's prefix-routing series stop
+    after round 70; a counter first appears in round 90, at the top of the decode page."""
+
+    def grown(text: str) -> str:
+        return re.sub(r"^(\S+) (\S+)$", lambda m: f"{m[1]} {float(m[2]) * (k + 1)!r}", text, flags=re.MULTILINE)
+
+    decode = (FIXTURES / "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").read_text()
+    router = (FIXTURES / "vllm-router-0.1.17-pd.metrics.txt").read_text()
+    if k > 70:
+        router = "\n".join(line for line in router.splitlines() if "prefix_routing" not in line) + "\n"
+    if k >= 90:
+        decode = LATE_SERIES + decode
+    return [(DECODE, grown(decode).encode()), (ROUTER, grown(router).encode())]
+
+
+def write_rounds(con: duckdb.DuckDBPyConnection, rounds: range, ingestor: Ingestor | None = None) -> None:
+    ing = ingestor or Ingestor()
+    for k in rounds:
+        ts = T0 + timedelta(minutes=k)
+        ing.write_all(con, [ScrapeBatch(t, ts, True, 0.01, parse_page(body)) for t, body in round_pages(k)])
+
+
+SERIES_TABLES = ("samples", "increments", "samples_1m", "increments_1m", "samples_1h", "increments_1h")
+
+
+def by_key(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
+    """Every table that holds series ids, each row with its series' key in place of the id."""
+    out = {"series": con.execute("SELECT * EXCLUDE (series_id) FROM series ORDER BY ALL").fetchall()}
+    for t in SERIES_TABLES:
+        out[t] = con.execute(
+            f"SELECT s.series_key, x.* EXCLUDE (series_id) FROM {t} x JOIN series s USING (series_id) ORDER BY ALL"
+        ).fetchall()
+    return out
+
+
+def test_series_are_numbered_in_the_order_the_writer_first_stores_them():
+    con = duckdb.connect()
+    apply_migrations(con)
+    write_rounds(con, range(3))
+    ids = [r[0] for r in con.execute("SELECT series_id FROM samples ORDER BY rowid").fetchall()]
+    n = len(ids) // 3
+    assert ids == list(range(1, n + 1)) * 3  # each round's rows in page order, ids rising by one
+    keys = con.execute("SELECT count(DISTINCT series_key), count(*) FROM series").fetchall()
+    assert keys == [(n, n)]
+
+
+def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration():
+    """A warehouse written when series ids were hashes (migrations up to 014) keeps every row of
+    every table through migration 015, with ids 1..n in the order of each target's last page, rows
+    in time and id order; the writer then carries on from it as from a file it wrote itself."""
+    new = duckdb.connect()
+    apply_migrations(new)
+    write_rounds(new, range(130))  # 10:00 .. 12:09, two hours rolled up
+    old = written_before(new, 15)
+    assert old.execute("SELECT max(abs(series_id)) > 2^32 FROM series").fetchall() == [(True,)]  # hashes
+    kept = by_key(new)
+    assert all(kept[t] for t in SERIES_TABLES)
+
+    assert apply_migrations(old) == ["015_dense_series_ids.sql"]
+    assert by_key(old) == kept
+    n = len(kept["series"])
+    assert old.execute("SELECT min(series_id), max(series_id), count(*) FROM series").fetchall() == [(1, n, n)]
+    for t in SERIES_TABLES:
+        out_of_order = old.execute(
+            f"SELECT count(*) FROM (SELECT ts, series_id, lag((ts, series_id)) OVER (ORDER BY rowid) AS before "
+            f"FROM {t}) WHERE before > (ts, series_id)"
+        ).fetchall()
+        assert out_of_order == [(0,)], t
+    last = old.execute("SELECT series_id FROM samples WHERE ts = (SELECT max(ts) FROM samples) ORDER BY rowid")
+    placed = [r[0] for r in last.fetchall()]
+    assert placed == list(range(1, len(placed) + 1))  # the last round's pages, in page order
+    gone = old.execute(
+        "SELECT min(series_id) FROM series WHERE series_id NOT IN (SELECT series_id FROM samples WHERE ts = ?)",
+        [T0 + timedelta(minutes=129)],
+    ).fetchall()
+    assert gone == [(len(placed) + 1,)]  # series no longer scraped come after them
+
+    write_rounds(new, range(130, 135))
+    write_rounds(old, range(130, 135))  # a new writer on the migrated file
+    assert by_key(old) == by_key(new)

@@ -12,10 +12,12 @@ from dashboard.data import live
 from moemeter.contract import TargetInfo
 from warehouse import rollup
 from warehouse.api import LocalQuery
-from warehouse.db import apply_migrations, migrations
+from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.read import Holdings, plan, served_by
 from warehouse.rollup import Retention
+
+from .layouts import written_before
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 DECODE = TargetInfo("decode-0", "http://x/metrics", "decode", 2, "test")
@@ -167,30 +169,27 @@ def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
 
 
 def hour_sums(c: duckdb.DuckDBPyConnection) -> list[tuple]:
-    return c.execute("""SELECT ts, series_id, sum(delta), sum(seconds), sum(resets), sum(idle_seconds)
-                        FROM increments_1h GROUP BY ALL ORDER BY ALL""").fetchall()
+    return c.execute("""SELECT h.ts, s.metric, s.labels, sum(delta), sum(seconds), sum(resets), sum(idle_seconds)
+                        FROM increments_1h h JOIN series s USING (series_id) GROUP BY ALL ORDER BY ALL""").fetchall()
 
 
 def test_a_file_of_uncompacted_hours_is_compacted_in_place_by_its_migration(monkeypatch):
     """A warehouse written before hours were compacted (migrations up to 013, a writer that only
     appends a row per minute to the hour) keeps every hour's sums through migration 014."""
-    c = duckdb.connect()
-    c.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
-    for version, name, text in migrations():
-        if version < 14:
-            c.execute(text)
-            c.execute("INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [version, name])
     monkeypatch.setattr(rollup, "compact_hours", lambda *a: None)  # the writer before compaction
-    three_hours(c)
+    new = duckdb.connect()
+    apply_migrations(new)
+    three_hours(new)
+    c = written_before(new, 14)
     before = hour_sums(c)
     assert (
         c.execute("SELECT count(*) FROM increments_1h").fetchall()[0][0] == 2 * 179
     )  # a row per engine and minute rolled
-    assert apply_migrations(c) == ["014_compact_hour_rows.sql"]
+    assert apply_migrations(c)[0] == "014_compact_hour_rows.sql"
     assert c.execute("SELECT count(*) FROM increments_1h").fetchall()[0][0] == 6
     after = hour_sums(c)
-    assert [r[:2] for r in after] == [r[:2] for r in before]
-    assert [r[2:] for r in after] == [pytest.approx(r[2:], rel=1e-12) for r in before]
+    assert [r[:3] for r in after] == [r[:3] for r in before]
+    assert [r[3:] for r in after] == [pytest.approx(r[3:], rel=1e-12) for r in before]
 
 
 def test_retention_never_drops_rows_that_are_not_rolled_up():
