@@ -4,8 +4,10 @@ engine reads it).
 Rows are read through the same SELECT-only contract the dashboard uses (a local read-only
 connection or the query API), one day at a time, and written with pyarrow as
 `<out>/<table>/day=YYYY-MM-DD/part-0.parquet`, or `<out>/<table>/rack=NAME/day=.../` when a
-rack is named, so several racks' warehouses export into one dataset (series ids are per rack:
-join on rack and series_id). Dimension tables (series, targets) are written whole.
+rack is named, so several racks' warehouses export into one dataset (join on rack and
+series_id). Dimension tables (series, targets) are written whole. Outside the file, a series is
+named by its key (named_by_key), so what one file exported joins what it exports after its series
+were renumbered, and what another file of the same rack exports.
 Re-exporting a day replaces that day's file.
 """
 
@@ -41,6 +43,8 @@ FACT_TABLES = (
     "requests_slo_1m",
 )
 TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
+BY_SERIES = ("samples", "increments", "samples_1m", "increments_1m", "samples_1h", "increments_1h")
+"""Tables whose rows name a series by its `series_id`."""
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIMENSION_TABLES = (
     "series",
@@ -52,6 +56,20 @@ DIMENSION_TABLES = (
     "slo_assignments",
     "request_feeds",
 )
+
+
+def named_by_key(table: str, where: str = "TRUE") -> str:
+    """SELECT the rows of `table` that `where` keeps, every series named by its key: `series_id`
+    is a number of this file (migration 015), the key (a hash of target, name and labels) is the
+    series' identity wherever its rows go, the lake and exports."""
+    if table == "series":
+        return f"SELECT * REPLACE (series_key AS series_id) FROM series WHERE {where}"
+    if table in BY_SERIES:
+        return (
+            f"SELECT x.* REPLACE (s.series_key AS series_id) "
+            f"FROM (SELECT * FROM {table} WHERE {where}) x JOIN series s USING (series_id)"
+        )
+    return f"SELECT * FROM {table} WHERE {where}"
 
 
 class ExportError(MoemeterError, ValueError):
@@ -93,7 +111,7 @@ def export_parquet(
     for table in tables:
         base = out / table / f"rack={rack}" if rack else out / table
         if table in DIMENSION_TABLES:
-            tbl = pa.Table.from_pandas(q(f"SELECT * FROM {table}", None), preserve_index=False)
+            tbl = pa.Table.from_pandas(q(named_by_key(table), None), preserve_index=False)
             done.append(_write([tbl], base / "all.parquet", table, None))
             continue
         for day in _days(start, end):
@@ -105,7 +123,7 @@ def export_parquet(
                 t_next = min(hi, t + chunk)
                 col = TIME_COLUMN.get(table, "ts")
                 df = q(
-                    f"SELECT * FROM {table} WHERE {col} >= ?::TIMESTAMP AND {col} < ?::TIMESTAMP ORDER BY {col}",
+                    f"{named_by_key(table, f'{col} >= ?::TIMESTAMP AND {col} < ?::TIMESTAMP')} ORDER BY {col}",
                     [t, t_next],
                 )
                 if len(df):

@@ -46,7 +46,7 @@ import pyarrow as pa
 from moemeter.errors import MoemeterError
 
 from .db import apply_migrations
-from .export import RACK_NAME
+from .export import RACK_NAME, named_by_key
 from .read import HOUR, MINUTE, floor
 from .readonly import lock_down
 from .rollup import COMPACT_REACH
@@ -150,7 +150,9 @@ TABLES = (
 SHEETS = ("targets", "gpu_prices", "token_prices", "slo_classes", "slo_assignments")
 """Small tables published whole whenever they differ from the lake's copy."""
 SERIES = "series"
-"""Appended: a series id names the same series for ever (its rows are never changed)."""
+"""Appended: a series id names the same series for ever (its rows are never changed). In the lake a
+series' id is its key (export.named_by_key), as a rack's file numbered series before migration 015;
+rows published before that have no `series_key`, and a rack's view takes the id for it."""
 STATE = "lake_state"
 CLOCKS = ("1m", "1h", "requests_slo_1m")
 
@@ -492,7 +494,7 @@ def _since(
 
 def _window(local: duckdb.DuckDBPyConnection, table: Table, since: datetime | None, through: datetime) -> pa.Table:
     where, params = table.edges(since, through)
-    return local.execute(f"SELECT * FROM {table.name} WHERE {where}", params).to_arrow_table()
+    return local.execute(named_by_key(table.name, where), params).to_arrow_table()
 
 
 def _event_list(batch: pa.Table) -> list[tuple[Any, ...]]:
@@ -539,7 +541,7 @@ class Publisher:
                 batches[t.name] = (since, end, _window(local, t, since, end))
             sheets = {name: local.execute(f"SELECT * FROM {name}").to_arrow_table() for name in SHEETS}
             sheet_rows = {name: _row_set(table) for name, table in sheets.items()}
-            series = local.execute(f"SELECT * FROM {SERIES}").to_arrow_table()
+            series = local.execute(named_by_key(SERIES)).to_arrow_table()
             kept_minutes = _local_state(local).get("increments_1m_from")
         finally:
             local.execute("COMMIT")
@@ -685,7 +687,7 @@ def rack_view(con: duckdb.DuckDBPyConnection, rack: str) -> None:
     for name in [t.name for t in TABLES] + list(SHEETS) + [SERIES]:
         cols = [c for c, _ in _columns(con, "memory", name)]
         con.execute(f"DROP TABLE IF EXISTS main.{name}")
-        body = ", ".join(f'"{c}"' for c in cols)
+        body = ", ".join('"series_id" AS "series_key"' if c == "series_key" else f'"{c}"' for c in cols)
         con.execute(f"CREATE VIEW main.{name} AS SELECT {body} FROM lake.{name} WHERE rack = {r}")
     con.execute("DROP TABLE IF EXISTS main.rollup_state")
     con.execute(

@@ -64,6 +64,14 @@ def test_export_by_day_reads_back_exactly(tmp_path):
     joined = reader.execute(f"""SELECT s.metric, count(*) FROM read_parquet('{out}/samples/*/*.parquet') x
                                 JOIN read_parquet('{out}/series/all.parquet') s USING (series_id) GROUP BY 1 ORDER BY 1""").fetchall()
     assert joined == [("a_total", 60), ("g", 60)]
+    # series go out named by their key, as the lake names them: what the file exported before its
+    # series were renumbered (migration 015) joins what it exports after
+    with duckdb.connect(db, read_only=True) as con:
+        keys = con.execute("SELECT series_key, metric FROM series ORDER BY 1").fetchall()
+    exported = reader.execute(f"SELECT series_id, metric FROM read_parquet('{out}/series/all.parquet') ORDER BY 1")
+    assert exported.fetchall() == keys
+    ids = reader.execute(f"SELECT DISTINCT series_id FROM read_parquet('{out}/increments/*/*.parquet')").fetchall()
+    assert {i for (i,) in ids} <= {k for k, _ in keys}
     requests = reader.execute(f"""SELECT day, count(*) FROM read_parquet('{out}/requests/*/*.parquet',
                                   hive_partitioning = true) GROUP BY day ORDER BY day""").fetchall()
     assert [(str(d), n) for d, n in requests] == [("2026-11-30", 4), ("2026-12-01", 4)]  # by when they finished

@@ -33,6 +33,7 @@ from warehouse.lake import (
 )
 
 from .conftest import page
+from .layouts import written_before
 
 pytestmark = pytest.mark.integration  # starts PostgreSQL
 WINDOW = ["--from", "2026-11-29T10:00:00Z", "--to", "2026-11-29T12:00:00Z"]
@@ -108,7 +109,8 @@ def lake_rows(lake, table: str, rack: str = "rack-a") -> list[tuple]:
 
 def local_rows(db, table: str) -> list[tuple]:
     """The rows of a table of the rack's file that have closed (raw scrapes: before the rollups'
-    minute; hour rows: before its hour, the open hour is published once it has closed)."""
+    minute; hour rows: before its hour, the open hour is published once it has closed), each
+    series named by its key, as the lake names it."""
     minute = "(SELECT through FROM rollup_state WHERE name = '1m')"
     hour = "(SELECT through FROM rollup_state WHERE name = '1h')"
     closed = {
@@ -120,6 +122,14 @@ def local_rows(db, table: str) -> list[tuple]:
         "requests_slo_1m": "WHERE ts < (SELECT through FROM rollup_state WHERE name = 'requests_slo_1m')",
     }.get(table, "")
     with duckdb.connect(str(db), read_only=True) as con:
+        if table == "series":
+            return con.execute("SELECT * REPLACE (series_key AS series_id) FROM series ORDER BY ALL").fetchall()
+        columns = {r[0] for r in con.execute(f"SELECT column_name FROM (DESCRIBE {table})").fetchall()}
+        if "series_id" in columns:
+            return con.execute(
+                f"""SELECT x.* REPLACE (s.series_key AS series_id)
+                    FROM (SELECT * FROM {table} {closed}) x JOIN series s USING (series_id) ORDER BY ALL"""
+            ).fetchall()
         return con.execute(f"SELECT * FROM {table} {closed} ORDER BY ALL").fetchall()
 
 
@@ -356,6 +366,66 @@ def test_a_restarted_publisher_removes_request_sums_published_past_its_watermark
         con.close()
     for name in [t.name for t in TABLES]:
         assert lake_rows(lake, name) == local_rows(db, name), name
+
+
+def identified(con, prefix: str = "", where: str = "") -> list[tuple]:
+    """Minute rows with their series' target, metric and labels in place of its id."""
+    return con.execute(
+        f"""SELECT s.target, s.metric, s.labels, s.le, x.ts, x.delta, x.seconds, x.resets, x.idle_seconds
+            FROM {prefix}increments_1m x JOIN {prefix}series s ON s.series_id = x.series_id {where} ORDER BY ALL"""
+    ).fetchall()
+
+
+def test_a_rack_published_before_series_were_renumbered_answers_as_its_own_file_after(
+    closed_rack, lake, tmp_path, capsys
+):
+    """A rack that published while its series ids were hashes, then had its file renumbered by
+    migration 015 and published on: the lake names every series by its key (the old id) before
+    and after, so it holds each series once and answers as the rack's file does."""
+    db, targets = closed_rack
+    hashed = tmp_path / "hashed.duckdb"
+    with duckdb.connect(str(db), read_only=True) as new:
+        written_before(new, 15, str(hashed)).close()
+    uri, data = lake
+    publish(db, lake)  # the same rows; then made as the version before 015 published them from `hashed`
+    with duckdb.connect(str(db), read_only=True) as local:
+        hashes = local.execute("SELECT series_id AS id, series_key AS key FROM series").to_arrow_table()
+    con = connect(uri, data)
+    try:
+        con.register("hashes", hashes)
+        for name in ("series", "increments_1m", "increments_1h", "samples_1m", "samples_1h"):
+            con.execute(
+                f"UPDATE lake.{name} SET series_id = h.key FROM hashes h "
+                f"WHERE lake.{name}.series_id = h.id AND lake.{name}.rack = 'rack-a'"
+            )
+        con.execute("ALTER TABLE lake.series DROP COLUMN series_key")  # the series ids hashes, no key column
+    finally:
+        con.close()
+    for at in (datetime(2026, 11, 29, 12, 2, 5), datetime(2026, 11, 29, 12, 3, 5)):
+        # the upgraded writer opens the file (migration 015); a million tokens over 12:01:05-12:02:05
+        dc = {"vllm:generation_tokens_total": 2_000_000}
+        ingest(hashed, "decode-0", "decode", 4, "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt", dc, at, tmp_path)
+    publish(hashed, lake)
+    with open_reader(uri, data_path=data) as con:
+        in_lake = identified(con, "lake.", "WHERE x.rack = 'rack-a' AND s.rack = 'rack-a'")
+        ids = con.execute(
+            "SELECT count(*), count(DISTINCT series_id) FROM lake.series WHERE rack = 'rack-a'"
+        ).fetchall()
+    with duckdb.connect(str(hashed), read_only=True) as con:
+        assert in_lake == identified(con, where="WHERE x.ts < (SELECT through FROM rollup_state WHERE name = '1m')")
+        n = con.execute("SELECT count(*) FROM series").fetchall()[0][0]
+    assert ids == [(n, n)]  # each series once, under its key, before and after the renumbering
+    window = ["--from", "2026-11-29T10:00:00Z", "--to", "2026-11-29T12:02:00Z"]  # minutes closed in both
+    capsys.readouterr()
+    assert main(["report", "cost", *window, "--json", "--db", str(hashed), "--targets", str(targets)]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert main(["report", "cost", *window, "--json", "--lake", uri, "--rack", "rack-a"]) == 0
+    from_lake = json.loads(capsys.readouterr().out)
+    for part in ("pools", "total", "users", "window"):
+        assert from_lake[part] == local[part], json.dumps([from_lake[part], local[part]])
+    assert from_lake == local
+    # a million under the hashed ids, and 55 s of the next interval's million under the new ones
+    assert local["pools"]["decode"]["generated_tokens"] == 1_916_667  # counted across the renumbering
 
 
 def test_the_lake_reader_writes_nothing_and_names_what_it_refuses(closed_rack, lake, capsys):
