@@ -20,12 +20,15 @@
    826 tokens/s for a single user).
 Results go to benchmarks/results/latest.json, one entry per section with its date and commit, and
 are printed. `python -m benchmarks.run SECTION ...` runs only the sections named (planner, ingest,
-live_page, vs_prometheus, plugin_overhead, history, gateway, query_storm, fleet), replacing their entries.
+live_page, vs_prometheus, plugin_overhead, history, gateway, query_storm, fleet, storage), replacing
+their entries.
 7. Query storm: `moemeter serve` on the twin, rounds stored per minute with the query API quiet
    and with six readers keeping runaway queries going; /health latency during the storm.
 8. Fleet (benchmarks/fleet.py): twenty racks x seven days of minute rollups published to one
    DuckLake on a real PostgreSQL: publish CPU per rack-minute, lake bytes per rack-day against the
    rack's DuckDB file, the Fleet page's reads p50/p95.
+9. Storage (benchmarks/storage.py): 15 minutes of the rack at a 5 s scrape interval, raw bytes
+   on disk per scraped sample, against Prometheus's TSDB blocks of the same samples (promtool).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from warehouse.api import LocalQuery, QueryClient
 from warehouse.db import Warehouse
 from warehouse.read import Holdings, plan, served_by
 
-from . import fleet, pages
+from . import fleet, pages, storage
 
 ROOT = Path(__file__).parents[1]
 ROUNDS = 10
@@ -589,6 +592,7 @@ SECTIONS = {
     "history": bench_history,
     "query_storm": bench_query_storm,
     "fleet": fleet.bench_fleet,
+    "storage": storage.bench_storage,
 }
 
 
