@@ -47,8 +47,13 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+BLOCK_ORIGIN_MS = 1_796_400_000_000  # a multiple of Prometheus's 2 h block range
+
+
 def openmetrics(db: Path, out: Path) -> int:
-    """Every sample with a value, as OpenMetrics lines with its timestamp; returns how many."""
+    """Every sample with a value, as OpenMetrics lines with its timestamp; returns how many. The
+    timestamps are moved so the first is BLOCK_ORIGIN_MS: up to two hours of samples then make one
+    block, as a head compaction would write them, wherever the 2 h boundaries fell on the clock."""
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute("SELECT series_id, target, metric, labels, le FROM series").fetchall()
         heads = []
@@ -58,13 +63,14 @@ def openmetrics(db: Path, out: Path) -> int:
                 pairs["le"] = "+Inf" if le == float("inf") else repr(le)
             heads.append((sid, metric + "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in pairs.items()) + "}"))
         con.register("heads", pa.table({"series_id": [h[0] for h in heads], "head": [h[1] for h in heads]}))
-        n = con.execute("SELECT count(value) FROM samples").fetchall()[0][0]
+        n, first = con.execute("SELECT count(value), epoch_ms(min(ts)) FROM samples").fetchall()[0]
         con.execute(
             f"""COPY (SELECT h.head || ' ' || CASE WHEN isnan(x.value) THEN 'NaN' WHEN x.value = 'inf'::DOUBLE THEN '+Inf'
                                                WHEN x.value = '-inf'::DOUBLE THEN '-Inf' ELSE x.value::VARCHAR END
-                             || ' ' || (epoch_ms(x.ts) / 1000)::VARCHAR AS line
+                             || ' ' || ((epoch_ms(x.ts) - $first + $origin) / 1000)::VARCHAR AS line
                       FROM samples x JOIN heads h USING (series_id) WHERE x.value IS NOT NULL ORDER BY x.ts, x.series_id)
-                TO '{out}' (FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x01')"""
+                TO '{out}' (FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x01')""",
+            {"first": first, "origin": BLOCK_ORIGIN_MS},
         )
     with out.open("a") as f:
         f.write("# EOF\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -70,10 +70,12 @@ def test_promtool_builds_its_block_from_every_stored_sample_with_a_value(tmp_pat
         ).fetchall()
     assert n == len(stored) == len(dumped) == len({r[0:4] for r in stored}) * 3
     values = sorted((name, instance, repr(float(v)), ms) for name, instance, _, v, ms in dumped)
-    assert sorted((metric, target, repr(v), ms) for metric, target, _, _, v, ms in stored) == values
+    shift = storage.BLOCK_ORIGIN_MS - min(r[5] for r in stored)
+    assert sorted((metric, target, repr(v), ms + shift) for metric, target, _, _, v, ms in stored) == values
     utils = sorted((float(v), ms) for name, _, labels, v, ms in dumped if name == "DCGM_FI_DEV_GPU_UTIL")
-    ms0 = int(T0.replace(tzinfo=UTC).timestamp() * 1000)
+    ms0 = storage.BLOCK_ORIGIN_MS  # the first scrape's time, moved to the start of a block
     assert utils == [(40.0, ms0), (41.0, ms0 + 5000), (42.0, ms0 + 10000)]
+    assert len([p for p in blocks.iterdir() if (p / "meta.json").exists()]) == 1
     tensor = [labels for name, _, labels, v, _ in dumped if name == "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]
     assert len(tensor) == 3  # NaN is a value; the power blank is none
     util_labels = next(labels for name, _, labels, _, _ in dumped if name == "DCGM_FI_DEV_GPU_UTIL")
