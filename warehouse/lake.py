@@ -26,6 +26,8 @@ published watermark were dropped, so every window is served by the rollups.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
 import random
@@ -182,21 +184,25 @@ def _extension(module: str) -> Path:
     return found[0]
 
 
-@contextmanager
-def _extensions_loaded(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    """LOAD ducklake and postgres from their wheels (never from the network). DuckDB takes an
-    extension's entry point from its file name, and the postgres one's is postgres_scanner."""
+@functools.cache
+def _postgres_scanner() -> Path:
+    """The postgres extension under the file name DuckDB takes its entry point from
+    (postgres_scanner), copied once per process and removed at exit. A copy per connection was a
+    new library to the loader each time: a process crashed (segmentation fault) at its 199th or
+    200th lake connection (tests/warehouse/test_lake.py)."""
+    folder = Path(tempfile.mkdtemp(prefix="moemeter-ext-"))
+    atexit.register(shutil.rmtree, folder, True)
+    scanner = folder / "postgres_scanner.duckdb_extension"
+    shutil.copyfile(_extension("duckdb_extension_postgres"), scanner)
+    return scanner
+
+
+def _load_extensions(con: duckdb.DuckDBPyConnection) -> None:
+    """LOAD ducklake and postgres from their wheels (never from the network)."""
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
-    folder = Path(tempfile.mkdtemp(prefix="moemeter-ext-"))
-    try:
-        scanner = folder / "postgres_scanner.duckdb_extension"
-        shutil.copyfile(_extension("duckdb_extension_postgres"), scanner)
-        con.execute(f"LOAD '{scanner}'")
-        con.execute(f"LOAD '{_extension('duckdb_extension_ducklake')}'")
-        yield
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    con.execute(f"LOAD '{_postgres_scanner()}'")
+    con.execute(f"LOAD '{_extension('duckdb_extension_ducklake')}'")
 
 
 def catalog_uri(uri: str) -> str:
@@ -224,13 +230,11 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
     for attempt in range(1, CONFLICT_TRIES + 1):
         con = duckdb.connect()
         try:
-            with _extensions_loaded(con):
-                con.execute(
-                    f"ATTACH {_quoted(catalog_uri(uri))} AS lake" + (f" ({', '.join(options)})" if options else "")
-                )
-                postgres = catalog_uri(uri).removeprefix("ducklake:")
-                if not read_only and postgres.startswith("postgres:"):
-                    con.execute(f"ATTACH {_quoted(postgres.removeprefix('postgres:'))} AS {LOCK_DB} (TYPE postgres)")
+            _load_extensions(con)
+            con.execute(f"ATTACH {_quoted(catalog_uri(uri))} AS lake" + (f" ({', '.join(options)})" if options else ""))
+            postgres = catalog_uri(uri).removeprefix("ducklake:")
+            if not read_only and postgres.startswith("postgres:"):
+                con.execute(f"ATTACH {_quoted(postgres.removeprefix('postgres:'))} AS {LOCK_DB} (TYPE postgres)")
             return con
         except duckdb.Error as exc:
             con.close()

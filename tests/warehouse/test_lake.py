@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -546,3 +549,19 @@ def test_a_step_whose_commit_conflicts_is_published_whole_on_the_retry(closed_ra
     assert pub.attempts == len(steps) + 1  # the first step was refused once and tried again
     for table in ("series", "increments_1m", "scrapes"):
         assert lake_rows(lake, table) == local_rows(db, table), table
+
+
+def test_a_process_loads_the_lake_extensions_hundreds_of_times_without_crashing():
+    """Each lake connection loads the extensions. When each got its own copy of the postgres
+    extension, the process crashed (segmentation fault) at the 199th or 200th: `make test`'s
+    lake tests came to that. Run in a child process, so a crash is a failure, not the end of pytest."""
+    loop = (
+        "import duckdb\n"
+        "from warehouse.lake import _load_extensions\n"
+        "for _ in range(230):\n"
+        "    con = duckdb.connect()\n"
+        "    _load_extensions(con)\n"
+        "    con.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", loop], cwd=Path(__file__).parents[2], capture_output=True, text=True)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
