@@ -14,6 +14,7 @@ from collectors.parse import parse_page
 from moemeter.cli import main
 from moemeter.contract import TargetInfo
 from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
+from warehouse.export import BY_SERIES
 from warehouse.ingest import Ingestor, ScrapeBatch
 
 from .layouts import written_before
@@ -144,13 +145,10 @@ def write_rounds(con: duckdb.DuckDBPyConnection, rounds: range, ingestor: Ingest
         ing.write_all(con, [ScrapeBatch(t, ts, True, 0.01, parse_page(body)) for t, body in round_pages(k)])
 
 
-SERIES_TABLES = ("samples", "increments", "samples_1m", "increments_1m", "samples_1h", "increments_1h")
-
-
 def by_key(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
     """Every table that holds series ids, each row with its series' key in place of the id."""
     out = {"series": con.execute("SELECT * EXCLUDE (series_id) FROM series ORDER BY ALL").fetchall()}
-    for t in SERIES_TABLES:
+    for t in BY_SERIES:
         out[t] = con.execute(
             f"SELECT s.series_key, x.* EXCLUDE (series_id) FROM {t} x JOIN series s USING (series_id) ORDER BY ALL"
         ).fetchall()
@@ -178,13 +176,13 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
     old = written_before(new, 15)
     assert old.execute("SELECT max(abs(series_id)) > 2^32 FROM series").fetchall() == [(True,)]  # hashes
     kept = by_key(new)
-    assert all(kept[t] for t in SERIES_TABLES)
+    assert all(kept[t] for t in BY_SERIES)
 
     assert apply_migrations(old) == ["015_dense_series_ids.sql"]
     assert by_key(old) == kept
     n = len(kept["series"])
     assert old.execute("SELECT min(series_id), max(series_id), count(*) FROM series").fetchall() == [(1, n, n)]
-    for t in SERIES_TABLES:
+    for t in BY_SERIES:
         out_of_order = old.execute(
             f"SELECT count(*) FROM (SELECT ts, series_id, lag((ts, series_id)) OVER (ORDER BY rowid) AS before "
             f"FROM {t}) WHERE before > (ts, series_id)"
