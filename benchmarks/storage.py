@@ -63,12 +63,12 @@ def openmetrics(db: Path, out: Path) -> int:
                 pairs["le"] = "+Inf" if le == float("inf") else repr(le)
             heads.append((sid, metric + "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in pairs.items()) + "}"))
         con.register("heads", pa.table({"series_id": [h[0] for h in heads], "head": [h[1] for h in heads]}))
-        n, first = con.execute("SELECT count(value), epoch_ms(min(ts)) FROM samples").fetchall()[0]
+        n, first = con.execute("SELECT count(value), epoch_ms(min(ts)) FROM readings").fetchall()[0]
         con.execute(
             f"""COPY (SELECT h.head || ' ' || CASE WHEN isnan(x.value) THEN 'NaN' WHEN x.value = 'inf'::DOUBLE THEN '+Inf'
                                                WHEN x.value = '-inf'::DOUBLE THEN '-Inf' ELSE x.value::VARCHAR END
                              || ' ' || ((epoch_ms(x.ts) - $first + $origin) / 1000)::VARCHAR AS line
-                      FROM samples x JOIN heads h USING (series_id) WHERE x.value IS NOT NULL ORDER BY x.ts, x.series_id)
+                      FROM readings x JOIN heads h USING (series_id) WHERE x.value IS NOT NULL ORDER BY x.ts, x.series_id)
                 TO '{out}' (FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x01')""",
             {"first": first, "origin": BLOCK_ORIGIN_MS},
         )
@@ -92,7 +92,7 @@ def bench_storage(tmp: Path) -> dict[str, object]:
     )
     with duckdb.connect(str(db)) as con:
         con.execute("CHECKPOINT")
-        scraped = con.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+        scraped = con.execute("SELECT count(*) FROM readings").fetchall()[0][0]
         file_bytes = used_bytes(con)
     out: dict[str, object] = {"span": span, "scrape_interval_seconds": 5, "samples": scraped}
     raw = 0

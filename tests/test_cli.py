@@ -80,7 +80,7 @@ def test_ingest_then_query_a_real_capture(tmp_path, capsys):
                 "--db",
                 db,
                 "--json",
-                "SELECT s.metric, x.value FROM samples x JOIN series s USING (series_id) "
+                "SELECT s.metric, x.value FROM readings x JOIN series s USING (series_id) "
                 "WHERE s.metric = 'vllm:generation_tokens_total' ORDER BY x.ts",
             ]
         )

@@ -1,10 +1,17 @@
 """Typed rows the collectors hand over, and how they land in DuckDB.
 
 One `ScrapeBatch` per target per scrape: its samples (already parsed), its health. The
-ingestor assigns stable series ids, stores raw samples, and derives counter increases with
-Prometheus' increase() rules (first sight: no increase; a drop is a restart counted from zero).
-A restart's increase covers the time since the process started when the page says when
-(`process_start_time_seconds`), not the whole gap since the previous scrape.
+ingestor assigns stable series ids and derives counter increases with Prometheus' increase()
+rules (first sight: no increase; a drop is a restart counted from zero). A restart's increase
+covers the time since the process started when the page says when (`process_start_time_seconds`),
+not the whole gap since the previous scrape.
+
+A counter is stored once: as its increase (`increments`). Its reading goes to `samples` only where
+the increases cannot give it back exactly: the first reading, the first of each clock hour (so a
+restart of the writer, and the `readings` view, start from a reading at most an hour old), and any
+reading that is not a whole number below 2^53 (or follows one). Whole numbers below 2^53 add up
+exactly in any order, so a reading is its anchor plus the increases since. Every other sample
+(gauges, info, a blank, a counter's negative or infinite value) is stored as read.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from moemeter.contract import Sample, TargetInfo
 
 from .db import insert_arrow, record_rejected
 from .rollup import Retention, Rollups
+from .sql import sql
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +49,7 @@ DCGM_FP64_BLANK = 140737488355328.0  # 2^47: DCGM_FP64_BLANK .. NOT_PERMISSIONED
 # label values (a request id, a timestamp) would otherwise add its page's worth every round.
 MAX_SERIES_PER_TARGET = 200_000
 MAX_NEW_SERIES_PER_ROUND = 50_000
+EXACT_BELOW = 2.0**53  # whole numbers below this add up exactly in a double, in any order
 
 
 @dataclass
@@ -142,15 +151,12 @@ class Ingestor:
         self.max_series, self.max_new_series = max_series, max_new_series
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
-        """After a restart: known series, and the last value of each series seen in the last hour."""
+        """After a restart: known series, and the last reading of each series seen in the last hour
+        (a counter's: its last stored reading plus the increases since)."""
         self._ids = dict(con.execute("SELECT series_key, series_id FROM series").fetchall())
         self._next_id = max(self._ids.values(), default=0) + 1
         self._series_of = Counter(dict(con.execute("SELECT target, count(*) FROM series GROUP BY 1").fetchall()))
-        rows = con.execute(
-            """SELECT series_id, max(ts), arg_max(value, ts) FROM samples
-               WHERE ts >= (SELECT max(ts) - INTERVAL 1 HOUR FROM samples) GROUP BY 1"""
-        ).fetchall()
-        self._last = {sid: (ts, v) for sid, ts, v in rows if v is not None}
+        self._last = {sid: (ts, v) for sid, ts, v in con.execute(sql("last_readings")).fetchall()}
         self._longest = float(con.execute("SELECT coalesce(max(seconds), 0) FROM longest_interval").fetchall()[0][0])
         self._loaded = True
 
@@ -187,7 +193,9 @@ class Ingestor:
         )
         raw.ts = batch.ts
         ids, values, inc = raw.ids, raw.values, raw.inc
-        stored, rolled = len(ids), len(inc["seconds"])
+        rolled = len(inc["seconds"])
+        accepted = late = 0
+        hour = batch.ts.replace(minute=0, second=0, microsecond=0)
         new_series: list[SeriesRow] = []
         seen: set[int] = set()
         room = min(self.max_new_series, self.max_series - self._series_of[t.name])
@@ -216,26 +224,33 @@ class Ingestor:
                 continue
             seen.add(sid)
             v = s.value
-            blank = is_dcgm_blank(s.name, v)
-            ids.append(sid)
-            values.append(None if blank else v)  # a blank is stored as NULL: "no value", not a reading
-            if blank:
+            accepted += 1
+            if is_dcgm_blank(s.name, v):  # stored as NULL: "no value", not a reading
+                ids.append(sid)
+                values.append(None)
                 continue
             # A counter is finite and never negative; anything else is kept raw but adds no increase.
-            if monotonic and math.isfinite(v) and v >= 0:
-                prev = self._last.get(sid)
-                if prev is not None and batch.ts <= prev[0]:
-                    continue  # out of order or duplicate scrape time: no increase
-                if prev is not None:
-                    reset = v < prev[1]
-                    seconds = (batch.ts - prev[0]).total_seconds()
-                    if reset and started is not None and prev[0] < started < batch.ts:
-                        seconds = (batch.ts - started).total_seconds()  # counted since the restart
-                    inc["series_id"].append(sid)
-                    inc["delta"].append(v if reset else v - prev[1])
-                    inc["seconds"].append(seconds)
-                    inc["reset"].append(reset)
-                self._last[sid] = (batch.ts, v)
+            if not (monotonic and math.isfinite(v) and v >= 0):
+                ids.append(sid)
+                values.append(v)
+                continue
+            prev = self._last.get(sid)
+            if prev is not None and batch.ts <= prev[0]:
+                late += 1  # at or before the last reading: adds nothing, and as a row could pass for it
+                continue
+            if prev is None or prev[0] < hour or not (v < EXACT_BELOW and v.is_integer() and prev[1].is_integer()):
+                ids.append(sid)  # an anchor: the increases cannot give this reading back exactly
+                values.append(v)
+            if prev is not None:
+                reset = v < prev[1]
+                seconds = (batch.ts - prev[0]).total_seconds()
+                if reset and started is not None and prev[0] < started < batch.ts:
+                    seconds = (batch.ts - started).total_seconds()  # counted since the restart
+                inc["series_id"].append(sid)
+                inc["delta"].append(v if reset else v - prev[1])
+                inc["seconds"].append(seconds)
+                inc["reset"].append(reset)
+            self._last[sid] = (batch.ts, v)
         if new_series:
             cols = list(zip(*new_series))
             tbl = pa.table(
@@ -257,6 +272,8 @@ class Ingestor:
             finally:
                 con.unregister("_new_series")
             self._series_of[t.name] += len(new_series)
+        if late:
+            refused["counter readings at or before the series' last reading: not stored"] += late
         if refused:
             log.warning("%s: %s", t.name, "; ".join(f"{n:,} {why}" for why, n in refused.items()))
             record_rejected(con, batch.ts, t.name, "series", refused)
@@ -265,7 +282,7 @@ class Ingestor:
             self._longest = longest
             con.execute("DELETE FROM longest_interval")
             con.execute("INSERT INTO longest_interval VALUES (?)", [self._longest])
-        return len(ids) - stored
+        return accepted - late
 
     def _over_limit(self, target: str, room: int) -> str:
         if self._series_of[target] + room >= self.max_series:

@@ -48,7 +48,7 @@ def warehouse(path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="no promtool: `make system-deps` installs prometheus")
-def test_promtool_builds_its_block_from_every_stored_sample_with_a_value(tmp_path):
+def test_promtool_builds_its_block_from_every_reading_with_a_value(tmp_path):
     db = tmp_path / "w.duckdb"
     warehouse(db)
     n = storage.openmetrics(db, tmp_path / "samples.om")
@@ -66,7 +66,7 @@ def test_promtool_builds_its_block_from_every_stored_sample_with_a_value(tmp_pat
     with duckdb.connect(str(db), read_only=True) as con:
         stored = con.execute(
             """SELECT s.metric, s.target, s.labels, s.le, x.value, epoch_ms(x.ts)
-               FROM samples x JOIN series s USING (series_id) WHERE x.value IS NOT NULL"""
+               FROM readings x JOIN series s USING (series_id) WHERE x.value IS NOT NULL"""
         ).fetchall()
     assert n == len(stored) == len(dumped) == len({r[0:4] for r in stored}) * 3
     values = sorted((name, instance, repr(float(v)), ms) for name, instance, _, v, ms in dumped)

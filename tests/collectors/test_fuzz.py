@@ -67,10 +67,10 @@ def test_generated_pages_never_crash_and_never_corrupt_stored_data(first, second
             samples = parse_page(page.encode())
         except ExpositionError:
             continue  # refused with a reason: the collector records it, stores nothing from it
-        before = con.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+        before = con.execute("SELECT count(*) FROM readings").fetchall()[0][0]
         n = ing.write(con, ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.0, samples))
         stored.append(n)
-        assert con.execute("SELECT count(*) FROM samples").fetchall()[0][0] == before + n
+        assert con.execute("SELECT count(*) FROM readings").fetchall()[0][0] == before + n
         assert n == len({(s.name, s.labels) for s in samples})  # duplicates stored once
     # every stored sample belongs to a known series; no increase is negative
     assert (

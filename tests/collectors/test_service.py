@@ -113,7 +113,7 @@ def test_an_input_that_breaks_the_round_is_refused_alone(tmp_path, monkeypatch):
         c.store(
             [ScrapeBatch(TARGET, at, True, 0.0, parse_page(text)), ScrapeBatch(other, at, True, 0.0, parse_page(text))]
         )
-    stored = wh.query_df("SELECT target, count(*) AS n FROM samples JOIN series USING (series_id) GROUP BY 1")
+    stored = wh.query_df("SELECT target, count(*) AS n FROM readings JOIN series USING (series_id) GROUP BY 1")
     scrapes = wh.query_df("SELECT target, up, error FROM scrapes ORDER BY ts, target")
     rejected = wh.query_df("SELECT target, kind, reason, count FROM rejected")
     wh.close()
@@ -139,7 +139,7 @@ def test_a_target_inventing_series_is_bounded_and_its_other_series_kept(tmp_path
         c.store([ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.0, parse_page(page.encode()))])
     series = wh.query_df("SELECT count(*) AS n FROM series").n[0]
     steady = wh.query_df(
-        "SELECT count(*) AS n FROM samples JOIN series USING (series_id) WHERE metric = 'steady_total'"
+        "SELECT count(*) AS n FROM readings JOIN series USING (series_id) WHERE metric = 'steady_total'"
     )
     rejected = wh.query_df(
         "SELECT reason, sum(count)::INT AS n FROM rejected WHERE kind = 'series' GROUP BY 1 ORDER BY 1"

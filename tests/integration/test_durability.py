@@ -130,7 +130,7 @@ def test_sigkill_loses_at_most_one_interval_and_the_file_reopens(twin_targets, t
         gaps = con.execute(
             """SELECT i.seconds, epoch(i.ts) - epoch(max(p.ts)) FROM increments i
                JOIN series s USING (series_id)
-               JOIN samples p ON p.series_id = i.series_id AND p.ts < i.ts
+               JOIN readings p ON p.series_id = i.series_id AND p.ts < i.ts
                WHERE s.metric = 'vllm:prompt_tokens_total' AND i.ts = ?
                GROUP BY i.series_id, i.seconds, i.ts""",
             [first_after],
@@ -140,7 +140,7 @@ def test_sigkill_loses_at_most_one_interval_and_the_file_reopens(twin_targets, t
         drift = con.execute("""
             SELECT s.series_id, (SELECT sum(delta) FROM increments i WHERE i.series_id = s.series_id),
                    arg_max(value, ts) - arg_min(value, ts)
-            FROM samples JOIN series s USING (series_id)
+            FROM readings JOIN series s USING (series_id)
             WHERE s.metric = 'vllm:prompt_tokens_total' GROUP BY s.series_id""").fetchall()
     assert first_after > restarted_at  # the restarted writer's first round
     # Each increase spans exactly the outage as that series saw it, from its last stored sample to

@@ -74,7 +74,7 @@ def test_live_page_shows_the_twins_numbers(pipeline, monkeypatch):
     assert "72 in the rack" in at.caption[0].value and "twin:deepseek-v4.1-flash" in at.caption[0].value
     # Expected from the raw counters the twin served: decode generated tokens / seconds / 64 GPUs.
     raw = wh.query_df("""
-        SELECT x.ts, sum(x.value) AS v FROM samples x JOIN series s USING (series_id)
+        SELECT x.ts, sum(x.value) AS v FROM readings x JOIN series s USING (series_id)
         WHERE s.target = 'decode-0' AND s.metric = 'vllm:generation_tokens_total' GROUP BY x.ts ORDER BY x.ts""")
     seconds = (raw["ts"].iloc[-1] - raw["ts"].iloc[0]).total_seconds()
     expected_decode = (raw["v"].iloc[-1] - raw["v"].iloc[0]) / seconds / 64

@@ -242,7 +242,7 @@ def test_serve_reads_continuously_from_the_api_instead_of_scraping(prometheus, t
         "SELECT target, count(*) AS n, bool_and(up) AS up FROM scrapes GROUP BY target ORDER BY target"
     )
     assert scrapes["target"].tolist() == ["decode-0", "gpu-tray-03", "prefill-0"] and scrapes["up"].all()
-    dup = wh.query_df("SELECT count(*) AS n FROM (SELECT ts, series_id FROM samples GROUP BY ALL HAVING count(*) > 1)")
+    dup = wh.query_df("SELECT count(*) AS n FROM (SELECT ts, series_id FROM readings GROUP BY ALL HAVING count(*) > 1)")
     assert dup["n"][0] == 0  # consecutive rounds ask for consecutive evaluation points, never twice
     inc = wh.query_df("""SELECT count(*) AS n FROM increments i JOIN series s USING (series_id)
                          WHERE s.metric = 'vllm:generation_tokens_total'""")

@@ -17,7 +17,7 @@ from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
 from warehouse.export import BY_SERIES
 from warehouse.ingest import Ingestor, ScrapeBatch
 
-from .layouts import written_before
+from .layouts import COUNTERS_ONCE, written_before
 
 
 def test_migrations_apply_once_and_are_recorded():
@@ -159,9 +159,14 @@ def test_series_are_numbered_in_the_order_the_writer_first_stores_them():
     con = duckdb.connect()
     apply_migrations(con)
     write_rounds(con, range(3))
-    ids = [r[0] for r in con.execute("SELECT series_id FROM samples ORDER BY rowid").fetchall()]
-    n = len(ids) // 3
-    assert ids == list(range(1, n + 1)) * 3  # each round's rows in page order, ids rising by one
+    rounds = [
+        [r[0] for r in con.execute("SELECT series_id FROM samples WHERE ts = ? ORDER BY rowid", [ts]).fetchall()]
+        for ts in (T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2))
+    ]
+    n = len(rounds[0])
+    assert rounds[0] == list(range(1, n + 1))  # every reading of a first round, in page order
+    for ids in rounds[1:]:  # counters stored once: what is left of later rounds, still in page order
+        assert ids == sorted(ids) and len(ids) < n
     keys = con.execute("SELECT count(DISTINCT series_key), count(*) FROM series").fetchall()
     assert keys == [(n, n)]
 
@@ -178,7 +183,7 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
     kept = by_key(new)
     assert all(kept[t] for t in BY_SERIES)
 
-    assert apply_migrations(old) == ["015_dense_series_ids.sql"]
+    assert apply_migrations(old) == ["015_dense_series_ids.sql", "016_counters_stored_once.sql"]
     assert by_key(old) == kept
     n = len(kept["series"])
     assert old.execute("SELECT min(series_id), max(series_id), count(*) FROM series").fetchall() == [(1, n, n)]
@@ -188,15 +193,54 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
             f"FROM {t}) WHERE before > (ts, series_id)"
         ).fetchall()
         assert out_of_order == [(0,)], t
-    last = old.execute("SELECT series_id FROM samples WHERE ts = (SELECT max(ts) FROM samples) ORDER BY rowid")
+    last = old.execute("SELECT series_id FROM readings WHERE ts = (SELECT max(ts) FROM readings) ORDER BY series_id")
     placed = [r[0] for r in last.fetchall()]
     assert placed == list(range(1, len(placed) + 1))  # the last round's pages, in page order
     gone = old.execute(
-        "SELECT min(series_id) FROM series WHERE series_id NOT IN (SELECT series_id FROM samples WHERE ts = ?)",
+        "SELECT min(series_id) FROM series WHERE series_id NOT IN (SELECT series_id FROM readings WHERE ts = ?)",
         [T0 + timedelta(minutes=129)],
     ).fetchall()
     assert gone == [(len(placed) + 1,)]  # series no longer scraped come after them
 
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))  # a new writer on the migrated file
+    assert by_key(old) == by_key(new)
+
+
+def stored_readings(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple]:
+    """(ts, series key, value) of every row of `samples` or `readings`, NaN as a string (NaN != NaN)."""
+    rows = con.execute(
+        f"SELECT x.ts, s.series_key, CASE WHEN isnan(x.value) THEN 'NaN' ELSE x.value::VARCHAR END "
+        f"FROM {table} x JOIN series s USING (series_id) ORDER BY ALL"
+    )
+    return rows.fetchall()
+
+
+def used_blocks(con: duckdb.DuckDBPyConnection) -> int:
+    con.execute("CHECKPOINT")
+    return con.execute("SELECT used_blocks FROM pragma_database_size()").fetchall()[0][0]
+
+
+def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migration(tmp_path):
+    """A warehouse written when `samples` held every reading, counters too (migrations up to 015):
+    migration 016 drops the readings that increments give back exactly, keeping what the writer
+    now keeps; `readings` gives back every row the file held, and the writer carries on as on a
+    file it wrote itself."""
+    new = duckdb.connect()
+    apply_migrations(new)
+    write_rounds(new, range(130))  # 10:00 .. 12:09: three clock hours
+    old = written_before(new, COUNTERS_ONCE, str(tmp_path / "old.duckdb"))
+    every = stored_readings(old, "samples")
+    assert len(every) == new.execute("SELECT count(*) FROM readings").fetchall()[0][0]
+    before = used_blocks(old)
+
+    assert apply_migrations(old) == ["016_counters_stored_once.sql"]
+    assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
+    assert stored_readings(old, "readings") == every
+    stored = old.execute("SELECT count(*) FROM samples").fetchall()[0][0]
+    assert stored < len(every) / 2
+    assert used_blocks(old) < before
+
+    write_rounds(new, range(130, 135))
+    write_rounds(old, range(130, 135))
     assert by_key(old) == by_key(new)

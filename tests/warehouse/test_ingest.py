@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import random
 from datetime import datetime, timedelta
 
 import duckdb
@@ -10,7 +12,7 @@ import pytest
 from collectors.parse import parse_page
 from moemeter.contract import TargetInfo
 from warehouse.db import apply_migrations
-from warehouse.ingest import Ingestor, ScrapeBatch, is_dcgm_blank
+from warehouse.ingest import Ingestor, ScrapeBatch, is_dcgm_blank, series_key
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("decode-0", "http://x/metrics", "decode", 64, "test")
@@ -34,6 +36,16 @@ def increments(con, metric: str) -> list[tuple[float, bool]]:
                           WHERE metric = ? ORDER BY ts""",
         [metric],
     ).fetchall()
+
+
+def read_back(con) -> dict[tuple[datetime, int], float]:
+    """Every reading the `readings` view gives back, by time and series key."""
+    return {
+        (ts, key): value
+        for ts, key, value in con.execute(
+            "SELECT r.ts, s.series_key, r.value FROM readings r JOIN series s USING (series_id)"
+        ).fetchall()
+    }
 
 
 def page(value: float) -> str:
@@ -95,7 +107,13 @@ def test_histogram_buckets_count_and_sum_get_increases_gauges_do_not(con, captur
     les = con.execute("""SELECT le FROM series WHERE metric = 'vllm:time_to_first_token_seconds_bucket'
                          ORDER BY le""").fetchall()
     assert les[0][0] == 0.001 and les[-1][0] == float("inf")
-    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] == 2 * len(parse_page(text.encode()))
+    scraped = {
+        (T0 + timedelta(seconds=5 * i), series_key(TARGET.name, s.name, s.labels)): s.value
+        for i, t in enumerate((text, bumped))
+        for s in parse_page(t.encode())
+    }
+    assert read_back(con) == scraped
+    assert con.execute("SELECT count(*) FROM samples").fetchone()[0] < len(scraped)  # counters once
 
 
 def test_dcgm_blank_values_are_stored_as_missing(con):
@@ -154,3 +172,80 @@ def test_rounds_written_together_store_what_batch_by_batch_writes_store():
     alone, together = stores
     assert together == alone
     assert len(alone["increments_1m"]) >= 4 and len(alone["increments"]) == 2 * (len(stamps) - 1)
+
+
+def stream(seed: int) -> list[tuple[datetime, str | None]]:
+    """Rounds of a page holding a whole-number counter, one with fractions, one near 2^53, a
+    histogram and a gauge, 30 s apart across four clock hours: counters that reset, read
+    NaN, -1 or +Inf for a round, and a target that misses rounds (None: no page)."""
+    rng = random.Random(seed)
+    whole, frac, big, n, total = 0.0, 0.0, 2.0**53 - 5e6, 0.0, 0.0
+    out = []
+    for k in range(400):
+        at = T0 + timedelta(seconds=30 * k)
+        if rng.random() < 0.03:
+            out.append((at, None))
+            continue
+        whole = float(rng.randrange(0, 50)) if rng.random() < 0.02 else whole + rng.randrange(0, 400)
+        frac += rng.random() * 3
+        big = min(big + rng.randrange(0, 40_000), 2.0**53 + 1e6)  # passes 2^53: not whole-exact any more
+        odd = rng.choice(["NaN", "-1", "+Inf"]) if rng.random() < 0.02 else repr(whole)
+        in_bucket = rng.randrange(0, 5)
+        n += in_bucket
+        total += in_bucket * rng.random()
+        text = (
+            f"# TYPE a_total counter\na_total {odd}\n"
+            f"# TYPE b_seconds_total counter\nb_seconds_total {frac!r}\n"
+            f"# TYPE c_bytes_total counter\nc_bytes_total {big!r}\n"
+            f'# TYPE h histogram\nh_bucket{{le="1.0"}} {n!r}\nh_bucket{{le="+Inf"}} {n!r}\n'
+            f"h_count {n!r}\nh_sum {total!r}\n"
+            f"# TYPE g gauge\ng {rng.random()!r}\n"
+        )
+        out.append((at, text))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_counter_is_stored_once_and_gives_back_every_reading_through_writer_restarts(tmp_path, seed):
+    """Against one writer that never stops: a writer restarted at random rounds on its file stores
+    the same increases, `readings` gives back every scraped value exactly, and `samples` keeps a
+    counter's reading only where its increases cannot give it back."""
+    rounds = stream(seed)
+    reference = duckdb.connect()
+    apply_migrations(reference)
+    ing = Ingestor()
+    for at, text in rounds:
+        if text is not None:
+            ingest(reference, ing, text, at)
+    path = str(tmp_path / "w.duckdb")
+    rng = random.Random(seed)
+    con = duckdb.connect(path)
+    apply_migrations(con)
+    ing = Ingestor()
+    for at, text in rounds:
+        if rng.random() < 0.05:  # the writer restarts: a new process, the file reopened
+            con.close()
+            con, ing = duckdb.connect(path), Ingestor()
+        if text is not None:
+            ingest(con, ing, text, at)
+
+    def increases(c):
+        return c.execute(
+            "SELECT ts, series_key, delta, seconds, reset FROM increments JOIN series USING (series_id) ORDER BY ALL"
+        ).fetchall()
+
+    assert increases(con) == increases(reference)
+    scraped = {
+        (at, series_key(TARGET.name, s.name, s.labels)): "NaN" if math.isnan(s.value) else s.value
+        for at, text in rounds
+        if text is not None
+        for s in parse_page(text.encode())
+    }
+    back = {k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in read_back(con).items()}
+    assert back == scraped
+    stored = dict(
+        con.execute("SELECT metric, count(*) FROM samples JOIN series USING (series_id) GROUP BY 1").fetchall()
+    )
+    rounds_read = sum(text is not None for _, text in rounds)
+    assert stored["g"] == stored["b_seconds_total"] == rounds_read  # a gauge, and fractions: every reading
+    assert stored["h_bucket"] < rounds_read / 2 and stored["a_total"] < rounds_read / 4

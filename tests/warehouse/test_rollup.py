@@ -198,9 +198,11 @@ def test_retention_never_drops_rows_that_are_not_rolled_up():
     ing = Ingestor()
     for k in range(3):
         ing.write(c, ScrapeBatch(DECODE, T0 + timedelta(seconds=5 * k), True, 0.01, parse_page(page(k, 1).encode())))
+    counts = "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM increments), (SELECT count(*) FROM readings)"
+    before = c.execute(counts).fetchall()
     deleted = ing.rollups.apply_retention(c, T0 + timedelta(days=400))
     assert deleted["increments"] == 0 and deleted["samples"] == 0  # nothing of this minute is rolled up yet
-    assert c.execute("SELECT count(*) FROM samples").fetchall()[0][0] == 9
+    assert c.execute(counts).fetchall() == before and before[0][2] == 9
 
 
 def test_day_ranges_read_hours():
