@@ -128,7 +128,7 @@ class _VllmPage(_Page):
 
     def histogram(self, name: str, h: Histogram) -> None:
         f = self.family(name)
-        cum = h.cumulative()
+        cum = np.floor(h.cumulative())  # observations counted: whole on a real page (the model's steps are not)
         bounds = [floatToGoString(b) for b in h.bounds] + ["+Inf"]
         for e, label in enumerate(self.engines):
             for j, le in enumerate(bounds):
@@ -306,7 +306,7 @@ def render_plugin(st: ExpertState, model_name: str) -> str:
             p.sample(
                 "moemeter_expert_rank_tokens_total",
                 {"engine": str(rank), "layer": str(layer), "model_name": model_name},
-                float(st.rank_tokens[layer, rank]),
+                float(np.floor(st.rank_tokens[layer, rank])),  # tokens: whole, as the plugin counts them
             )
     p.family("moemeter_eplb_balancedness")
     for layer in range(layers):

@@ -138,3 +138,16 @@ def test_gpu_exporter_uses_dcgm_names_labels_and_blank_sentinel(pages, profile):
     assert all(s.value > 9.2e18 for s in fams["DCGM_FI_DEV_MEMORY_TEMP"].samples)  # GB300: blank
     trays = [k for k in pages if k.startswith("gpu-tray-")]
     assert len(trays) == profile.topology.trays == 18
+
+
+def test_counts_are_whole_numbers_as_the_real_processes_count_them(pages):
+    """A histogram counts observations and the plugin counts tokens: whole numbers on every real
+    page, however the twin's model divides its steps."""
+    counted = 0
+    for text in pages.values():
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name.endswith(("_bucket", "_count")) or s.name == "moemeter_expert_rank_tokens_total":
+                    assert float(s.value).is_integer(), (s.name, s.labels, s.value)
+                    counted += 1
+    assert counted > 10_000
