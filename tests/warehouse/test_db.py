@@ -156,19 +156,27 @@ def by_key(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
 
 
 def test_series_are_numbered_in_the_order_the_writer_first_stores_them():
+    """Counters odd, other series even, each in page order: a round's increases carry ids that rise
+    by two, row after row."""
     con = duckdb.connect()
     apply_migrations(con)
     write_rounds(con, range(3))
-    rounds = [
-        [r[0] for r in con.execute("SELECT series_id FROM samples WHERE ts = ? ORDER BY rowid", [ts]).fetchall()]
-        for ts in (T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2))
+    first = [r[0] for r in con.execute("SELECT series_id FROM samples WHERE ts = ? ORDER BY rowid", [T0]).fetchall()]
+    counters = [i for i in first if i % 2]
+    others = [i for i in first if not i % 2]
+    assert counters == list(range(1, 2 * len(counters), 2)) and others == list(range(2, 2 * len(others) + 1, 2))
+    later = [
+        [r[0] for r in con.execute(f"SELECT series_id FROM {table} WHERE ts = ? ORDER BY rowid", [ts]).fetchall()]
+        for ts in (T0 + timedelta(minutes=1), T0 + timedelta(minutes=2))
+        for table in ("samples", "increments")
     ]
-    n = len(rounds[0])
-    assert rounds[0] == list(range(1, n + 1))  # every reading of a first round, in page order
-    for ids in rounds[1:]:  # counters stored once: what is left of later rounds, still in page order
-        assert ids == sorted(ids) and len(ids) < n
+    for ids in later:  # each table's rows of a later round, still in page order
+        for parity in (0, 1):
+            assert [i for i in ids if i % 2 == parity] == sorted(i for i in ids if i % 2 == parity)
+    assert later[1] == later[3] == counters  # every counter's increase, ids rising by two
+    assert len(later[0]) < len(first)  # counters stored once: by their increases
     keys = con.execute("SELECT count(DISTINCT series_key), count(*) FROM series").fetchall()
-    assert keys == [(n, n)]
+    assert keys == [(len(first), len(first))]
 
 
 def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration():

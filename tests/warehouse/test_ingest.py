@@ -249,3 +249,18 @@ def test_a_counter_is_stored_once_and_gives_back_every_reading_through_writer_re
     rounds_read = sum(text is not None for _, text in rounds)
     assert stored["g"] == stored["b_seconds_total"] == rounds_read  # a gauge, and fractions: every reading
     assert stored["h_bucket"] < rounds_read / 2 and stored["a_total"] < rounds_read / 4
+
+
+def test_a_restarted_writer_numbers_new_series_after_every_stored_one_counters_odd_others_even(tmp_path):
+    path = str(tmp_path / "w.duckdb")
+    c = duckdb.connect(path)
+    apply_migrations(c)
+    ingest(
+        c, Ingestor(), "# TYPE a_total counter\na_total 1\n# TYPE g gauge\ng 1\n# TYPE b_total counter\nb_total 1\n", T0
+    )
+    c.close()
+    c = duckdb.connect(path)
+    more = "# TYPE c_total counter\nc_total 1\n# TYPE h gauge\nh 1\n# TYPE d_total counter\nd_total 1\n"
+    ingest(c, Ingestor(), more, T0 + timedelta(seconds=5))
+    ids = dict(c.execute("SELECT metric, series_id FROM series").fetchall())
+    assert ids == {"a_total": 1, "g": 2, "b_total": 3, "c_total": 5, "h": 6, "d_total": 7}
