@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from moemeter.contract import Sample, TargetInfo
@@ -96,9 +97,7 @@ def is_monotonic(sample: Sample) -> bool:
 
 
 def _next_ids(last: int) -> dict[bool, int]:
-    """The next id for a counter (odd) and for any other series (even), after id `last`. Numbered
-    apart, a round's increases (counters only) carry ids that rise by two, row after row, and the
-    other samples' ids by two or little more: bit-packing stores either in almost nothing."""
+    """The next id for a counter (odd) and for any other series (even), after id `last`."""
     odd = last + 1 if last % 2 == 0 else last + 2
     return {True: odd, False: odd + 1}
 
@@ -132,9 +131,26 @@ class _Raw:
     def _append(
         self, con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, tuple[list[Any], pa.DataType]]
     ) -> None:
-        n = len(next(iter(columns.values()))[0])
-        stamps = pa.repeat(pa.scalar(self.ts, pa.timestamp("us")), n)
-        insert_arrow(con, table, {"ts": stamps, **{k: pa.array(v, type=t) for k, (v, t) in columns.items()}})
+        """Insert the rows in series id order: like series side by side (Ingestor._number)."""
+        ids = np.asarray(columns["series_id"][0], dtype=np.int64)
+        arrays = {k: pa.array(v, type=t) for k, (v, t) in columns.items()}
+        if len(ids) > 1 and bool((ids[1:] < ids[:-1]).any()):
+            order = pa.array(np.argsort(ids, kind="stable"))
+            arrays = {k: a.take(order) for k, a in arrays.items()}
+        stamps = pa.repeat(pa.scalar(self.ts, pa.timestamp("us")), len(ids))
+        insert_arrow(con, table, {"ts": stamps, **arrays})
+
+
+@dataclass
+class _NewSeries:
+    """A series first seen in the round being written: its id is given when the round is flushed."""
+
+    provisional: int  # negative, unique in the round
+    monotonic: bool
+    key: int
+    target: str
+    seen_as: tuple[str, tuple[tuple[str, str], ...], str, str]
+    sample: Sample
 
 
 class Ingestor:
@@ -148,6 +164,7 @@ class Ingestor:
     ) -> None:
         self._ids: dict[int, int] = {}  # series key -> series id, of every stored series
         self._next_id = _next_ids(0)
+        self._new: list[_NewSeries] = []  # first seen in the round being written
         self._series_of: Counter[str] = Counter()  # series stored, per target
         self._last: dict[int, tuple[datetime, float]] = {}
         # per target, what a sample's name, labels, family and kind make of it: (series id,
@@ -179,10 +196,52 @@ class Ingestor:
         n = 0
         for b in batches:
             if raw.ts is not None and b.ts != raw.ts:
+                self._number(con, raw)
                 raw.flush(con)  # before the next time's batch rolls up the minutes they may close
             n += self._write(con, b, raw)
+        self._number(con, raw)
         raw.flush(con)
         return n
+
+    def _number(self, con: duckdb.DuckDBPyConnection, raw: _Raw) -> None:
+        """Give the round's new series their ids and store them. Counters are numbered odd, other
+        series even, each in metric order, then in the order first seen: the round's rows, inserted
+        in id order, then hold like series side by side (the flops counters of every engine, the
+        buckets of one histogram), and their ids rise by two. DuckDB compresses a column a vector
+        at a time, so values of one magnitude together and ids in steps pack into a few bits."""
+        if not self._new:
+            return
+        final: dict[int, int] = {}
+        rows: list[SeriesRow] = []
+        for new in sorted(self._new, key=lambda n: (n.sample.name, -n.provisional)):
+            sid = final[new.provisional] = self._next_id[new.monotonic]
+            self._next_id[new.monotonic] += 2
+            self._ids[new.key] = sid
+            self._seen_as[new.target][new.seen_as] = (sid, new.monotonic)
+            if new.provisional in self._last:
+                self._last[sid] = self._last.pop(new.provisional)
+            rows.append(self._series_row(sid, new.key, new.target, new.sample))
+        self._new.clear()
+        raw.ids[:] = [final[i] if i < 0 else i for i in raw.ids]
+        cols = list(zip(*rows))
+        tbl = pa.table(
+            {
+                "series_id": pa.array(cols[0], type=pa.int64()),
+                "target": pa.array(cols[1], type=pa.string()),
+                "metric": pa.array(cols[2], type=pa.string()),
+                "family": pa.array(cols[3], type=pa.string()),
+                "kind": pa.array(cols[4], type=pa.string()),
+                "labels": pa.array(cols[5], type=pa.string()),
+                "engine": pa.array(cols[6], type=pa.string()),
+                "le": pa.array(cols[7], type=pa.float64()),
+                "series_key": pa.array(cols[8], type=pa.int64()),
+            }
+        )
+        con.register("_new_series", tbl)
+        try:
+            con.execute("INSERT INTO series BY NAME SELECT * FROM _new_series")
+        finally:
+            con.unregister("_new_series")
 
     def _write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch, raw: _Raw) -> int:
         if not self._loaded:
@@ -204,7 +263,7 @@ class Ingestor:
         rolled = len(inc["seconds"])
         accepted = late = 0
         hour = batch.ts.replace(minute=0, second=0, microsecond=0)
-        new_series: list[SeriesRow] = []
+        new_series = 0
         seen: set[int] = set()
         room = min(self.max_new_series, self.max_series - self._series_of[t.name])
         started = process_start(batch.samples)
@@ -220,13 +279,13 @@ class Ingestor:
                 monotonic = is_monotonic(s)
                 if key in self._ids:
                     sid = self._ids[key]
-                elif len(new_series) >= room:
+                elif new_series >= room:
                     refused[self._over_limit(t.name, room)] += 1
                     continue
                 else:
-                    sid = self._ids[key] = self._next_id[monotonic]
-                    self._next_id[monotonic] += 2
-                    new_series.append(self._series_row(sid, key, t.name, s))
+                    sid = self._ids[key] = -(len(self._new) + 1)  # numbered when the round is flushed
+                    self._new.append(_NewSeries(sid, monotonic, key, t.name, as_seen, s))
+                    new_series += 1
                 seen_as[as_seen] = (sid, monotonic)
             if sid in seen:  # a duplicate sample in one page: the first one counts
                 continue
@@ -259,27 +318,7 @@ class Ingestor:
                 inc["seconds"].append(seconds)
                 inc["reset"].append(reset)
             self._last[sid] = (batch.ts, v)
-        if new_series:
-            cols = list(zip(*new_series))
-            tbl = pa.table(
-                {
-                    "series_id": pa.array(cols[0], type=pa.int64()),
-                    "target": pa.array(cols[1], type=pa.string()),
-                    "metric": pa.array(cols[2], type=pa.string()),
-                    "family": pa.array(cols[3], type=pa.string()),
-                    "kind": pa.array(cols[4], type=pa.string()),
-                    "labels": pa.array(cols[5], type=pa.string()),
-                    "engine": pa.array(cols[6], type=pa.string()),
-                    "le": pa.array(cols[7], type=pa.float64()),
-                    "series_key": pa.array(cols[8], type=pa.int64()),
-                }
-            )
-            con.register("_new_series", tbl)
-            try:
-                con.execute("INSERT INTO series BY NAME SELECT * FROM _new_series")
-            finally:
-                con.unregister("_new_series")
-            self._series_of[t.name] += len(new_series)
+        self._series_of[t.name] += new_series
         if late:
             refused["counter readings at or before the series' last reading: not stored"] += late
         if refused:

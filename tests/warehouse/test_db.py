@@ -155,24 +155,31 @@ def by_key(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
     return out
 
 
-def test_series_are_numbered_in_the_order_the_writer_first_stores_them():
-    """Counters odd, other series even, each in page order: a round's increases carry ids that rise
-    by two, row after row."""
+def test_series_are_numbered_counters_odd_others_even_by_metric_then_page_order():
+    """A round's rows go in id order: like series side by side, and the ids of its increases
+    (counters only) rising by two."""
     con = duckdb.connect()
     apply_migrations(con)
     write_rounds(con, range(3))
     first = [r[0] for r in con.execute("SELECT series_id FROM samples WHERE ts = ? ORDER BY rowid", [T0]).fetchall()]
     counters = [i for i in first if i % 2]
     others = [i for i in first if not i % 2]
+    assert first == sorted(first)
     assert counters == list(range(1, 2 * len(counters), 2)) and others == list(range(2, 2 * len(others) + 1, 2))
+    by_id = con.execute("SELECT series_id % 2 = 1, metric, le FROM series ORDER BY series_id").fetchall()
+    monotonic = {r[0] for r in con.execute("SELECT DISTINCT series_id % 2 = 1 FROM increments").fetchall()}
+    assert monotonic == {True}
+    for parity in (True, False):
+        metrics = [m for odd, m, _ in by_id if odd == parity]
+        assert metrics == sorted(metrics)
+    buckets = [le for _, m, le in by_id if m == "vllm:time_to_first_token_seconds_bucket"]
+    assert buckets == sorted(buckets) and len(buckets) > 10  # one histogram's buckets in page order
     later = [
         [r[0] for r in con.execute(f"SELECT series_id FROM {table} WHERE ts = ? ORDER BY rowid", [ts]).fetchall()]
         for ts in (T0 + timedelta(minutes=1), T0 + timedelta(minutes=2))
         for table in ("samples", "increments")
     ]
-    for ids in later:  # each table's rows of a later round, still in page order
-        for parity in (0, 1):
-            assert [i for i in ids if i % 2 == parity] == sorted(i for i in ids if i % 2 == parity)
+    assert all(ids == sorted(ids) for ids in later)
     assert later[1] == later[3] == counters  # every counter's increase, ids rising by two
     assert len(later[0]) < len(first)  # counters stored once: by their increases
     keys = con.execute("SELECT count(DISTINCT series_key), count(*) FROM series").fetchall()

@@ -12,6 +12,7 @@ import pytest
 from collectors.parse import parse_page
 from moemeter.contract import TargetInfo
 from warehouse.db import apply_migrations
+from warehouse.export import named_by_key
 from warehouse.ingest import Ingestor, ScrapeBatch, is_dcgm_blank, series_key
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
@@ -151,7 +152,8 @@ def test_negative_or_infinite_counter_values_add_no_increase(con):
 
 def test_rounds_written_together_store_what_batch_by_batch_writes_store():
     """write_all inserts the raw rows of a round at once, and those of each round before the next
-    round rolls up the minutes it closes: every table ends as writing each batch alone leaves it."""
+    round rolls up the minutes it closes: every table ends as writing each batch alone leaves it
+    (series named by key: a round's new series are numbered together, a lone batch's alone)."""
     other = TargetInfo("prefill-0", "http://y/metrics", "prefill", 8, "test")
     stamps = [T0 + timedelta(seconds=s) for s in (20, 40, 60, 65, 125, 130)]  # crossing two minutes
     batches = [
@@ -168,7 +170,7 @@ def test_rounds_written_together_store_what_batch_by_batch_writes_store():
         c = duckdb.connect()
         apply_migrations(c)
         assert write(Ingestor(), c) == 3 * len(batches)
-        stores.append({t: c.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in tables})
+        stores.append({t: c.execute(f"{named_by_key(t)} ORDER BY ALL").fetchall() for t in tables})
     alone, together = stores
     assert together == alone
     assert len(alone["increments_1m"]) >= 4 and len(alone["increments"]) == 2 * (len(stamps) - 1)
