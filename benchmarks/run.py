@@ -605,6 +605,9 @@ def main() -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, object] = json.loads(path.read_text()) if path.exists() else {}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    changed = ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results"]
+    if subprocess.run(changed, cwd=ROOT, capture_output=True, text=True).stdout.strip():
+        commit = commit.strip() + "+changes"  # measured on a tree that commit does not hold
     with tempfile.TemporaryDirectory() as d:
         for name in names:  # each section replaces its own entry; the others keep theirs, with their own date
             measured = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit.strip()}
