@@ -224,24 +224,9 @@ class Ingestor:
         self._new.clear()
         raw.ids[:] = [final[i] if i < 0 else i for i in raw.ids]
         cols = list(zip(*rows))
-        tbl = pa.table(
-            {
-                "series_id": pa.array(cols[0], type=pa.int64()),
-                "target": pa.array(cols[1], type=pa.string()),
-                "metric": pa.array(cols[2], type=pa.string()),
-                "family": pa.array(cols[3], type=pa.string()),
-                "kind": pa.array(cols[4], type=pa.string()),
-                "labels": pa.array(cols[5], type=pa.string()),
-                "engine": pa.array(cols[6], type=pa.string()),
-                "le": pa.array(cols[7], type=pa.float64()),
-                "series_key": pa.array(cols[8], type=pa.int64()),
-            }
-        )
-        con.register("_new_series", tbl)
-        try:
-            con.execute("INSERT INTO series BY NAME SELECT * FROM _new_series")
-        finally:
-            con.unregister("_new_series")
+        types = [pa.int64(), *[pa.string()] * 6, pa.float64(), pa.int64()]
+        names = ["series_id", "target", "metric", "family", "kind", "labels", "engine", "le", "series_key"]
+        insert_arrow(con, "series", {n: pa.array(c, type=t) for n, c, t in zip(names, cols, types, strict=True)})
 
     def _write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch, raw: _Raw) -> int:
         if not self._loaded:

@@ -77,6 +77,9 @@ def test_out_of_order_and_repeated_scrapes_add_no_increase(con):
     ingest(con, ing, page(10), T0 + timedelta(seconds=10))  # duplicate
     ingest(con, ing, page(25), T0 + timedelta(seconds=15))
     assert increments(con, "vllm:generation_tokens_total") == [(15.0, False)]
+    said = con.execute("SELECT kind, reason, count FROM rejected ORDER BY ts").fetchall()
+    assert said == [("series", "counter readings at or before the series' last reading: not stored", 1)] * 2
+    assert con.execute("SELECT count(*) FROM readings").fetchall() == [(2,)]  # 10 at 0:10, 25 at 0:15
 
 
 def test_an_ingestor_restarted_on_the_same_file_continues_without_double_counting(tmp_path):
