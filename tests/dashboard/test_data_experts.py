@@ -44,7 +44,7 @@ def seed(con: duckdb.DuckDBPyConnection, minutes: float = 4.0, scrape: float = 5
             exp.write(
                 con, TARGET.name, ts, ExpertSnapshot.from_json(expert_snapshot(m.experts.state, p.model.name, m.now))
             )
-        history.append((ts, m.experts.state.rank_tokens.copy()))
+        history.append((ts, np.floor(m.experts.state.rank_tokens)))  # whole tokens, as the page says them
     return m, history
 
 
