@@ -32,6 +32,7 @@ import pyarrow as pa
 from moemeter.contract import Sample, TargetInfo
 
 from .db import insert_arrow, record_rejected
+from .read import HOUR, floor
 from .rollup import Retention, Rollups
 from .sql import sql
 
@@ -247,7 +248,7 @@ class Ingestor:
         ids, values, inc = raw.ids, raw.values, raw.inc
         rolled = len(inc["seconds"])
         accepted = late = 0
-        hour = batch.ts.replace(minute=0, second=0, microsecond=0)
+        hour = floor(batch.ts, HOUR)
         new_series = 0
         seen: set[int] = set()
         room = min(self.max_new_series, self.max_series - self._series_of[t.name])
