@@ -13,12 +13,13 @@ on the real captures and on generated pages).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from prometheus_client.metrics_core import METRIC_TYPES
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from moemeter.contract import Sample
+from moemeter.contract import Layout, Page, Sample
 from moemeter.errors import MoemeterError
 
 MAX_PAGE_BYTES = 64 * 1024 * 1024
@@ -59,45 +60,161 @@ def _decode(body: bytes, content_type: str) -> tuple[str, bool]:
     return text, openmetrics
 
 
+class _Template:
+    """A kept page's text without its values, for a page whose lines are as plain as they come: no
+    blank line, no whitespace around a line, one space before each value, no timestamp. `read`
+    takes the next page's values at C speed when its text is the same line for line but for them,
+    and names the sample lines that differ in more; any other page gets None."""
+
+    __slots__ = ("heads", "comments", "position")
+
+    def __init__(self, heads: tuple[str, ...], comments: dict[int, str], position: dict[int, int]) -> None:
+        self.heads = heads  # each line's text before its last space (all of it where it has none)
+        self.comments = comments  # a comment line's number -> its text after the last space
+        self.position = position  # a sample line's number -> its sample's position on the page
+
+    @classmethod
+    def of(cls, text: str, kept: list[tuple[str, Sample | None]]) -> _Template | None:
+        """The template of a page parsed into `kept` (PageCache's lines); None where it is not plain."""
+        lines = text.split("\n")
+        lines.pop()  # the text ends with a newline (_decode)
+        if len(lines) != len(kept):
+            return None  # a blank line
+        heads: list[str] = []
+        comments: dict[int, str] = {}
+        position: dict[int, int] = {}
+        for i, (line, (head, sample)) in enumerate(zip(lines, kept, strict=True)):
+            before, space, after = line.rpartition(" ")
+            if sample is None:
+                if line != head:
+                    return None  # whitespace around the line
+                comments[i] = after
+            elif not _plain_line(line, head):
+                return None
+            else:
+                position[i] = len(position)
+            heads.append(before if space else line)
+        return cls(tuple(heads), comments, position)
+
+    def read(self, text: str) -> tuple[list[float], list[int]] | None:
+        """The page's values, and the numbers of its sample lines whose text before the value
+        differs from the kept one's; None for a page of other lines or values the reference may read
+        otherwise."""
+        lines = text.split("\n")
+        if len(lines) != len(self.heads) + 1 or lines[-1]:
+            return None
+        lines.pop()
+        parts = [line.rpartition(" ") for line in lines]
+        heads = tuple(head for head, _, _ in parts)
+        moved = [] if heads == self.heads else [i for i, (a, b) in enumerate(zip(heads, self.heads)) if a != b]
+        if any(i not in self.position for i in moved):
+            return None  # a comment line changed
+        if any(parts[i][2] != tail for i, tail in self.comments.items()):
+            return None
+        texts = [parts[i][2] for i in self.position]
+        if not _PLAIN_VALUES.fullmatch("\n".join(texts)):
+            return None  # what float() reads and the reference may not: underscores, whitespace, other digits
+        try:
+            return list(map(float, texts)), moved
+        except ValueError:
+            return None
+
+    def moved(self, lines: dict[int, str]) -> _Template:
+        """This template with the given lines' text before the value replaced (lines that are plain)."""
+        heads = list(self.heads)
+        for i, line in lines.items():
+            heads[i] = line.rpartition(" ")[0]
+        return _Template(tuple(heads), self.comments, self.position)
+
+
+_PLAIN_VALUES = re.compile(r"[0-9A-Za-z.+\-\n]*")
+
+
+def _plain_line(line: str, head: str) -> bool:
+    """A sample line, parsed with `head` its text before the value, as a template takes it: no
+    whitespace around it, one space before the value, no timestamp."""
+    before, space, after = line.rpartition(" ")
+    return (
+        bool(space) and line == line.strip() and head == before + space and _PLAIN_VALUES.fullmatch(after) is not None
+    )
+
+
 class PageCache:
     """One target's scrape cache, as Prometheus keeps one: its last plain-text page, line by line,
-    without the values, and the samples it gave. A page with the same comment lines and sample
-    names, line for line, takes its samples' names, labels and families from there, reading only
-    the values, and parsing alone the sample lines whose labels changed; any other page is parsed
-    afresh and becomes the one kept. The result is parse_page's by construction: a line is read
-    from the cache only when it is the kept line's text up to its value (whitespace included)
-    followed by what the fast path takes as a value, and the families and kinds the fast path
-    gives follow from the comment lines and the sample names alone."""
+    without the values, and the samples it gave (a `Layout`). A page with the same comment lines
+    and sample names, line for line, takes its samples' names, labels and families from there,
+    reading only the values, and parsing alone the sample lines whose labels changed; any other
+    page is parsed afresh and becomes the one kept. The result is parse_page's by construction: a
+    line is read from the cache only when it is the kept line's text up to its value (whitespace
+    included) followed by what the fast path takes as a value, and the families and kinds the fast
+    path gives follow from the comment lines and the sample names alone. A page as plain as vLLM's
+    is compared with the kept one in whole (`_Template`), not line by line."""
 
     def __init__(self) -> None:
         self._lines: list[tuple[str, Sample | None]] = []  # (comment line, None) or (text before the value, sample)
+        self._layout: Layout | None = None
 
-    def parse(self, body: bytes, content_type: str = "text/plain", max_samples: int = MAX_SAMPLES) -> list[Sample]:
+    def parse(self, body: bytes, content_type: str = "text/plain", max_samples: int = MAX_SAMPLES) -> Sequence[Sample]:
         text, openmetrics = _decode(body, content_type)
         if openmetrics:
-            self._lines = []
+            self._lines, self._layout = [], None
             return parse_reference(text, openmetrics, max_samples)
+        layout = self._layout
+        if layout is not None and isinstance(layout.template, _Template):
+            got = layout.template.read(text)
+            page = (
+                None if got is None or len(got[0]) > max_samples else self._moved(layout, layout.template, text, *got)
+            )
+            if page is not None:
+                return page
         if self._lines:
             again = self._reread(text, max_samples)
             if again is not None:
                 return again
-        self._lines = []
+        self._lines, self._layout = [], None
         kept: list[tuple[str, Sample | None]] = []
         try:
             out = _parse_plain_text(text, max_samples, kept)
         except _NotPlain:
             return parse_reference(text, openmetrics, max_samples)
-        self._lines = kept
-        return out
+        self._lines, self._layout = kept, Layout(out, _Template.of(text, kept))
+        return Page(self._layout, [s.value for s in out])
 
-    def _reread(self, text: str, max_samples: int) -> list[Sample] | None:
+    def _moved(
+        self, layout: Layout, template: _Template, text: str, values: list[float], moved: list[int]
+    ) -> Page | None:
+        """The page the layout's template read, its moved sample lines parsed alone; None where one
+        of them is not plain or names another sample."""
+        if not moved:
+            return Page(layout, values)
+        lines = text.split("\n")
+        samples = list(layout.samples)
+        heads: dict[int, str] = {}
+        for i in moved:
+            line, at = lines[i], template.position[i]
+            try:
+                name, labels, _, heads[i] = _sample_line(line)
+            except (_NotPlain, ExpositionError):
+                return None
+            was = samples[at]
+            if name != was.name or not _plain_line(line, heads[i]):
+                return None
+            samples[at] = Sample(name, labels, values[at], was.family, was.kind)
+        for i, head in heads.items():
+            self._lines[i] = (head, samples[template.position[i]])
+        changed = tuple(sorted(template.position[i] for i in moved))
+        self._layout = Layout(samples, template.moved({i: lines[i] for i in moved}), layout, changed)
+        return Page(self._layout, values)
+
+    def _reread(self, text: str, max_samples: int) -> Sequence[Sample] | None:
         """The page's samples from the kept lines; None when a comment line differs, or a sample
         line's name, or the number of lines grows. A sample line that differs in more than its
         value but keeps its name (another label value) is read alone and kept in its place: the
         page reads as before, its families and kinds following from the comment lines and the
         sample names alone."""
         kept = self._lines
-        out: list[Sample] = []
+        values: list[float] = []
+        changed: list[int] = []
         i = 0
         for raw in text.split("\n"):
             line = raw.strip()
@@ -119,11 +236,20 @@ class PageCache:
                     return None  # parsed afresh, the page gives the reference's answer
                 if _NAME_RE.match(kept[i - 1][0]).group() != name:  # type: ignore[union-attr]  # a kept head starts with its name
                     return None
-                sample = Sample(sample.name, labels, number, sample.family, sample.kind)
-                kept[i - 1] = (head, sample)
-            out.append(Sample(sample.name, sample.labels, number, sample.family, sample.kind))
-        # fewer lines than kept: the kept page's first lines, which give its first samples
-        return out if len(out) <= max_samples else None
+                if labels != sample.labels:
+                    changed.append(len(values))
+                kept[i - 1] = (head, Sample(sample.name, labels, number, sample.family, sample.kind))
+            values.append(number)
+        if len(values) > max_samples:
+            return None
+        samples = [s for _, s in kept if s is not None]
+        if len(values) < len(samples):  # fewer lines than kept: the kept page's first lines give its first samples
+            return [Sample(s.name, s.labels, v, s.family, s.kind) for s, v in zip(samples, values, strict=False)]
+        layout = self._layout
+        assert layout is not None
+        if changed:
+            layout = self._layout = Layout(samples, _Template.of(text, kept), layout, tuple(changed))
+        return Page(layout, values)
 
 
 def parse_reference(text: str, openmetrics: bool, max_samples: int = MAX_SAMPLES) -> list[Sample]:

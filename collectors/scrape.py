@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -82,7 +82,7 @@ def http_fetcher(client: httpx.AsyncClient) -> Fetch:
     return fetch
 
 
-Parse = Callable[[bytes, str], list[Sample]]
+Parse = Callable[[bytes, str], Sequence[Sample]]
 
 
 async def scrape_one(

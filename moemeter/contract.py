@@ -1,7 +1,8 @@
 """moemeter's contract: what it reads and emits, declared once (client_python's `samples.py` is
 the model; vLLM's `PrometheusStatLogger` declares its families the same way).
 
-- `Sample` and `TargetInfo`: what the parser and the collectors hand the warehouse.
+- `Sample`, `Page` and `TargetInfo`: what the parser and the collectors hand the warehouse (a
+  `Page` is a page's samples as columns: its `Layout` and its values).
 - `ROLES` and `POOLS`: what a target is, and which targets form the two GPU pools.
 - `TOKEN_MEASURES`: prompt, cached, computed and generated tokens (docs/definitions.md).
 - `FAMILIES`: every metric family moemeter reads or emits, by the name its `# TYPE` line gives
@@ -16,7 +17,9 @@ This module imports nothing of moemeter's: every layer may import it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 # ------------------------------------------------------------------------ targets
 ROLES = ("prefill", "decode", "router", "gateway", "gpu")
@@ -47,6 +50,53 @@ class Sample:
     value: float
     family: str
     kind: str
+
+
+class Layout:
+    """What a page's samples are besides their values: names, labels, families and kinds, in page
+    order (each sample's value is that of the page the layout was read from). A scrape cache keeps
+    one while the target's series stay the same, so its pages share it. A layout made from another
+    by sample lines whose labels changed (a series that moved within its family) names that one as
+    `parent`, and the positions that may differ as `changed`. `template` is what the parser that
+    made it keeps to read the next page (collectors/parse.py)."""
+
+    __slots__ = ("samples", "template", "parent", "changed")
+
+    def __init__(
+        self,
+        samples: list[Sample],
+        template: object,
+        parent: Layout | None = None,
+        changed: tuple[int, ...] = (),
+    ) -> None:
+        self.samples, self.template, self.parent, self.changed = samples, template, parent, changed
+
+
+class Page(Sequence[Sample]):
+    """A plain page's samples as its layout and its values, in page order. A `Sample` is made only
+    when one is asked for: the ingestor reads the values and the layout as columns."""
+
+    __slots__ = ("layout", "values")
+
+    def __init__(self, layout: Layout, values: list[float]) -> None:
+        self.layout, self.values = layout, values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, i: int) -> Sample: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Sample]: ...
+    def __getitem__(self, i: int | slice) -> Sample | list[Sample]:
+        if isinstance(i, slice):
+            return list(self)[i]
+        s = self.layout.samples[i]
+        return Sample(s.name, s.labels, self.values[i], s.family, s.kind)
+
+    def __iter__(self) -> Iterator[Sample]:
+        for s, v in zip(self.layout.samples, self.values, strict=True):
+            yield Sample(s.name, s.labels, v, s.family, s.kind)
 
 
 # --------------------------------------------------------------------- token measures
