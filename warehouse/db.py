@@ -33,11 +33,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any]) -> None:
-    """Append columns (pyarrow arrays, in the table's column order) to a table in one statement."""
+def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any], on_conflict: str = "") -> None:
+    """Append columns (pyarrow arrays, in the table's column order) to a table in one statement,
+    `on_conflict` its ON CONFLICT clause if any."""
     con.register("_insert_batch", pa.table(columns))
     try:
-        con.execute(f"INSERT INTO {table} SELECT * FROM _insert_batch")
+        con.execute(f"INSERT INTO {table} SELECT * FROM _insert_batch {on_conflict}")
     finally:
         con.unregister("_insert_batch")
 

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,10 +30,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from moemeter.contract import Sample, TargetInfo
+from moemeter.contract import Layout, Page, Sample, TargetInfo
 
 from .db import insert_arrow, record_rejected
-from .read import HOUR, floor
+from .read import HOUR, floor, micros
 from .rollup import Retention, Rollups
 from .sql import sql
 
@@ -60,25 +61,9 @@ class ScrapeBatch:
     ts: datetime  # UTC, naive
     up: bool
     duration_seconds: float
-    samples: list[Sample] = field(default_factory=list)
+    samples: Sequence[Sample] = field(default_factory=list)
     bytes: int = 0
     error: str | None = None
-
-
-def is_dcgm_blank(name: str, value: float) -> bool:
-    """DCGM's "no value" sentinels, which must never be read as a measurement."""
-    if not name.startswith("DCGM_"):
-        return False
-    return value >= DCGM_INT64_BLANK_MIN or DCGM_FP64_BLANK <= value <= DCGM_FP64_BLANK + 3
-
-
-def process_start(samples: list[Sample]) -> datetime | None:
-    """When the target's process started (`process_start_time_seconds`, which vLLM and the twin
-    export), as naive UTC; None when the page does not say."""
-    for s in samples:
-        if s.name == "process_start_time_seconds" and math.isfinite(s.value) and 0 < s.value < 32503680000:
-            return datetime.fromtimestamp(s.value, UTC).replace(tzinfo=None)
-    return None
 
 
 def series_key(target: str, name: str, labels: tuple[tuple[str, str], ...]) -> int:
@@ -105,6 +90,19 @@ def _next_ids(last: int) -> dict[bool, int]:
 
 # a new row of `series`: id, target, metric, family, kind, labels, engine, le, key
 SeriesRow = tuple[int, str, str, str, str, str, str | None, float | None, int]
+NO_READING = np.iinfo(np.int64).min  # a series' last reading time, in microseconds, when it has none
+_F64, _I64, _BOOL = pa.float64(), pa.int64(), pa.bool_()
+
+
+def dcgm_blanks(values: np.ndarray) -> np.ndarray:
+    """Which of a DCGM series' values are its "no value" sentinels."""
+    with np.errstate(invalid="ignore"):
+        return (values >= DCGM_INT64_BLANK_MIN) | ((values >= DCGM_FP64_BLANK) & (values <= DCGM_FP64_BLANK + 3))
+
+
+def is_dcgm_blank(name: str, value: float) -> bool:
+    """DCGM's "no value" sentinels, which must never be read as a measurement."""
+    return name.startswith("DCGM_") and bool(dcgm_blanks(np.array([value]))[0])
 
 
 @dataclass
@@ -112,34 +110,52 @@ class _Raw:
     """Raw rows of one scrape time, held until they are inserted together."""
 
     ts: datetime | None = None
-    ids: list[int] = field(default_factory=list)
-    values: list[float | None] = field(default_factory=list)
-    inc: dict[str, list[Any]] = field(
-        default_factory=lambda: {"series_id": [], "delta": [], "seconds": [], "reset": []}
-    )
+    targets: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # name -> its row, the round's last
+    scrapes: list[tuple[Any, ...]] = field(default_factory=list)
+    samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # ids, values, NULL
+    increments: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+
+    def renumber(self, final: np.ndarray) -> None:
+        """Give rows of series first seen this round their ids."""
+        for ids, *_ in self.samples:
+            _renumber(ids, final)
 
     def flush(self, con: duckdb.DuckDBPyConnection) -> None:
-        if self.ids:
-            self._append(con, "samples", {"series_id": (self.ids, pa.int64()), "value": (self.values, pa.float64())})
-        if self.inc["series_id"]:
-            types = {"series_id": pa.int64(), "delta": pa.float64(), "seconds": pa.float64(), "reset": pa.bool_()}
-            self._append(con, "increments", {k: (v, types[k]) for k, v in self.inc.items()})
-        self.ids.clear()
-        self.values.clear()
-        for column in self.inc.values():
-            column.clear()
+        if self.targets:
+            names = ["name", "url", "role", "gpus", "stack", "hostname", "first_seen", "last_seen"]
+            insert_arrow(
+                con,
+                "targets",
+                {n: pa.array(c) for n, c in zip(names, zip(*self.targets.values()), strict=True)},
+                """ON CONFLICT (name) DO UPDATE SET url = excluded.url, role = excluded.role, gpus = excluded.gpus,
+                   stack = excluded.stack, hostname = excluded.hostname, last_seen = excluded.last_seen""",
+            )
+        if self.scrapes:
+            names = ["ts", "target", "up", "duration_seconds", "samples", "bytes", "error"]
+            types = [pa.timestamp("us"), pa.string(), _BOOL, _F64, pa.int32(), _I64, pa.string()]
+            rows = zip(names, zip(*self.scrapes), types, strict=True)
+            insert_arrow(con, "scrapes", {n: pa.array(c, type=t) for n, c, t in rows})
+        if self.samples:
+            ids, values, null = (np.concatenate(c) for c in zip(*self.samples))
+            self._append(con, "samples", ids, {"value": pa.array(values, mask=null)})
+        if self.increments:
+            ids, delta, seconds, reset = (np.concatenate(c) for c in zip(*self.increments))
+            columns = {"delta": pa.array(delta), "seconds": pa.array(seconds), "reset": pa.array(reset)}
+            self._append(con, "increments", ids, columns)
+        self.targets.clear()
+        self.scrapes.clear()
+        self.samples.clear()
+        self.increments.clear()
 
     def _append(
-        self, con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, tuple[list[Any], pa.DataType]]
+        self, con: duckdb.DuckDBPyConnection, table: str, ids: np.ndarray, columns: dict[str, pa.Array]
     ) -> None:
         """Insert the rows in series id order: like series side by side (Ingestor._number)."""
-        ids = np.asarray(columns["series_id"][0], dtype=np.int64)
-        arrays = {k: pa.array(v, type=t) for k, (v, t) in columns.items()}
         if len(ids) > 1 and bool((ids[1:] < ids[:-1]).any()):
-            order = pa.array(np.argsort(ids, kind="stable"))
-            arrays = {k: a.take(order) for k, a in arrays.items()}
+            order = np.argsort(ids, kind="stable")
+            ids, columns = ids[order], {k: a.take(pa.array(order)) for k, a in columns.items()}
         stamps = pa.repeat(pa.scalar(self.ts, pa.timestamp("us")), len(ids))
-        insert_arrow(con, table, {"ts": stamps, **arrays})
+        insert_arrow(con, table, {"ts": stamps, "series_id": pa.array(ids), **columns})
 
 
 @dataclass
@@ -154,8 +170,40 @@ class _NewSeries:
     sample: Sample
 
 
+@dataclass
+class _Mapped:
+    """A page's samples as the series they are, position by position: what a page of the same
+    layout (collectors.parse.Layout) maps to again without looking at a sample."""
+
+    layout: Layout | None
+    sids: np.ndarray  # series id; 0 where the sample was refused, negative for a series new this round
+    monotonic: np.ndarray  # a counter's sample: its increases count
+    dcgm: np.ndarray  # a DCGM field's: its "no value" sentinels are blanks
+    keep: np.ndarray = field(init=False)  # the first sample of its series on the page, not refused
+    started: int = -1  # where the page says when its process started (process_start_time_seconds)
+
+    def __post_init__(self) -> None:
+        self.keep = np.zeros(len(self.sids), dtype=bool)  # a duplicate sample in a page: the first one counts
+        self.keep[np.unique(self.sids, return_index=True)[1]] = True
+        self.keep &= self.sids != 0
+
+    def renumber(self, final: np.ndarray) -> None:
+        """Give the series first seen this round their ids."""
+        _renumber(self.sids, final)
+
+
+def _renumber(ids: np.ndarray, final: np.ndarray) -> None:
+    """Replace provisional ids (-k, a series first seen in the round being written) with their
+    ids (final[k - 1]), in place."""
+    new = ids < 0
+    if new.any():
+        ids[new] = final[-ids[new] - 1]
+
+
 class Ingestor:
-    """Turns batches into rows. Keeps the last value of every monotonic series in memory."""
+    """Turns batches into rows. Keeps the last reading of every counter, in arrays by series id,
+    and each target's last page layout as series ids, so a page like the last one is written
+    column by column."""
 
     def __init__(
         self,
@@ -167,10 +215,14 @@ class Ingestor:
         self._next_id = _next_ids(0)
         self._new: list[_NewSeries] = []  # first seen in the round being written
         self._series_of: Counter[str] = Counter()  # series stored, per target
-        self._last: dict[int, tuple[datetime, float]] = {}
+        # a counter's last reading, by series id: its time (microseconds) and value
+        self._last_us = np.full(1024, NO_READING, dtype=np.int64)
+        self._last_v = np.full(1024, np.nan)
+        self._new_last: dict[int, tuple[int, float]] = {}  # the same, of series new this round
         # per target, what a sample's name, labels, family and kind make of it: (series id,
         # monotonic); kept for stored series only, so a target inventing labels adds none
         self._seen_as: dict[str, dict[tuple[str, tuple[tuple[str, str], ...], str, str], tuple[int, bool]]] = {}
+        self._mapped: dict[str, _Mapped] = {}  # per target, its last page's layout, mapped
         self._longest = 0.0  # the longest interval of any stored increment
         self._loaded = False
         self.rollups = Rollups(retention)
@@ -181,10 +233,19 @@ class Ingestor:
         (a counter's: its last stored reading plus the increases since)."""
         self._ids = dict(con.execute("SELECT series_key, series_id FROM series").fetchall())
         self._next_id = _next_ids(max(self._ids.values(), default=0))
+        self._grow(max(self._ids.values(), default=0))
         self._series_of = Counter(dict(con.execute("SELECT target, count(*) FROM series GROUP BY 1").fetchall()))
-        self._last = {sid: (ts, v) for sid, ts, v in con.execute(sql("last_readings")).fetchall()}
+        last = con.execute(f"SELECT series_id, epoch_us(ts) AS us, value FROM ({sql('last_readings')})").fetchnumpy()
+        self._last_us[last["series_id"]] = last["us"]
+        self._last_v[last["series_id"]] = last["value"]
         self._longest = float(con.execute("SELECT coalesce(max(seconds), 0) FROM longest_interval").fetchall()[0][0])
         self._loaded = True
+
+    def _grow(self, last_id: int) -> None:
+        if last_id >= len(self._last_us):
+            more = max(last_id + 1, 2 * len(self._last_us)) - len(self._last_us)
+            self._last_us = np.concatenate([self._last_us, np.full(more, NO_READING, dtype=np.int64)])
+            self._last_v = np.concatenate([self._last_v, np.full(more, np.nan)])
 
     def write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch) -> int:
         """Write one batch inside the caller's transaction; returns samples stored."""
@@ -212,18 +273,22 @@ class Ingestor:
         at a time, so values of one magnitude together and ids in steps pack into a few bits."""
         if not self._new:
             return
-        final: dict[int, int] = {}
+        final = np.zeros(len(self._new), dtype=np.int64)
         rows: list[SeriesRow] = []
         for new in sorted(self._new, key=lambda n: (n.sample.name, -n.provisional)):
-            sid = final[new.provisional] = self._next_id[new.monotonic]
+            sid = final[-new.provisional - 1] = self._next_id[new.monotonic]
             self._next_id[new.monotonic] += 2
             self._ids[new.key] = sid
             self._seen_as[new.target][new.seen_as] = (sid, new.monotonic)
-            if new.provisional in self._last:
-                self._last[sid] = self._last.pop(new.provisional)
             rows.append(self._series_row(sid, new.key, new.target, new.sample))
+        self._grow(int(final.max()))
+        for provisional, (us, v) in self._new_last.items():
+            self._last_us[final[-provisional - 1]], self._last_v[final[-provisional - 1]] = us, v
         self._new.clear()
-        raw.ids[:] = [final[i] if i < 0 else i for i in raw.ids]
+        self._new_last.clear()
+        raw.renumber(final)
+        for mapped in self._mapped.values():
+            mapped.renumber(final)
         cols = list(zip(*rows))
         types = [pa.int64(), *[pa.string()] * 6, pa.float64(), pa.int64()]
         names = ["series_id", "target", "metric", "family", "kind", "labels", "engine", "le", "series_key"]
@@ -234,88 +299,135 @@ class Ingestor:
             self._load(con)
         self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
         t = batch.target
-        con.execute(
-            """INSERT INTO targets VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-               ON CONFLICT (name) DO UPDATE SET url = excluded.url, role = excluded.role, gpus = excluded.gpus,
-                   stack = excluded.stack, hostname = excluded.hostname, last_seen = excluded.last_seen""",
-            [t.name, t.url, t.role, t.gpus, t.stack, t.hostname, batch.ts, batch.ts],
-        )
-        con.execute(
-            "INSERT INTO scrapes VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [batch.ts, t.name, batch.up, batch.duration_seconds, len(batch.samples), batch.bytes, batch.error],
+        first = raw.targets.get(t.name, (None,) * 6 + (batch.ts,))[6]
+        raw.targets[t.name] = (t.name, t.url, t.role, t.gpus, t.stack, t.hostname, first, batch.ts)
+        raw.scrapes.append(
+            (batch.ts, t.name, batch.up, batch.duration_seconds, len(batch.samples), batch.bytes, batch.error)
         )
         raw.ts = batch.ts
-        ids, values, inc = raw.ids, raw.values, raw.inc
-        rolled = len(inc["seconds"])
-        accepted = late = 0
-        hour = floor(batch.ts, HOUR)
-        new_series = 0
-        seen: set[int] = set()
-        room = min(self.max_new_series, self.max_series - self._series_of[t.name])
-        started = process_start(batch.samples)
         refused: Counter[str] = Counter()
-        seen_as = self._seen_as.setdefault(t.name, {})
-        for s in batch.samples:
-            as_seen = (s.name, s.labels, s.family, s.kind)
-            known = seen_as.get(as_seen)
-            if known is not None:
-                sid, monotonic = known
-            else:
-                key = series_key(t.name, s.name, s.labels)
-                monotonic = is_monotonic(s)
-                if key in self._ids:
-                    sid = self._ids[key]
-                elif new_series >= room:
-                    refused[self._over_limit(t.name, room)] += 1
-                    continue
-                else:
-                    sid = self._ids[key] = -(len(self._new) + 1)  # numbered when the round is flushed
-                    self._new.append(_NewSeries(sid, monotonic, key, t.name, as_seen, s))
-                    new_series += 1
-                seen_as[as_seen] = (sid, monotonic)
-            if sid in seen:  # a duplicate sample in one page: the first one counts
-                continue
-            seen.add(sid)
-            v = s.value
-            accepted += 1
-            if is_dcgm_blank(s.name, v):  # stored as NULL: "no value", not a reading
-                ids.append(sid)
-                values.append(None)
-                continue
-            # A counter is finite and never negative; anything else is kept raw but adds no increase.
-            if not (monotonic and math.isfinite(v) and v >= 0):
-                ids.append(sid)
-                values.append(v)
-                continue
-            prev = self._last.get(sid)
-            if prev is not None and batch.ts <= prev[0]:
-                late += 1  # at or before the last reading: adds nothing, and as a row could pass for it
-                continue
-            if prev is None or prev[0] < hour or not (v < EXACT_BELOW and v.is_integer() and prev[1].is_integer()):
-                ids.append(sid)  # an anchor: the increases cannot give this reading back exactly
-                values.append(v)
-            if prev is not None:
-                reset = v < prev[1]
-                seconds = (batch.ts - prev[0]).total_seconds()
-                if reset and started is not None and prev[0] < started < batch.ts:
-                    seconds = (batch.ts - started).total_seconds()  # counted since the restart
-                inc["series_id"].append(sid)
-                inc["delta"].append(v if reset else v - prev[1])
-                inc["seconds"].append(seconds)
-                inc["reset"].append(reset)
-            self._last[sid] = (batch.ts, v)
-        self._series_of[t.name] += new_series
+        mapped = self._map(t.name, batch.samples, refused)
+        values = np.asarray(
+            batch.samples.values if isinstance(batch.samples, Page) else [s.value for s in batch.samples]
+        )
+        late, rolled = self._rows(batch.ts, mapped, values, raw)
         if late:
             refused["counter readings at or before the series' last reading: not stored"] += late
         if refused:
             log.warning("%s: %s", t.name, "; ".join(f"{n:,} {why}" for why, n in refused.items()))
             record_rejected(con, batch.ts, t.name, "series", refused)
-        longest = max(inc["seconds"][rolled:], default=0.0)
-        if longest > self._longest:  # how far a raw row reaches back (read.py)
-            self._longest = longest
+        if rolled > self._longest:  # how far a raw row reaches back (read.py)
+            self._longest = rolled
             con.execute("DELETE FROM longest_interval")
             con.execute("INSERT INTO longest_interval VALUES (?)", [self._longest])
-        return accepted - late
+        return int(mapped.keep.sum()) - late
+
+    def _map(self, target: str, samples: Sequence[Sample], refused: Counter[str]) -> _Mapped:
+        """The page's samples as series: from the target's last page where the page has its layout
+        (or one made from it by a few moved lines), else sample by sample. A new series gets a
+        provisional id; one over the limits is refused (id 0), and counted in `refused`."""
+        layout = samples.layout if isinstance(samples, Page) else None
+        last = self._mapped.get(target)
+        if last is not None and layout is not None and last.layout is layout:
+            return last
+        seen_as = self._seen_as.setdefault(target, {})
+        room = [min(self.max_new_series, self.max_series - self._series_of[target]), 0]  # and new series taken
+        if last is not None and layout is not None and layout.parent is last.layout:
+            sids, monotonic = last.sids.copy(), last.monotonic.copy()
+            for at in layout.changed:
+                sids[at], monotonic[at] = self._series(target, layout.samples[at], seen_as, room, refused)
+            mapped = _Mapped(layout, sids, monotonic, last.dcgm, last.started)
+        else:
+            named = layout.samples if layout is not None else samples  # the layout's: no Sample made per value
+            pairs = [self._series(target, s, seen_as, room, refused) for s in named]
+            sids = np.array([sid for sid, _ in pairs], dtype=np.int64)
+            monotonic = np.array([m for _, m in pairs], dtype=bool)
+            dcgm = np.array([s.name.startswith("DCGM_") for s in named], dtype=bool)
+            started = next((i for i, s in enumerate(named) if s.name == "process_start_time_seconds"), -1)
+            mapped = _Mapped(layout, sids, monotonic, dcgm, started)
+        self._series_of[target] += room[1]
+        if layout is not None and not (mapped.sids == 0).any():  # a refused sample is counted again each round
+            self._mapped[target] = mapped
+        else:
+            self._mapped.pop(target, None)
+        return mapped
+
+    def _series(
+        self,
+        target: str,
+        s: Sample,
+        seen_as: dict[tuple[str, tuple[tuple[str, str], ...], str, str], tuple[int, bool]],
+        room: list[int],
+        refused: Counter[str],
+    ) -> tuple[int, bool]:
+        """One sample's series id (0: refused, negative: new this round) and whether it counts.
+        `room`: how many new series the target may add this round, and how many it has."""
+        as_seen = (s.name, s.labels, s.family, s.kind)
+        known = seen_as.get(as_seen)
+        if known is not None:
+            return known
+        key = series_key(target, s.name, s.labels)
+        monotonic = is_monotonic(s)
+        if key in self._ids:
+            sid = self._ids[key]
+        elif room[1] >= room[0]:
+            refused[self._over_limit(target, room[0])] += 1
+            return 0, monotonic
+        else:
+            sid = self._ids[key] = -(len(self._new) + 1)  # numbered when the round is flushed
+            self._new.append(_NewSeries(sid, monotonic, key, target, as_seen, s))
+            room[1] += 1
+        seen_as[as_seen] = (sid, monotonic)
+        return sid, monotonic
+
+    def _rows(self, ts: datetime, mapped: _Mapped, values: np.ndarray, raw: _Raw) -> tuple[int, float]:
+        """A page's rows into `raw`, column by column: every kept sample that is not a counter's
+        reading as read, a counter's reading where it anchors, its increase since the last one.
+        Returns the readings refused as late, and the longest interval of an increase."""
+        now, hour = micros(ts), micros(floor(ts, HOUR))
+        keep = mapped.keep
+        sids, v = mapped.sids[keep], values[keep]
+        blank = mapped.dcgm[keep] & dcgm_blanks(v)  # stored as NULL: "no value", not a reading
+        with np.errstate(invalid="ignore"):  # a counter is finite and never negative; else kept raw
+            counts = mapped.monotonic[keep] & np.isfinite(v) & (v >= 0) & ~blank
+        if not counts.all():
+            raw.samples.append((sids[~counts], v[~counts], blank[~counts]))
+        sids, v = sids[counts], v[counts]
+        prev_us, prev_v = self._previous(sids)
+        seen = prev_us != NO_READING
+        late = seen & (now <= prev_us)  # adds nothing, and as a row could pass for the last reading
+        sids, v, prev_us, prev_v, seen = sids[~late], v[~late], prev_us[~late], prev_v[~late], seen[~late]
+        with np.errstate(invalid="ignore"):
+            exact = (v < EXACT_BELOW) & (np.floor(v) == v) & (np.floor(prev_v) == prev_v)
+        anchor = ~seen | (prev_us < hour) | ~exact  # the increases cannot give this reading back exactly
+        raw.samples.append((sids[anchor], v[anchor], np.zeros(int(anchor.sum()), dtype=bool)))
+        sids, v, prev_us, prev_v = sids[seen], v[seen], prev_us[seen], prev_v[seen]
+        reset = v < prev_v
+        since = prev_us
+        started = _started(values[mapped.started]) if mapped.started >= 0 else None
+        if started is not None:  # a restart's increase is counted since the process started
+            since = np.where(reset & (prev_us < started) & (started < now), started, prev_us)
+        seconds = (now - since) / 1e6
+        raw.increments.append((sids, np.where(reset, v, v - prev_v), seconds, reset))
+        self._remember(mapped.sids[keep][counts][~late], now, values[keep][counts][~late])
+        return int(late.sum()), float(seconds.max(initial=0.0))
+
+    def _previous(self, sids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The last reading of these counters: its time (NO_READING where none) and value."""
+        known = sids > 0
+        if known.all():
+            return self._last_us[sids], self._last_v[sids]
+        us, v = np.full(len(sids), NO_READING, dtype=np.int64), np.full(len(sids), np.nan)
+        us[known], v[known] = self._last_us[sids[known]], self._last_v[sids[known]]
+        for i in np.flatnonzero(~known):
+            us[i], v[i] = self._new_last.get(int(sids[i]), (NO_READING, np.nan))
+        return us, v
+
+    def _remember(self, sids: np.ndarray, now: int, values: np.ndarray) -> None:
+        known = sids > 0
+        self._last_us[sids[known]], self._last_v[sids[known]] = now, values[known]
+        for sid, v in zip(sids[~known].tolist(), values[~known].tolist(), strict=True):
+            self._new_last[sid] = (now, v)
 
     def _over_limit(self, target: str, room: int) -> str:
         if self._series_of[target] + room >= self.max_series:
@@ -331,3 +443,11 @@ class Ingestor:
         if le is not None and le_value is None:
             labels["le"] = le
         return (sid, target, s.name, s.family, s.kind, json.dumps(labels, sort_keys=True), engine, le_value, key)
+
+
+def _started(value: float) -> int | None:
+    """When the target's process started, from its `process_start_time_seconds` (which vLLM and the
+    twin export), in microseconds since the epoch as a naive UTC time; None where it is no time."""
+    if not (math.isfinite(value) and 0 < value < 32503680000):
+        return None
+    return micros(datetime.fromtimestamp(value, UTC).replace(tzinfo=None))

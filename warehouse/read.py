@@ -49,7 +49,7 @@ def ceil(t: datetime, unit: timedelta) -> datetime:
     return f if f == t else f + unit
 
 
-def _us(t: datetime) -> int:
+def micros(t: datetime) -> int:
     return (t - EPOCH) // timedelta(microseconds=1)
 
 
@@ -181,10 +181,10 @@ def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdi
         if h1 < held.minutes_from:
             h1 = r1
     if step_seconds is None:
-        origin, step = _us(start), _us(end) - _us(start)
+        origin, step = micros(start), micros(end) - micros(start)
     else:
         step = round(step_seconds * US)
-        origin = _us(start) // step * step
+        origin = micros(start) // step * step
     return {
         "start": start,
         "end": end,
