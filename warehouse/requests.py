@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
-from moemeter.columns import clean_text, is_count
+from moemeter.columns import MAX_COUNT, clean_text, is_count
 from moemeter.errors import MoemeterError
 
 from .db import insert_arrow, record_rejected
@@ -75,7 +76,7 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
         if v is None and k in _OPT_FLOAT:
             nums[k] = None
             continue
-        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v) or v < 0:
+        if not isinstance(v, int | float) or isinstance(v, bool) or not _finite(v) or v < 0:
             raise ValueError(f"{k} must be a finite non-negative number")
         nums[k] = float(v)
     t0, e2e = float(r["started_at"]), float(r["e2e_seconds"])
@@ -108,6 +109,82 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
         nums["slo_ttft_seconds"],
         nums["slo_itl_seconds"],
     )
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer past what a double holds
+        return False
+
+
+def _plain_columns(records: list[Any], after: int) -> dict[str, Any] | None:
+    """A page's records as columns (seq, then _COLUMNS) when each is one _record_row takes as it is
+    (no repair, no refusal) and their seqs rise from after `after`; None otherwise, for the record
+    by record reading to say what is wrong. The same rows, column by column: each check is
+    _record_row's, over a column at once."""
+    if not all(type(r) is dict for r in records):
+        return None
+    get = {k: [r.get(k) for r in records] for k in ("seq", *_TEXT, *_INT, "cached_prompt_tokens")}
+    seq = get["seq"]
+    if not _counts(seq) or (seq and (seq[0] <= after or any(a >= b for a, b in zip(seq, seq[1:], strict=False)))):
+        return None
+    for k in _TEXT:
+        texts = get[k]
+        if not all(type(t) is str for t in texts) or max(map(len, texts), default=0) > MAX_TEXT:
+            return None
+        try:
+            "".join(texts).encode("utf-8")  # valid UTF-8 throughout: nothing to repair
+        except UnicodeEncodeError:
+            return None
+    if not all(_counts(get[k]) for k in _INT) or max(get["status"], default=0) > 999:
+        return None
+    cached = get["cached_prompt_tokens"]
+    if any(c is not None and (type(c) is not int or not 0 <= c <= p) for c, p in zip(cached, get["prompt_tokens"])):
+        return None
+    nums: dict[str, np.ndarray] = {}
+    null: dict[str, np.ndarray] = {}
+    for k in ("started_at", "e2e_seconds", *_OPT_FLOAT):
+        col = [r.get(k) for r in records]
+        optional = k in _OPT_FLOAT
+        if not all(type(v) is float or type(v) is int or (optional and v is None) for v in col):
+            return None
+        try:
+            values = np.array([np.nan if v is None else v for v in col], dtype=np.float64)
+        except OverflowError:
+            return None
+        given = np.array([v is not None for v in col], dtype=bool)  # NaN is a value, and not a finite one
+        if not (np.isfinite(values[given]).all() and (values[given] >= 0).all()):
+            return None
+        nums[k], null[k] = values, ~given
+    started, finished = _micros(nums["started_at"]), _micros(nums["started_at"] + nums["e2e_seconds"])
+    if started is None or finished is None:
+        return None
+    columns: dict[str, Any] = {k: get[k] for k in ("seq", *_TEXT, *_INT)}
+    columns.update({"started_at": started, "finished_at": finished, "user_id": get["user"]})
+    columns["cached_prompt_tokens"] = cached
+    columns["stream"] = [bool(r.get("stream")) for r in records]
+    columns["usage_reported"] = [bool(r.get("usage_reported")) for r in records]
+    columns.update({k: pa.array(nums[k], mask=null[k]) for k in _OPT_FLOAT})
+    columns["e2e_seconds"] = nums["e2e_seconds"]
+    return columns
+
+
+def _counts(values: list[Any]) -> bool:
+    """Every value is a count (moemeter.columns.is_count)."""
+    return all(type(v) is int for v in values) and (not values or (min(values) >= 0 and max(values) <= MAX_COUNT))
+
+
+LATEST_SECOND = 253402300000  # a little before 10000-01-01: later times go record by record
+
+
+def _micros(seconds: np.ndarray) -> np.ndarray | None:
+    """datetime.fromtimestamp(s, UTC) of each, as microseconds since the epoch: whole seconds, and
+    the fraction rounded half to even as CPython rounds it; None past LATEST_SECOND."""
+    if len(seconds) and not seconds.max() < LATEST_SECOND:
+        return None
+    frac, whole = np.modf(seconds)
+    return whole.astype(np.int64) * 1_000_000 + np.rint(frac * 1e6).astype(np.int64)
 
 
 _COLUMNS = (
@@ -180,10 +257,42 @@ class RequestIngestor:
             gap = oldest - cur.seq - 1
             cur.lost += gap
             log.error("gateway %s dropped %d request records from its log before they were read", gateway, gap)
+        records = page["records"]
+        columns = _plain_columns(records, cur.seq)
+        if columns is not None:  # every record as _record_row takes it: read column by column
+            last, stored = (records[-1]["seq"], len(records)) if records else (cur.seq, 0)
+        else:
+            last, stored, columns = self._one_by_one(gateway, cur, records, now, con)
+        if stored:
+            ensure_slo_sheet(con, now)  # the first records are held to the default sheet unless one was loaded
+            table = {"gateway": pa.array([gateway] * stored), "seq": pa.array(columns["seq"], pa.int64())}
+            for name in _COLUMNS:
+                column = columns[name]
+                table[name] = column if isinstance(column, pa.Array) else pa.array(column, _TYPES.get(name))
+                if name == "finished_at":
+                    table["ingested_at"] = pa.array([now] * stored, pa.timestamp("us"))
+            insert_arrow(con, "requests", table)
+        cur.seq, cur.records = last, cur.records + stored
+        con.execute(
+            """INSERT INTO request_feeds VALUES (?, ?, ?, ?, ?, ?, ?)
+                       ON CONFLICT (gateway) DO UPDATE SET log_id = excluded.log_id, seq = excluded.seq,
+                       records = excluded.records, lost = excluded.lost, rejected = excluded.rejected,
+                       updated_at = excluded.updated_at""",
+            [gateway, cur.log_id, cur.seq, cur.records, cur.lost, cur.rejected, now],
+        )
+        self._cursors[gateway] = cur
+        return stored
+
+    @staticmethod
+    def _one_by_one(
+        gateway: str, cur: Cursor, records: list[Any], now: datetime, con: duckdb.DuckDBPyConnection
+    ) -> tuple[int, int, dict[str, Any]]:
+        """The page record by record: those stored already skipped, bad ones refused and counted.
+        Returns the last seq read, the records to store, and their columns."""
         rows, last = [], cur.seq
         refused: Counter[str] = Counter()
         repaired: Counter[str] = Counter()
-        for r in page["records"]:
+        for r in records:
             seq = r.get("seq") if isinstance(r, dict) else None
             if not is_count(seq):
                 raise FeedError(f"{gateway}: a record without an integer seq after {last}")
@@ -199,27 +308,7 @@ class RequestIngestor:
                 refused[f"{exc}: record refused"] += 1
                 log.error("gateway %s: request record %d refused: %s", gateway, seq, exc)
         record_rejected(con, now, gateway, "request", refused + repaired)
-        if rows:
-            ensure_slo_sheet(con, now)  # the first records are held to the default sheet unless one was loaded
-            cols = list(zip(*rows))
-            table = {"gateway": pa.array([gateway] * len(rows)), "seq": pa.array(cols[0], pa.int64())}
-            for i, name in enumerate(_COLUMNS):
-                if name == "finished_at":
-                    table[name] = pa.array(cols[i + 1], _TYPES[name])
-                    table["ingested_at"] = pa.array([now] * len(rows), pa.timestamp("us"))
-                else:
-                    table[name] = pa.array(cols[i + 1], _TYPES.get(name))
-            insert_arrow(con, "requests", table)
-        cur.seq, cur.records = last, cur.records + len(rows)
-        con.execute(
-            """INSERT INTO request_feeds VALUES (?, ?, ?, ?, ?, ?, ?)
-                       ON CONFLICT (gateway) DO UPDATE SET log_id = excluded.log_id, seq = excluded.seq,
-                       records = excluded.records, lost = excluded.lost, rejected = excluded.rejected,
-                       updated_at = excluded.updated_at""",
-            [gateway, cur.log_id, cur.seq, cur.records, cur.lost, cur.rejected, now],
-        )
-        self._cursors[gateway] = cur
-        return len(rows)
+        return last, len(rows), dict(zip(("seq", *_COLUMNS), zip(*rows), strict=False))
 
 
 # requests_itl_1h.bin of a request: its mean inter-token latency in log bins 1% wide

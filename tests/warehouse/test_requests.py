@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stack.gateway.records import RecordLog, RequestRecord
+from warehouse import requests as requests_module
 from warehouse.db import apply_migrations
+from warehouse.read import micros
 from warehouse.requests import FeedError, RequestIngestor, roll_requests_1h
 from warehouse.rollup import Retention, Rollups
 
@@ -182,3 +187,75 @@ def test_retention_drops_raw_requests_only_once_rolled(con) -> None:
     rollups.advance(con, T0 + timedelta(days=3))
     assert con.execute("SELECT count(*) FROM requests").fetchall()[0][0] == 0
     assert con.execute("SELECT sum(requests), sum(prompt_tokens) FROM requests_1h").fetchall() == [(1, 101)]
+
+
+ODD_VALUES = st.sampled_from(
+    [
+        0,
+        1,
+        2**53 + 1,
+        10**400,
+        -1,
+        0.5,
+        1e-7,
+        2.5e-6,
+        1733000000.0000005,
+        float("nan"),
+        float("inf"),
+        True,
+        None,
+        "7",
+        "\ud800",
+        "é",
+    ]
+)
+FIELDS = ["seq", *rec(0).to_json()]
+
+
+@st.composite
+def feed_pages(draw) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
+    """Records as a gateway writes them, some with a field set to something odd."""
+    records = []
+    for i in range(1, draw(st.integers(0, 6)) + 1):
+        r = {
+            "seq": i,
+            **rec(i, started_at=EPOCH0 + draw(st.floats(0, 1e4)), e2e_seconds=draw(st.floats(0, 100))).to_json(),
+        }
+        if draw(st.booleans()):
+            r[draw(st.sampled_from(FIELDS))] = draw(ODD_VALUES | st.text(max_size=3))
+        records.append(r)
+    return records
+
+
+def stored(records: list[dict[str, object]], plain: bool) -> object:
+    """What writing one page of these records leaves: the requests, the cursor and the refusals."""
+    c = duckdb.connect()
+    apply_migrations(c)
+    with pytest.MonkeyPatch.context() as m:
+        if not plain:
+            m.setattr(requests_module, "_plain_columns", lambda *a: None)  # record by record
+        try:
+            RequestIngestor().write(c, "gw", {"schema": "moemeter.requests/1", "log_id": "A", "records": records}, T0)
+        except FeedError as exc:
+            return str(exc)
+    return [c.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ("requests", "request_feeds", "rejected")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(feed_pages())
+def test_a_page_read_column_by_column_stores_what_reading_it_record_by_record_stores(records) -> None:
+    assert stored(records, plain=True) == stored(records, plain=False)
+
+
+def test_a_gateways_page_is_read_column_by_column() -> None:
+    records = [{"seq": i, **rec(i, started_at=EPOCH0 + i / 3).to_json()} for i in range(1, 50)]
+    columns = requests_module._plain_columns(records, 0)
+    assert columns is not None and list(columns["seq"]) == list(range(1, 50))
+    assert requests_module._plain_columns(records, 1) is None  # a record stored already: one by one
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.floats(0, requests_module.LATEST_SECOND - 1) | st.integers(0, 10**10).map(lambda i: i / 1e6))
+def test_times_read_column_by_column_round_as_python_reads_a_timestamp(seconds: float) -> None:
+    python = datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
+    assert requests_module._micros(np.array([seconds]))[0] == micros(python)
