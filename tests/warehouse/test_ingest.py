@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 import duckdb
 import pytest
 
-from collectors.parse import parse_page
-from moemeter.contract import TargetInfo
+from collectors.parse import PageCache, parse_page
+from moemeter.contract import Page, TargetInfo
 from warehouse.db import apply_migrations
 from warehouse.export import named_by_key
 from warehouse.ingest import Ingestor, ScrapeBatch, is_dcgm_blank, series_key
@@ -269,3 +269,74 @@ def test_a_restarted_writer_numbers_new_series_after_every_stored_one_counters_o
     ingest(c, Ingestor(), more, T0 + timedelta(seconds=5))
     ids = dict(c.execute("SELECT metric, series_id FROM series").fetchall())
     assert ids == {"a_total": 1, "g": 2, "b_total": 3, "c_total": 5, "h": 6, "d_total": 7}
+
+
+def cached_stream(seed: int) -> list[tuple[datetime, TargetInfo, str]]:
+    """Rounds of two targets' pages as a plugin writes them: a hot-expert gauge whose expert label
+    moves (to experts seen before and to new ones), counters that reset when the process restarts,
+    a DCGM blank, a duplicate line; now and then a page with odd spacing, another comment, or a
+    line fewer, which the scrape cache reads another way."""
+    rng = random.Random(seed)
+    other = TargetInfo("prefill-0", "http://y/metrics", "prefill", 8, "test")
+    count = {TARGET.name: 0, other.name: 0}
+    started = {TARGET.name: 1.7e9, other.name: 1.7e9}
+    out = []
+    for k in range(120):
+        at = T0 + timedelta(seconds=15 * k)
+        for t in (TARGET, other):
+            if rng.random() < 0.03:
+                started[t.name] += 15 * k
+                count[t.name] = 0
+            count[t.name] += rng.randrange(0, 90)
+            hot = sorted(rng.sample(range(12 if k < 60 else 40), 3))
+            lines = [
+                "# HELP process_start_time_seconds Start time.",
+                "# TYPE process_start_time_seconds gauge",
+                f"process_start_time_seconds {started[t.name]!r}",
+                "# TYPE vllm:generation_tokens counter",
+                f'vllm:generation_tokens_total{{engine="0"}} {float(count[t.name])!r}',
+                f'vllm:generation_tokens_total{{engine="0"}} {float(count[t.name] + 1)!r}',  # a duplicate: the first counts
+                "# TYPE moemeter_expert_hot_share gauge",
+                *(f'moemeter_expert_hot_share{{expert="{e}",layer="3"}} {rng.random()!r}' for e in hot),
+                "# TYPE DCGM_FI_DEV_XID_ERRORS gauge",
+                f"DCGM_FI_DEV_XID_ERRORS {rng.choice(['9.223372036854775e+18', '0.0'])}",
+            ]
+            odd = rng.random()
+            if odd < 0.05:
+                lines[4] = lines[4].replace("} ", "}  ")  # odd spacing: read line by line
+            elif odd < 0.08:
+                lines[0] = "# HELP process_start_time_seconds When it started."  # parsed afresh
+            elif odd < 0.1:
+                lines.pop()  # a line fewer
+            out.append((at, t, "\n".join(lines) + "\n"))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_pages_read_through_the_scrape_cache_store_what_the_same_pages_parsed_alone_store(seed):
+    """The collector hands the ingestor Pages that share a layout while the target's series stay
+    the same, and one made from the last by the lines that moved: written column by column, they
+    store what the same pages parsed alone (lists of samples) store, new series refused over the
+    per-round limit included."""
+    rounds = cached_stream(seed)
+    caches: dict[str, PageCache] = {}
+    moved = 0
+    stores = []
+    for cached in (True, False):
+        c = duckdb.connect()
+        apply_migrations(c)
+        ing = Ingestor(max_new_series=5)
+        batches = []
+        for at, t, text in rounds:
+            if cached:
+                samples = caches.setdefault(t.name, PageCache()).parse(text.encode())
+                moved += isinstance(samples, Page) and samples.layout.parent is not None
+            else:
+                samples = parse_page(text.encode())
+            batches.append(ScrapeBatch(t, at, True, 0.01, samples))
+        stored = [ing.write_all(c, [b for b in batches if b.ts == at]) for at in sorted({b.ts for b in batches})]
+        tables = ("samples", "increments", "series", "rejected", "scrapes", "targets")
+        stores.append((stored, {t: c.execute(f"{named_by_key(t)} ORDER BY ALL").fetchall() for t in tables}))
+    assert moved > 20  # the hot-expert lines moved: the ingestor remapped only them
+    assert stores[0] == stores[1]
+    assert any(r[3].startswith("new series over the limit") for r in stores[0][1]["rejected"])
