@@ -32,7 +32,10 @@ class ExpositionError(MoemeterError, ValueError):
 
 
 def is_openmetrics(content_type: str, body: str) -> bool:
-    return "application/openmetrics-text" in content_type.lower() or body.rstrip().endswith("# EOF")
+    end = len(body)
+    while end and body[end - 1].isspace():  # body.rstrip() without copying a whole page
+        end -= 1
+    return "application/openmetrics-text" in content_type.lower() or body.endswith("# EOF", 0, end)
 
 
 def parse_page(body: bytes, content_type: str = "text/plain", max_samples: int = MAX_SAMPLES) -> list[Sample]:
