@@ -180,7 +180,7 @@ class _Mapped:
     monotonic: np.ndarray  # a counter's sample: its increases count
     dcgm: np.ndarray  # a DCGM field's: its "no value" sentinels are blanks
     keep: np.ndarray = field(init=False)  # the first sample of its series on the page, not refused
-    started: int = -1  # where the page says when its process started (process_start_time_seconds)
+    started: tuple[int, ...] = ()  # where the page says when its process started (process_start_time_seconds)
 
     def __post_init__(self) -> None:
         self.keep = np.zeros(len(self.sids), dtype=bool)  # a duplicate sample in a page: the first one counts
@@ -343,7 +343,7 @@ class Ingestor:
             sids = np.array([sid for sid, _ in pairs], dtype=np.int64)
             monotonic = np.array([m for _, m in pairs], dtype=bool)
             dcgm = np.array([s.name.startswith("DCGM_") for s in named], dtype=bool)
-            started = next((i for i, s in enumerate(named) if s.name == "process_start_time_seconds"), -1)
+            started = tuple(i for i, s in enumerate(named) if s.name == "process_start_time_seconds")
             mapped = _Mapped(layout, sids, monotonic, dcgm, started)
         self._series_of[target] += room[1]
         if layout is not None and not (mapped.sids == 0).any():  # a refused sample is counted again each round
@@ -404,7 +404,7 @@ class Ingestor:
         sids, v, prev_us, prev_v = sids[seen], v[seen], prev_us[seen], prev_v[seen]
         reset = v < prev_v
         since = prev_us
-        started = _started(values[mapped.started]) if mapped.started >= 0 else None
+        started = next((us for at in mapped.started if (us := _started(values[at])) is not None), None)
         if started is not None:  # a restart's increase is counted since the process started
             since = np.where(reset & (prev_us < started) & (started < now), started, prev_us)
         seconds = (now - since) / 1e6
