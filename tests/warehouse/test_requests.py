@@ -107,6 +107,7 @@ def test_a_new_log_is_read_from_its_start_and_a_gap_is_counted(con) -> None:
         ({"status": "200"}, "status"),
         ({"user": "x" * 5000}, "over 1024 characters long"),
         ({"slo_ttft_seconds": "fast"}, "slo_ttft_seconds"),
+        ({"e2e_seconds": 10**400}, "e2e_seconds"),  # past a double: math.isfinite raised OverflowError
     ],
 )
 def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.LogCaptureFixture, change, why) -> None:
