@@ -64,40 +64,48 @@ def _decode(body: bytes, content_type: str) -> tuple[str, bool]:
 
 
 class _Template:
-    """A kept page's text without its values, for a page whose lines are as plain as they come: no
-    blank line, no whitespace around a line, one space before each value, no timestamp. `read`
-    takes the next page's values at C speed when its text is the same line for line but for them,
-    and names the sample lines that differ in more; any other page gets None."""
+    """A kept page's text without its values, for a page whose sample lines are as plain as they
+    come: no whitespace around a line, one space before each value, no timestamp (comment and
+    blank lines may be anything). `read` takes the next page's values at C speed when its text is
+    the same line for line but for them, and names the sample lines that differ in more; any other
+    page gets None."""
 
-    __slots__ = ("heads", "comments", "position")
+    __slots__ = ("heads", "fixed", "position", "kept_at")
 
-    def __init__(self, heads: tuple[str, ...], comments: dict[int, str], position: dict[int, int]) -> None:
-        self.heads = heads  # each line's text before its last space (all of it where it has none)
-        self.comments = comments  # a comment line's number -> its text after the last space
+    def __init__(
+        self, heads: tuple[str, ...], fixed: dict[int, str], position: dict[int, int], kept_at: dict[int, int]
+    ) -> None:
+        self.heads = heads  # each line's text before its last space ("" where it has none)
+        self.fixed = fixed  # a comment or blank line's number -> its text after the last space
         self.position = position  # a sample line's number -> its sample's position on the page
+        self.kept_at = kept_at  # a sample line's number -> its place in PageCache's kept lines
 
     @classmethod
     def of(cls, text: str, kept: list[tuple[str, Sample | None]]) -> _Template | None:
-        """The template of a page parsed into `kept` (PageCache's lines); None where it is not plain."""
+        """The template of a page parsed into `kept` (PageCache's lines); None where a sample line
+        is not plain."""
         lines = text.split("\n")
         lines.pop()  # the text ends with a newline (_decode)
-        if len(lines) != len(kept):
-            return None  # a blank line
         heads: list[str] = []
-        comments: dict[int, str] = {}
+        fixed: dict[int, str] = {}
         position: dict[int, int] = {}
-        for i, (line, (head, sample)) in enumerate(zip(lines, kept, strict=True)):
-            before, space, after = line.rpartition(" ")
+        kept_at: dict[int, int] = {}
+        k = 0
+        for i, line in enumerate(lines):
+            before, _, after = line.rpartition(" ")
+            heads.append(before)  # as `read` splits it
+            if not line.strip():  # a blank line, which the parser skips
+                fixed[i] = after
+                continue
+            head, sample = kept[k]
             if sample is None:
-                if line != head:
-                    return None  # whitespace around the line
-                comments[i] = after
+                fixed[i] = after
             elif not _plain_line(line, head):
                 return None
             else:
-                position[i] = len(position)
-            heads.append(before if space else line)
-        return cls(tuple(heads), comments, position)
+                position[i], kept_at[i] = len(position), k
+            k += 1
+        return cls(tuple(heads), fixed, position, kept_at)
 
     def read(self, text: str) -> tuple[list[float], list[int]] | None:
         """The page's values, and the numbers of its sample lines whose text before the value
@@ -111,8 +119,8 @@ class _Template:
         heads = tuple(head for head, _, _ in parts)
         moved = [] if heads == self.heads else [i for i, (a, b) in enumerate(zip(heads, self.heads)) if a != b]
         if any(i not in self.position for i in moved):
-            return None  # a comment line changed
-        if any(parts[i][2] != tail for i, tail in self.comments.items()):
+            return None  # a comment or blank line changed
+        if any(parts[i][2] != tail for i, tail in self.fixed.items()):
             return None
         texts = [parts[i][2] for i in self.position]
         if not _PLAIN_VALUES.fullmatch("\n".join(texts)):
@@ -127,7 +135,7 @@ class _Template:
         heads = list(self.heads)
         for i, line in lines.items():
             heads[i] = line.rpartition(" ")[0]
-        return _Template(tuple(heads), self.comments, self.position)
+        return _Template(tuple(heads), self.fixed, self.position, self.kept_at)
 
 
 _PLAIN_VALUES = re.compile(r"[0-9A-Za-z.+\-\n]*")
@@ -204,7 +212,7 @@ class PageCache:
                 return None
             samples[at] = Sample(name, labels, values[at], was.family, was.kind)
         for i, head in heads.items():
-            self._lines[i] = (head, samples[template.position[i]])
+            self._lines[template.kept_at[i]] = (head, samples[template.position[i]])
         changed = tuple(sorted(template.position[i] for i in moved))
         self._layout = Layout(samples, template.moved({i: lines[i] for i in moved}), layout, changed)
         return Page(self._layout, values)

@@ -259,6 +259,7 @@ def test_the_scrape_cache_reads_only_the_values_of_an_unchanged_page(capture, na
     again = revalued(text, lambda v: repr(float(v) + 1.5))
     assert again != text
     monkeypatch.setattr(parse_module, "_parse_plain_text", None)  # a page parsed afresh fails
+    monkeypatch.setattr(PageCache, "_reread", None)  # and one read line by line: compared in whole
     assert cached(cache, again) == reference(again)
 
 
@@ -303,6 +304,7 @@ def test_a_series_that_moved_within_its_family_is_read_alone_and_kept(capture, m
     real = parse_module._sample_line
     monkeypatch.setattr(parse_module, "_sample_line", lambda line: calls.append(line) or real(line))
     monkeypatch.setattr(parse_module, "_parse_plain_text", None)  # the page is never parsed afresh
+    monkeypatch.setattr(PageCache, "_reread", None)  # nor line by line: compared in whole, the moved line alone
     assert cached(cache, moved) == reference(moved) and len(calls) == 1
     later = revalued(moved, lambda v: repr(float(v) + 1))
     assert cached(cache, later) == reference(later) and len(calls) == 1
