@@ -110,7 +110,7 @@ class _Raw:
     """Raw rows of one scrape time, held until they are inserted together."""
 
     ts: datetime | None = None
-    targets: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # name -> its row, the round's last
+    targets: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # name -> its row (first and last seen now)
     scrapes: list[tuple[Any, ...]] = field(default_factory=list)
     samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # ids, values, NULL
     increments: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
@@ -173,7 +173,7 @@ class _NewSeries:
 @dataclass
 class _Mapped:
     """A page's samples as the series they are, position by position: what a page of the same
-    layout (collectors.parse.Layout) maps to again without looking at a sample."""
+    layout (moemeter.contract.Layout) maps to again without looking at a sample."""
 
     layout: Layout | None
     sids: np.ndarray  # series id; 0 where the sample was refused, negative for a series new this round
@@ -299,8 +299,7 @@ class Ingestor:
             self._load(con)
         self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
         t = batch.target
-        first = raw.targets.get(t.name, (None,) * 6 + (batch.ts,))[6]
-        raw.targets[t.name] = (t.name, t.url, t.role, t.gpus, t.stack, t.hostname, first, batch.ts)
+        raw.targets[t.name] = (t.name, t.url, t.role, t.gpus, t.stack, t.hostname, batch.ts, batch.ts)
         raw.scrapes.append(
             (batch.ts, t.name, batch.up, batch.duration_seconds, len(batch.samples), batch.bytes, batch.error)
         )
@@ -397,6 +396,7 @@ class Ingestor:
         seen = prev_us != NO_READING
         late = seen & (now <= prev_us)  # adds nothing, and as a row could pass for the last reading
         sids, v, prev_us, prev_v, seen = sids[~late], v[~late], prev_us[~late], prev_v[~late], seen[~late]
+        self._remember(sids, now, v)
         with np.errstate(invalid="ignore"):
             exact = (v < EXACT_BELOW) & (np.floor(v) == v) & (np.floor(prev_v) == prev_v)
         anchor = ~seen | (prev_us < hour) | ~exact  # the increases cannot give this reading back exactly
@@ -409,7 +409,6 @@ class Ingestor:
             since = np.where(reset & (prev_us < started) & (started < now), started, prev_us)
         seconds = (now - since) / 1e6
         raw.increments.append((sids, np.where(reset, v, v - prev_v), seconds, reset))
-        self._remember(mapped.sids[keep][counts][~late], now, values[keep][counts][~late])
         return int(late.sum()), float(seconds.max(initial=0.0))
 
     def _previous(self, sids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
