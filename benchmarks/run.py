@@ -157,6 +157,11 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
         metrics_only = tmp / "vs-metrics.json"
         entries = json.loads(targets.read_text())
         metrics_only.write_text(json.dumps([{**e, "role": "router" if e["role"] != "gpu" else "gpu"} for e in entries]))
+
+        def serve(targets: Path, db: Path) -> tuple[list[str], str]:
+            command = ["-m", "moemeter", "serve", "--targets", str(targets), "--db", str(db), "--api-port", "18431"]
+            return [sys.executable, *command], "http://127.0.0.1:18431/health"
+
         runs = {
             "prometheus": (
                 [
@@ -167,36 +172,8 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
                 ],
                 "http://127.0.0.1:19090/-/ready",
             ),
-            "moemeter_collector": (
-                [
-                    sys.executable,
-                    "-m",
-                    "moemeter",
-                    "serve",
-                    "--targets",
-                    str(targets),
-                    "--db",
-                    str(tmp / "vs.duckdb"),
-                    "--api-port",
-                    "18431",
-                ],
-                "http://127.0.0.1:18431/health",
-            ),
-            "moemeter_collector_metrics_only": (
-                [
-                    sys.executable,
-                    "-m",
-                    "moemeter",
-                    "serve",
-                    "--targets",
-                    str(metrics_only),
-                    "--db",
-                    str(tmp / "vs-metrics.duckdb"),
-                    "--api-port",
-                    "18431",
-                ],
-                "http://127.0.0.1:18431/health",
-            ),
+            "moemeter_collector": serve(targets, tmp / "vs.duckdb"),
+            "moemeter_collector_metrics_only": serve(metrics_only, tmp / "vs-metrics.duckdb"),
         }
         for name, (cmd, ready) in runs.items():
             proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
