@@ -52,7 +52,7 @@ import duckdb
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.scrape import http_fetcher
+from collectors.scrape import http_fetch
 from collectors.service import Collector
 from collectors.targets import load_targets
 from dashboard.data import live
@@ -87,8 +87,7 @@ def bench_ingest(tmp: Path) -> dict[str, float]:
         collector = Collector(wh, targets, interval=5.0)
 
         async def rounds() -> tuple[float, float]:
-            async with httpx.AsyncClient() as client:
-                fetch = http_fetcher(client)
+            async with http_fetch() as fetch:
                 await collector.round(fetch)  # first round creates the series
                 cpu0, wall0 = time.process_time(), time.perf_counter()
                 for _ in range(ROUNDS):

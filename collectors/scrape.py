@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import httpx
+import aiohttp
 
 from moemeter.contract import Sample, TargetInfo
 from warehouse.ingest import ScrapeBatch
@@ -24,6 +25,7 @@ from .parse import MAX_PAGE_BYTES, ExpositionError, PageCache, parse_page
 
 log = logging.getLogger(__name__)
 ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
+_HEADERS = {"Accept": ACCEPT}
 
 
 @dataclass(frozen=True)
@@ -45,41 +47,40 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def http_fetcher(client: httpx.AsyncClient) -> Fetch:
-    """The real fetch: GET with a size cap; a short body or broken connection is an error."""
+@asynccontextmanager
+async def http_fetch() -> AsyncIterator[Fetch]:
+    """The real fetch, over one pool of kept-alive connections for as long as the block runs: GET
+    with a size cap; a short body or a broken connection is an error. A kept-alive connection the
+    server closed before answering (uvicorn, vLLM's server, drops idle ones) is asked once more on
+    a fresh one by aiohttp itself (a GET is idempotent); a second drop is an error. aiohttp, not
+    httpx: its HTTP parser is C, and a round of the reference rack's 25 pages (6 MB) costs a
+    quarter of httpx's CPU (docs/operations.md)."""
+    connector = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as session:
 
-    async def fetch(url: str, timeout: float) -> Response:
-        try:
-            return await get(url, timeout)
-        except httpx.RemoteProtocolError as exc:
-            # A kept-alive connection the server had just closed (uvicorn drops idle ones): nothing
-            # was sent or received on it, so asking once more on a fresh connection is safe.
-            if "without sending a response" not in str(exc):
-                raise ScrapeError(f"truncated or malformed HTTP response: {exc}") from exc
+        async def fetch(url: str, timeout: float) -> Response:
             try:
-                return await get(url, timeout)
-            except httpx.RemoteProtocolError as again:
-                raise ScrapeError(f"truncated or malformed HTTP response: {again}") from again
+                async with session.get(url, headers=_HEADERS, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                    if (resp.content_length or 0) > MAX_PAGE_BYTES:
+                        raise ScrapeError(f"body of {resp.content_length} bytes is over {MAX_PAGE_BYTES}: refused")
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in resp.content.iter_any():
+                        size += len(chunk)
+                        if size > MAX_PAGE_BYTES:
+                            raise ScrapeError(f"body over {MAX_PAGE_BYTES} bytes: refused")
+                        chunks.append(chunk)
+                    return Response(resp.status, resp.headers.get("Content-Type", ""), b"".join(chunks))
+            except TimeoutError as exc:
+                raise ScrapeError(f"timeout after {timeout:g}s ({type(exc).__name__})") from exc
+            except aiohttp.ServerDisconnectedError as exc:
+                raise ScrapeError("truncated or malformed HTTP response: closed without sending a response") from exc
+            except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
+                raise ScrapeError(f"truncated or malformed HTTP response: {exc}") from exc
+            except aiohttp.ClientError as exc:
+                raise ScrapeError(f"connection failed: {type(exc).__name__}: {exc}") from exc
 
-    async def get(url: str, timeout: float) -> Response:
-        try:
-            async with client.stream("GET", url, headers={"Accept": ACCEPT}, timeout=timeout) as resp:
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.aiter_bytes():
-                    size += len(chunk)
-                    if size > MAX_PAGE_BYTES:
-                        raise ScrapeError(f"body over {MAX_PAGE_BYTES} bytes: refused")
-                    chunks.append(chunk)
-                return Response(resp.status_code, resp.headers.get("content-type", ""), b"".join(chunks))
-        except httpx.TimeoutException as exc:
-            raise ScrapeError(f"timeout after {timeout:g}s ({type(exc).__name__})") from exc
-        except httpx.RemoteProtocolError:
-            raise
-        except httpx.TransportError as exc:
-            raise ScrapeError(f"connection failed: {type(exc).__name__}: {exc}") from exc
-
-    return fetch
+        yield fetch
 
 
 Parse = Callable[[bytes, str], Sequence[Sample]]

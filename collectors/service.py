@@ -18,8 +18,6 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-import httpx
-
 from moemeter.contract import POOLS, TargetInfo
 from warehouse.db import REASON_CHARS, Warehouse, record_rejected, storage_problem
 from warehouse.experts import ExpertIngestor
@@ -32,7 +30,7 @@ from .experts import NOT_READY, SnapshotResult, fetch_snapshot
 from .parse import PageCache
 from .promapi import PromAPIError, http_get, pull_range
 from .requests import FeedResult, fetch_feed
-from .scrape import Fetch, http_fetcher, scrape_all, utc_now
+from .scrape import Fetch, http_fetch, scrape_all, utc_now
 from .targets import TargetsError, load_targets
 
 log = logging.getLogger(__name__)
@@ -305,8 +303,7 @@ class Collector:
         return batches
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=256)) as client:
-            fetch = http_fetcher(client)
+        async with http_fetch() as fetch:
             next_at = time.monotonic()
             while not stop.is_set():
                 try:

@@ -237,6 +237,12 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    # Kept-alive connections, as the real exporters keep them (uvicorn for vLLM, Go's net/http for
+    # DCGM): a scraper pays for one connection per target, not one per scrape. An idle one is
+    # closed after a minute (its thread ends); errors close theirs (send_error says so).
+    protocol_version = "HTTP/1.1"
+    timeout = 60
+
     def do_GET(self) -> None:  # noqa: N802 (http.server API)
         path, _, query = self.path.partition("?")
         snapshot = getattr(self.server, "snapshot", None)

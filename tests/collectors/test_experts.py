@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
-
 from collectors.experts import fetch_snapshot, snapshot_url
-from collectors.scrape import http_fetcher
+from collectors.scrape import http_fetch
 from moemeter.contract import TargetInfo
 from tests.conftest import reply
 
@@ -29,8 +27,7 @@ def test_fetch_outcomes(http_server):
     routes["/e/moemeter/experts"] = reply(b'{"error": "no MoE routing measured yet"}', status=503)
 
     async def go():
-        async with httpx.AsyncClient() as client:
-            f = http_fetcher(client)
+        async with http_fetch() as f:
             return [await fetch_snapshot(TargetInfo(n, f"{base}/{n}/metrics", "decode", 1), f, 2.0) for n in "abcde"]
 
     a, b, c, d, e = asyncio.run(go())

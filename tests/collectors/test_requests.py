@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from collectors.requests import fetch_feed
-from collectors.scrape import Response, ScrapeError, http_fetcher
+from collectors.scrape import Response, ScrapeError, http_fetch
 from collectors.service import Collector
 from moemeter.contract import TargetInfo
 from warehouse.db import Warehouse
@@ -18,8 +18,8 @@ from ..stack.gateway.conftest import start_rig
 
 
 async def _round(collector: Collector) -> None:
-    async with httpx.AsyncClient() as client:
-        await collector.round(http_fetcher(client))
+    async with http_fetch() as fetch:
+        await collector.round(fetch)
 
 
 def test_every_request_lands_once_across_collector_restarts(tmp_path: Path) -> None:

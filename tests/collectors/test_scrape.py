@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-import httpx
-
-from collectors.scrape import http_fetcher, scrape_all, scrape_one
+from collectors.scrape import http_fetch, scrape_all, scrape_one
 from moemeter.contract import TargetInfo
 from tests.conftest import reply
 
@@ -25,8 +23,8 @@ def closed_port() -> int:
 
 
 async def _scrape(targets, timeout=1.0):
-    async with httpx.AsyncClient() as client:
-        return await scrape_all(targets, http_fetcher(client), timeout)
+    async with http_fetch() as fetch:
+        return await scrape_all(targets, fetch, timeout)
 
 
 def test_every_fault_is_recorded_with_its_reason_and_the_good_target_is_unaffected(http_server, capture):
@@ -50,6 +48,54 @@ def test_every_fault_is_recorded_with_its_reason_and_the_good_target_is_unaffect
     assert not batches["down"].up and "connection failed" in batches["down"].error
     assert all(b.samples == [] for n, b in batches.items() if n != "good")
     assert len({b.ts for b in batches.values()}) == 1  # one scrape time per round
+
+
+def test_hostile_http_answers_are_refused_with_their_reason_and_a_gzipped_page_is_read(
+    http_server, capture, monkeypatch
+):
+    """What a target may send besides a page: bytes that are not HTTP, a body over the size cap
+    (declared, chunked without a length, or a gzip bomb that only grows when unpacked). Each is
+    refused alone with its reason; a gzipped page (prometheus_client compresses when asked, as
+    vLLM's /metrics does) reads as the plain one."""
+    import gzip
+
+    import collectors.scrape as scrape
+
+    monkeypatch.setattr(scrape, "MAX_PAGE_BYTES", 20_000)
+    base, routes = http_server
+    page = capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").encode()[:15_000].rpartition(b"\n")[0] + b"\n"
+
+    def raw(data: bytes):  # type: ignore[no-untyped-def]
+        def behave(h) -> None:  # type: ignore[no-untyped-def]
+            h.wfile.write(data)
+            h.wfile.flush()
+            h.close_connection = True
+
+        return behave
+
+    def answer(headers: str, body: bytes):  # type: ignore[no-untyped-def]
+        return raw(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + headers.encode() + b"\r\n" + body)
+
+    zipped = gzip.compress(page)
+    bomb = gzip.compress(b"a 1\n" * 10_000)
+    chunks = b"".join(b"%x\r\n%s\r\n" % (1000, b"#" * 999 + b"\n") for _ in range(30)) + b"0\r\n\r\n"
+    routes["/plain"] = reply(page)
+    routes["/gzip"] = answer(f"Content-Encoding: gzip\r\nContent-Length: {len(zipped)}\r\n", zipped)
+    routes["/ssh"] = raw(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+    routes["/declared"] = answer("Content-Length: 50000\r\n", b"a 1\n")
+    routes["/chunked"] = answer("Transfer-Encoding: chunked\r\n", chunks)
+    routes["/bomb"] = answer(f"Content-Encoding: gzip\r\nContent-Length: {len(bomb)}\r\n", bomb)
+    names = ["plain", "gzip", "ssh", "declared", "chunked", "bomb"]
+    batches = {
+        b.target.name: b for b in asyncio.run(_scrape([TargetInfo(n, f"{base}/{n}", "decode", 1) for n in names]))
+    }
+    assert batches["plain"].up and len(batches["plain"].samples) > 50
+    assert batches["gzip"].up and list(batches["gzip"].samples) == list(batches["plain"].samples)
+    assert "malformed HTTP response" in batches["ssh"].error
+    assert "50000 bytes is over 20000" in batches["declared"].error
+    assert "over 20000 bytes" in batches["chunked"].error and "over 20000 bytes" in batches["bomb"].error
+    assert [n for n, b in batches.items() if b.up] == ["plain", "gzip"]
+    assert all(b.samples == [] for n, b in batches.items() if not b.up)
 
 
 def test_a_slow_target_does_not_delay_the_round_beyond_its_timeout(http_server, capture):
@@ -97,8 +143,8 @@ def test_a_connection_dropped_before_any_response_is_asked_once_more():
         return f"http://127.0.0.1:{srv.getsockname()[1]}/metrics", t
 
     async def scrape(url: str):  # type: ignore[no-untyped-def]
-        async with httpx.AsyncClient() as client:
-            return await scrape_one(TargetInfo("t", url, "decode", 1), http_fetcher(client), 5.0)
+        async with http_fetch() as fetch:
+            return await scrape_one(TargetInfo("t", url, "decode", 1), fetch, 5.0)
 
     url, _ = serve(drops=1)
     batch = asyncio.run(scrape(url))

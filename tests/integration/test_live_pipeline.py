@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import httpx
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from collectors.scrape import http_fetcher
+from collectors.scrape import http_fetch
 from collectors.service import Collector
 from stack.twin.config import load_profile
 from stack.twin.server import Twin, write_targets
@@ -39,8 +38,7 @@ def pipeline(tmp_path_factory):
     collector = Collector(wh, targets, interval=5.0, timeout=60.0)
 
     async def rounds() -> None:
-        async with httpx.AsyncClient() as client:
-            fetch = http_fetcher(client)
+        async with http_fetch() as fetch:
             for i in range(3):
                 if i:
                     await asyncio.sleep(4.0)

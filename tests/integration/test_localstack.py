@@ -102,7 +102,7 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
 
     from streamlit.testing.v1 import AppTest
 
-    from collectors.scrape import http_fetcher
+    from collectors.scrape import http_fetch
     from collectors.service import Collector
     from stack.loadgen.run import LoadGen
     from stack.localstack import LOCAL_WORKLOAD, MODEL_NAME
@@ -122,8 +122,7 @@ def test_pd_through_the_gateway_and_router_is_stored_and_shown(localstack, tmp_p
     )
 
     async def rounds() -> None:
-        async with httpx.AsyncClient() as client:
-            fetch = http_fetcher(client)
+        async with http_fetch() as fetch:
             traffic = asyncio.create_task(gen.arun())
             await collector.round(fetch)
             while not traffic.done():  # collect while the load generator runs, as in production
@@ -220,7 +219,7 @@ def test_repeated_prompts_are_served_from_the_prefix_cache_and_priced_as_cache_h
     prices them at the cache-hit rate, not as computed prompt tokens."""
     from datetime import datetime, timedelta
 
-    from collectors.scrape import http_fetcher
+    from collectors.scrape import http_fetch
     from collectors.service import Collector
     from moemeter.cli import main
     from stack.localstack import MODEL_NAME
@@ -234,8 +233,8 @@ def test_repeated_prompts_are_served_from_the_prefix_cache_and_priced_as_cache_h
     collector = Collector(wh, work / "targets.json", interval=5.0)
 
     async def one_round() -> None:
-        async with httpx.AsyncClient() as client:
-            await collector.round(http_fetcher(client))
+        async with http_fetch() as fetch:
+            await collector.round(fetch)
 
     def stored_users() -> list[str]:
         return wh.query_df("SELECT user_id FROM requests WHERE user_id = 'cache'").user_id.tolist()
@@ -388,7 +387,7 @@ def test_an_engine_killed_under_traffic_leaves_monitoring_up_and_comes_back(loca
     """`kill -9` of the decode vLLM server: the stack keeps the gateway, the router and the prefill
     server serving, the outage is stored (decode-0 down, the failed request recorded), and the
     engine is started again, its orphans (EngineCore, workers, holding its ports) killed first."""
-    from collectors.scrape import http_fetcher
+    from collectors.scrape import http_fetch
     from collectors.service import Collector
     from stack.localstack import MODEL_NAME, process_tree
     from warehouse.db import Warehouse
@@ -408,8 +407,8 @@ def test_an_engine_killed_under_traffic_leaves_monitoring_up_and_comes_back(loca
     collector = Collector(wh, work / "targets.json", interval=5.0)
 
     async def one_round() -> None:
-        async with httpx.AsyncClient() as client:
-            await collector.round(http_fetcher(client))
+        async with http_fetch() as fetch:
+            await collector.round(fetch)
 
     try:
         killed = decode_server()

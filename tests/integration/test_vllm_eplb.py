@@ -72,7 +72,7 @@ def _settled_snapshot(url: str) -> dict:
 def served(eplb_server, tmp_path_factory):
     """Traffic through vLLM's EPLB, the collectors storing a snapshot before and after it; then
     the settled snapshot, vLLM's own state, and the warehouse."""
-    from collectors.scrape import http_fetcher
+    from collectors.scrape import http_fetch
     from collectors.service import Collector
     from warehouse.db import Warehouse
 
@@ -85,8 +85,7 @@ def served(eplb_server, tmp_path_factory):
     collector = Collector(wh, targets, interval=2.0, snapshot_every=1)
 
     async def traffic() -> tuple[list[dict], dict]:
-        async with httpx.AsyncClient(timeout=300) as client:
-            fetch = http_fetcher(client)
+        async with httpx.AsyncClient(timeout=300) as client, http_fetch() as fetch:
             await collector.round(fetch)
             usage = []
             for i in range(6):

@@ -171,7 +171,7 @@ def test_every_snapshot_holds_its_layers_from_one_engine_step(vllm_server):
 
 
 def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path):
-    from collectors.scrape import http_fetcher
+    from collectors.scrape import http_fetch
     from collectors.service import Collector
     from warehouse.db import Warehouse
 
@@ -184,8 +184,7 @@ def test_the_collectors_store_its_snapshots_and_histograms(vllm_server, tmp_path
     collector = Collector(wh, targets, interval=2.0, snapshot_every=1)
 
     async def rounds() -> dict:
-        async with httpx.AsyncClient() as client:
-            fetch = http_fetcher(client)
+        async with http_fetch() as fetch:
             _caught_up(url)
             await collector.round(fetch)
             before, phases = _routed(url), _phase_counts(url)
