@@ -369,6 +369,8 @@ class Ingestor:
         monotonic = is_monotonic(s)
         if key in self._ids:
             sid = self._ids[key]
+            if sid < 0:  # new this round, first seen as another family or kind (a page repeating a
+                return sid, monotonic  # family): `_number` numbers the first sight only, so not kept
         elif room[1] >= room[0]:
             refused[self._over_limit(target, room[0])] += 1
             return 0, monotonic

@@ -140,6 +140,35 @@ def test_a_duplicate_sample_in_one_page_is_stored_once(con):
     assert con.execute("SELECT value FROM samples").fetchall() == [(1.0,)]
 
 
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_family_repeated_as_another_kind_on_a_series_first_page_keeps_one_series(con, cached):
+    """Found by test_fuzz: a page that repeats a family under another TYPE names one series twice,
+    first seen as a gauge, then as untyped. Its id was a provisional one for the second sight and
+    was remembered so: the next page wrote samples under it (a series id with no series row) or
+    failed the round (IndexError)."""
+    pages = [
+        "# TYPE :: gauge\n::{} 0.0\n# TYPE : counter\n:{} 0.0\n# TYPE :: untyped\n::{} 0.0\n",
+        '# TYPE :: untyped\n::{} 1.0\n::{} 0.0\n::{A=""} 0.0\n',
+        '# TYPE :: untyped\n::{} 2.0\n::{} 0.0\n::{A=""} 3.0\n',
+    ]
+    ing, cache = Ingestor(), PageCache()
+    for k, text in enumerate(pages):
+        samples = cache.parse(text.encode()) if cached else parse_page(text.encode())
+        n = ing.write(con, ScrapeBatch(TARGET, T0 + timedelta(seconds=5 * k), True, 0.0, samples))
+        assert n == len({(s.name, s.labels) for s in samples})
+    orphans = "SELECT count(*) FROM samples WHERE series_id NOT IN (SELECT series_id FROM series)"
+    assert con.execute(orphans).fetchall() == [(0,)]
+    stored = "SELECT metric, labels, value FROM samples JOIN series USING (series_id) ORDER BY ts, metric, labels"
+    assert con.execute(stored).fetchall() == [
+        ("::", "{}", 0.0),
+        (":_total", "{}", 0.0),
+        ("::", '{"A": ""}', 0.0),
+        ("::", "{}", 1.0),
+        ("::", '{"A": ""}', 3.0),
+        ("::", "{}", 2.0),
+    ]
+
+
 def test_an_unhealthy_scrape_is_stored_as_data(con):
     ing = Ingestor()
     ing.write(con, ScrapeBatch(TARGET, T0, False, 4.0, error="timeout after 4s"))
