@@ -116,13 +116,14 @@ class _Template:
         cut = [heads[i] + " " if i in position else line for i, line in enumerate(lines)]
         return cls(tuple(heads), fixed, position, kept_at, ("\n".join(cut) + "\n").encode())
 
-    def values(self, body: bytes) -> list[float] | None:
-        """The page's values where its bytes are the kept page's but for them; None otherwise
-        (`read` then looks line by line). With numpy, not a Python loop over the lines: each sample
-        line's last space is the last space before its newline, and the page with the bytes
-        between them cut out must be the skeleton, byte for byte. Then every comment and blank
-        line is the kept one and every sample line its kept text before the value, one space, and
-        a value with no space in it."""
+    def values(self, body: bytes) -> tuple[list[float], dict[int, str]] | None:
+        """What `read` gives, with numpy rather than a Python loop over the lines. Each sample
+        line's last space is the last space before its newline; the page with the bytes between
+        them cut out is compared with the skeleton in whole. Where it differs, the lines that do
+        lie between the longest common start and the longest common end of the two, and only
+        those are compared one by one. A line the same in both is the kept comment or blank line,
+        or a sample line with its kept text before the value, one space, and a value with no space
+        in it."""
         page = np.frombuffer(body, np.uint8)
         newlines = np.flatnonzero(page == 10)
         spaces = np.flatnonzero(page == 32)
@@ -138,21 +139,50 @@ class _Template:
         cut = np.zeros(len(edges), bool)
         cut[1::2] = True  # the runs alternate: kept text, a value, kept text...
         in_value = np.repeat(cut, np.diff(edges, append=len(page)))
-        if page[~in_value].tobytes() != self.skeleton:
-            return None
+        skeleton = page[~in_value]
+        moved: dict[int, str] = {}
+        if skeleton.tobytes() != self.skeleton:
+            found = self._moved_lines(skeleton, body, newlines)
+            if found is None:
+                return None
+            moved = found
         in_value[ends] = True  # each value with its newline
         texts = page[in_value].tobytes()
         if not _PLAIN_BYTES.fullmatch(texts):
             return None  # what float() reads and the reference may not: underscores, whitespace, other digits
         try:
-            return list(map(float, texts.split(b"\n")[:-1]))
+            return list(map(float, texts.split(b"\n")[:-1])), moved
         except ValueError:  # an empty value, or letters that are no number
             return None
 
-    def read(self, text: str) -> tuple[list[float], list[int]] | None:
-        """The page's values, and the numbers of its sample lines whose text before the value
-        differs from the kept one's; None for a page of other lines or values the reference may read
-        otherwise."""
+    def _moved_lines(self, skeleton: np.ndarray, body: bytes, newlines: np.ndarray) -> dict[int, str] | None:
+        """The sample lines whose text before the value differs from the kept one's, by number,
+        with their text; None where a comment or blank line differs. Both skeletons have as many
+        lines; lines within their common start or their common end are the same."""
+        kept = np.frombuffer(self.skeleton, np.uint8)
+        n = min(len(kept), len(skeleton))
+        differ = np.flatnonzero(kept[:n] != skeleton[:n])
+        same_start = int(differ[0]) if len(differ) else n
+        differ = np.flatnonzero(kept[::-1][:n] != skeleton[::-1][:n])
+        same_end = int(differ[0]) if len(differ) else n
+        old, new = np.flatnonzero(kept == 10), np.flatnonzero(skeleton == 10)
+        first = int(np.searchsorted(old, same_start))  # the lines before end before the first byte that differs
+        # the lines after start after a newline within the common end
+        last = len(old) - 1 - int(np.count_nonzero(old[:-1] >= len(kept) - same_end))
+        moved: dict[int, str] = {}
+        for i in range(first, last + 1):
+            a, b = (old[i - 1] + 1 if i else 0), (new[i - 1] + 1 if i else 0)
+            if self.skeleton[a : old[i]] == skeleton[b : new[i]].tobytes():
+                continue
+            if i not in self.position:
+                return None  # a comment or blank line changed
+            moved[i] = body[(newlines[i - 1] + 1 if i else 0) : newlines[i]].decode()
+        return moved or None  # none differs, though the skeletons do: left to `read`
+
+    def read(self, text: str) -> tuple[list[float], dict[int, str]] | None:
+        """The page's values, and the sample lines whose text before the value differs from the
+        kept one's (by number, with their text); None for a page of other lines or values the
+        reference may read otherwise."""
         lines = text.split("\n")
         if len(lines) != len(self.heads) + 1 or lines[-1]:
             return None
@@ -168,18 +198,22 @@ class _Template:
         if not _PLAIN_VALUES.fullmatch("\n".join(texts)):
             return None  # what float() reads and the reference may not: underscores, whitespace, other digits
         try:
-            return list(map(float, texts)), moved
+            return list(map(float, texts)), {i: lines[i] for i in moved}
         except ValueError:
             return None
 
     def moved(self, lines: dict[int, str]) -> _Template:
         """This template with the given lines' text before the value replaced (lines that are plain)."""
         heads = list(self.heads)
-        cut = self.skeleton.split(b"\n")
-        for i, line in lines.items():
-            heads[i] = line.rpartition(" ")[0]
-            cut[i] = (heads[i] + " ").encode()
-        return _Template(tuple(heads), self.fixed, self.position, self.kept_at, b"\n".join(cut))
+        newlines = np.flatnonzero(np.frombuffer(self.skeleton, np.uint8) == 10)
+        pieces, at = [], 0
+        for i in sorted(lines):
+            heads[i] = lines[i].rpartition(" ")[0]
+            start = int(newlines[i - 1]) + 1 if i else 0
+            pieces += [self.skeleton[at:start], (heads[i] + " ").encode()]
+            at = int(newlines[i])
+        pieces.append(self.skeleton[at:])
+        return _Template(tuple(heads), self.fixed, self.position, self.kept_at, b"".join(pieces))
 
 
 _PLAIN_VALUES = re.compile(r"[0-9A-Za-z.+\-\n]*")
@@ -217,13 +251,8 @@ class PageCache:
             return parse_reference(text, openmetrics, max_samples)
         layout = self._layout
         if layout is not None and isinstance(layout.template, _Template):
-            values = layout.template.values(body)
-            if values is not None and len(values) <= max_samples:
-                return Page(layout, values)
-            got = layout.template.read(text)
-            page = (
-                None if got is None or len(got[0]) > max_samples else self._moved(layout, layout.template, text, *got)
-            )
+            got = layout.template.values(body) or layout.template.read(text)
+            page = None if got is None or len(got[0]) > max_samples else self._moved(layout, layout.template, *got)
             if page is not None:
                 return page
         if self._lines:
@@ -239,18 +268,15 @@ class PageCache:
         self._lines, self._layout = kept, Layout(out, _Template.of(text, kept))
         return Page(self._layout, [s.value for s in out])
 
-    def _moved(
-        self, layout: Layout, template: _Template, text: str, values: list[float], moved: list[int]
-    ) -> Page | None:
+    def _moved(self, layout: Layout, template: _Template, values: list[float], moved: dict[int, str]) -> Page | None:
         """The page the layout's template read, its moved sample lines parsed alone; None where one
         of them is not plain or names another sample."""
         if not moved:
             return Page(layout, values)
-        lines = text.split("\n")
         samples = list(layout.samples)
         heads: dict[int, str] = {}
-        for i in moved:
-            line, at = lines[i], template.position[i]
+        for i, line in moved.items():
+            at = template.position[i]
             try:
                 name, labels, _, heads[i] = _sample_line(line)
             except (_NotPlain, ExpositionError):
@@ -262,7 +288,7 @@ class PageCache:
         for i, head in heads.items():
             self._lines[template.kept_at[i]] = (head, samples[template.position[i]])
         changed = tuple(sorted(template.position[i] for i in moved))
-        self._layout = Layout(samples, template.moved({i: lines[i] for i in moved}), layout, changed)
+        self._layout = Layout(samples, template.moved(moved), layout, changed)
         return Page(self._layout, values)
 
     def _reread(self, text: str, max_samples: int) -> Sequence[Sample] | None:

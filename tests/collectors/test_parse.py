@@ -306,7 +306,41 @@ def test_a_series_that_moved_within_its_family_is_read_alone_and_kept(capture, m
     monkeypatch.setattr(parse_module, "_sample_line", lambda line: calls.append(line) or real(line))
     monkeypatch.setattr(parse_module, "_parse_plain_text", None)  # the page is never parsed afresh
     monkeypatch.setattr(PageCache, "_reread", None)  # nor line by line: compared in whole, the moved line alone
+    monkeypatch.setattr(parse_module._Template, "read", None)  # its bytes, with numpy
     assert cached(cache, moved) == reference(moved) and len(calls) == 1
     later = revalued(moved, lambda v: repr(float(v) + 1))
-    monkeypatch.setattr(parse_module._Template, "read", None)  # the kept bytes have the moved line's
-    assert cached(cache, later) == reference(later) and len(calls) == 1
+    assert cached(cache, later) == reference(later) and len(calls) == 1  # the kept bytes have the moved line's
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_a_page_read_with_numpy_gives_what_reading_it_line_by_line_gives(capture, data):
+    """`_Template.values` against `_Template.read` on a real page whose sample lines get other
+    label values (longer, shorter, the same length), other values or names, or lose their value or
+    space, and whose comment lines change, anywhere on the page, the first and last lines included."""
+    text = capture(CAPTURES[2])
+    cache = PageCache()
+    cache.parse(text.encode())
+    template = cache._layout.template  # type: ignore[union-attr]
+    lines = text.split("\n")[:-1]
+    for _ in range(data.draw(st.integers(1, 4))):
+        i = data.draw(st.sampled_from([0, 1, len(lines) - 2, len(lines) - 1, *range(len(lines))]))
+        line = lines[i]
+        edit = data.draw(st.sampled_from(["label", "value", "no value", "no space", "comment", "name"]))
+        if edit == "label" and '="' in line:
+            name, _, rest = line.partition('="')
+            lines[i] = f'{name}="{data.draw(st.sampled_from(["", "9", "12345", "ü"]))}{rest}'
+        elif edit == "value":
+            lines[i] = line.rpartition(" ")[0] + " " + data.draw(st.sampled_from(["7", "1e3", "-Inf", "1_0", "x"]))
+        elif edit == "no value":
+            lines[i] = line.rpartition(" ")[0] + " "
+        elif edit == "no space":
+            lines[i] = line.replace(" ", "")
+        elif edit == "comment" and line.startswith("#"):
+            lines[i] = line + "."
+        elif edit == "name" and not line.startswith("#"):
+            lines[i] = "x" + line  # differs from its first byte: the line before ends where it starts
+    page = "\n".join(lines) + "\n"
+    by_line = template.read(page)
+    with_numpy = template.values(page.encode())
+    assert repr(with_numpy) == repr(by_line)
