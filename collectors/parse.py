@@ -166,8 +166,8 @@ class _Template:
         differ = np.flatnonzero(kept[::-1][:n] != skeleton[::-1][:n])
         same_end = int(differ[0]) if len(differ) else n
         old, new = np.flatnonzero(kept == 10), np.flatnonzero(skeleton == 10)
-        first = int(np.searchsorted(old, same_start))  # the lines before end before the first byte that differs
-        # the lines after start after a newline within the common end
+        first = int(np.searchsorted(old, same_start))  # lines that end before the first byte that differs: the same
+        # lines that start after a newline within the common end: the same
         last = len(old) - 1 - int(np.count_nonzero(old[:-1] >= len(kept) - same_end))
         moved: dict[int, str] = {}
         for i in range(first, last + 1):
