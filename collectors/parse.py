@@ -71,7 +71,7 @@ class _Template:
     are the kept ones' but for them; `read` does the same line by line and names the sample lines
     that differ in more; any other page gets None."""
 
-    __slots__ = ("heads", "fixed", "position", "kept_at", "skeleton", "ends")
+    __slots__ = ("heads", "fixed", "position", "kept_at", "skeleton", "sample_lines")
 
     def __init__(
         self,
@@ -86,7 +86,7 @@ class _Template:
         self.position = position  # a sample line's number -> its sample's position on the page
         self.kept_at = kept_at  # a sample line's number -> its place in PageCache's kept lines
         self.skeleton = skeleton  # the page's bytes with each sample line's value cut out, its last space kept
-        self.ends = np.fromiter(position, np.int64, len(position))  # the sample lines' numbers, in page order
+        self.sample_lines = np.fromiter(position, np.int64, len(position))  # the sample lines' numbers, in page order
 
     @classmethod
     def of(cls, text: str, kept: list[tuple[str, Sample | None]]) -> _Template | None:
@@ -127,11 +127,11 @@ class _Template:
         page = np.frombuffer(body, np.uint8)
         newlines = np.flatnonzero(page == 10)
         spaces = np.flatnonzero(page == 32)
-        if len(newlines) != len(self.heads) or not len(spaces) or not len(self.ends):
+        if len(newlines) != len(self.heads) or not len(spaces) or not len(self.sample_lines):
             return None
-        ends = newlines[self.ends]
+        ends = newlines[self.sample_lines]
         last = spaces[np.searchsorted(spaces, ends) - 1]
-        starts = np.where(self.ends > 0, newlines[self.ends - 1], -1)
+        starts = np.where(self.sample_lines > 0, newlines[self.sample_lines - 1], -1)
         if not (np.all(last > starts) and np.all(last < ends)):
             return None  # a sample line with no space (the last space found is on another line)
         edges = np.empty(2 * len(ends) + 1, np.int64)
