@@ -42,7 +42,11 @@ class AlertRules:
     straggler_min_waiting: float = 4.0
     """...and at least this many requests long, on average over 2 minutes (an idle pool has no stragglers)."""
     straggler_step_factor: float = 1.5
-    """...or its mean engine-step time is this many times its pool's median."""
+    """...or its mean engine-step time is this many times its pool's median..."""
+    straggler_min_steps: float = 1000.0
+    """...over at least this many steps in the 5 minutes: a mean of a few steps is noise (a prefill
+    engine's steps last as long as their prompts, and a 5-min rate over a window that holds two scrapes
+    a second apart is a mean of about 90 of them, up to 1.8x the pool's median on the twin)."""
     straggler_minutes: float = 5.0
     """...for this long, minutes."""
     target_down_minutes: float = 2.0
@@ -301,7 +305,7 @@ def _preempting(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
 def _stragglers(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
     """DPEngineStraggler, on either signal the pack judges: the waiting queue's 2-min mean over
     straggler_factor x its pool's median (and at least straggler_min_waiting), or the mean engine
-    step over 5 min over straggler_step_factor x its pool's median."""
+    step over 5 min over straggler_step_factor x its pool's median (over at least straggler_min_steps steps)."""
     out = []
     w = signals.dropna(subset=["waiting"]).reset_index(drop=True)
     w["mean"] = _trailing(w, ENGINE, "waiting", WAITING_MEAN, "mean")
@@ -318,7 +322,7 @@ def _stragglers(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
     steps = _trailing(s, ENGINE, "steps", STEP_MEAN, "sum")
     s["mean"] = seconds / steps.where(steps > 0)
     median = s.groupby(["role", "ts"])["mean"].transform("median")
-    s["holds"] = s["mean"] > rules.straggler_step_factor * median
+    s["holds"] = (s["mean"] > rules.straggler_step_factor * median) & (steps >= rules.straggler_min_steps)
     for key, g in s.groupby(ENGINE, sort=True):
         since = _held(g, g["holds"].to_numpy(), rules.straggler_minutes)
         if since is not None:

@@ -139,6 +139,10 @@ def _engines(r: AlertRules) -> dict[str, object]:
     rules: list[dict[str, object]] = [
         {"record": "moemeter:engine_waiting:avg2m", "expr": waiting},
         {"record": "moemeter:engine_step_seconds:mean5m", "expr": step},
+        {
+            "record": "moemeter:engine_steps:increase5m",
+            "expr": f"sum by ({ENGINE}) (increase(moemeter_step_seconds_count[5m]))",
+        },
     ]
     for alert, family, what in (
         ("NIXLFailedTransfers", "vllm:nixl_num_failed_transfers_total", "KV transfers failed"),
@@ -192,7 +196,8 @@ def _engines(r: AlertRules) -> dict[str, object]:
         {
             "alert": "DPEngineStraggler",
             "expr": f"moemeter:engine_step_seconds:mean5m > on (role) group_left () ({r.straggler_step_factor:g} * "
-            "quantile by (role) (0.5, moemeter:engine_step_seconds:mean5m))",
+            "quantile by (role) (0.5, moemeter:engine_step_seconds:mean5m))"
+            f" and moemeter:engine_steps:increase5m >= {r.straggler_min_steps:g}",
             "for": f"{r.straggler_minutes:g}m",
             "labels": {"severity": "warning", "signal": "step"},
             "annotations": {

@@ -164,14 +164,24 @@ def test_an_engine_preempting_over_1_per_minute_for_5_minutes_fires_with_its_rat
 
 
 def test_an_engine_whose_steps_take_over_1_5x_its_pools_median_straggles():
-    # engine 1: 1 s over 100 steps a scrape (10 ms a step), the others 5 ms: 2x the median
-    slow = signals(6, step_seconds={1: 1.0})
+    # engine 1: 1 s over 100 steps a scrape (10 ms a step), the others 5 ms: 2x the median; judged
+    # from the 10th scrape (1,000 steps), held 5 minutes from there
+    slow = signals(7, step_seconds={1: 1.0})
     [f] = evaluate_engines_of(slow, NO_SCRAPES)
     assert (f.rule, f.subject) == ("DPEngineStraggler", "decode decode-0 engine 1")
     assert f.value == 0.01 and f.message.startswith("10 ms per engine step")
     assert fired(signals(4.5, step_seconds={1: 1.0})) == []  # not held 5 min
-    assert fired(signals(6, step_seconds={1: 0.7})) == []  # 1.4x the median
-    assert fired(signals(6, step_seconds={1: 1.0}, steps={1: float("nan")})) == []  # no plugin: no judgement
+    assert fired(signals(7, step_seconds={1: 0.7})) == []  # 1.4x the median
+    assert fired(signals(7, step_seconds={1: 1.0}, steps={1: float("nan")})) == []  # no plugin: no judgement
+
+
+def test_a_step_mean_over_fewer_than_1000_steps_in_5_minutes_is_not_judged():
+    # a scrape every 10 s: 30 scrapes in a full 5-minute window; engine 1 at 2x the median throughout
+    def pool(steps_a_scrape: float) -> pd.DataFrame:
+        return signals(11, step_seconds={1: 1.0}, steps={e: steps_a_scrape for e in range(4)})
+
+    assert fired(pool(33)) == []  # 990 steps
+    assert fired(pool(34)) == [("DPEngineStraggler", "decode decode-0 engine 1")]  # 1,020 steps
 
 
 def test_a_pool_up_that_counted_no_token_for_15_minutes_is_idle():
