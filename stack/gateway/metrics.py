@@ -7,6 +7,7 @@ counted under user="other". Exact per-user numbers are in the request feed, not 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -31,7 +32,8 @@ class _Hist:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        i = next((k for k, b in enumerate(self.bounds) if value <= b), len(self.bounds))
+        # the first bucket whose bound is at least the value (NaN in +Inf)
+        i = bisect_left(self.bounds, value) if value == value else len(self.bounds)
         self.counts[i] += 1
         self.sum += value
 

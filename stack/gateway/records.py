@@ -15,7 +15,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -63,12 +63,10 @@ class RequestRecord:
     slo_itl_seconds: float | None = None  # its own mean inter-token latency target (x-slo-tpot-ms)
 
     def to_json(self) -> dict[str, object]:
-        # asdict() without its deep copy (every field is a plain value): the twin's fast-forward
-        # spent 40% of its time there
-        return {name: getattr(self, name) for name in RECORD_FIELDS}
-
-
-RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
+        # asdict() without its deep copy (every field is a plain value; a dataclass without slots
+        # holds exactly its fields in its __dict__, in their order): the twin's fast-forward spent
+        # 40% of its time in asdict(), and 5% in a dict built field by field
+        return dict(self.__dict__)
 
 
 class RecordLog:

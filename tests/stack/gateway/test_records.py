@@ -18,3 +18,5 @@ def test_a_record_gives_every_field_as_asdict_does():
     got = record.to_json()
     assert got == asdict(record) and list(got) == [f.name for f in fields(RequestRecord)]
     assert json.loads(json.dumps(got)) == got  # plain values only
+    got["user"] = "someone else"
+    assert record.user == "user-x"  # a copy
