@@ -115,6 +115,8 @@ def _serve_simulated_upstream(model: str, host: str, port: int) -> None:
 def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] = ()) -> int:  # type: ignore[no-untyped-def]
     """Generate history through the real ingest path: twin pages -> parser -> the collector's
     `store` (one round per interval, as a live collector stores it) -> warehouse."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from collectors.experts import SnapshotResult
     from collectors.parse import PageCache
     from collectors.requests import FeedResult
@@ -134,7 +136,7 @@ def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] =
     twin = Twin(profile, seed=args.seed, start=start.timestamp() - 120, tick=args.tick, faults=faults)
     wh = _open_warehouse(args.db, memory_limit=args.memory_limit)
     collector = Collector(wh, targets_path=None, interval=args.interval)
-    twin.pages(start.timestamp())  # warm up to the first scrape
+    pages = twin.pages(start.timestamp())  # warm up to the first scrape
     assert twin.model is not None
     feed = twin.model.gateway
     endpoints = twin.endpoints()
@@ -148,34 +150,42 @@ def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] =
     t, n, rounds, began = 0.0, 0, 0, time.perf_counter()
     snapshot_every = max(1, round(60 / args.interval))
     report_every = max(1, int(seconds / args.interval) // 20)  # about every 5%
-    while t <= seconds:
-        ts = start + timedelta(seconds=t)
-        pages = twin.pages(start.timestamp() + t)
-        batches = [
-            ScrapeBatch(
-                targets[name],
-                ts,
-                True,
-                0.0,
-                collector.pages.setdefault(name, PageCache()).parse(text.encode()),
-                bytes=len(text),
-            )
-            for name, text in pages.items()
-        ]
-        # Expert snapshots once a minute, as the collector pulls them.
-        snaps = [
-            SnapshotResult(targets[name], ExpertSnapshot.from_json(snapshot()))
-            for name, snapshot in snapshots.items()
-            if rounds % snapshot_every == 0
-        ]
-        # The gateway's request feed, everything new since the last round (as the collector reads it).
-        page = feed.page(after, len(feed.records))
-        after = int(page["next"])  # type: ignore[call-overload]
-        n += collector.store(batches, snaps, [FeedResult(targets["gateway"], [page])])
-        t += args.interval
-        rounds += 1
-        if rounds % report_every == 0:
-            _progress(t, seconds, time.perf_counter() - began)
+    stored: Future[int] | None = None
+    # The twin simulates the next interval while the warehouse's writer stores this one (about half
+    # the time each); reading a round's pages waits for the round before it to be stored, as a
+    # collector's next round does.
+    with ThreadPoolExecutor(1, thread_name_prefix="fast-forward") as storing:
+        while t <= seconds:
+            ts = start + timedelta(seconds=t)
+            n += stored.result() if stored is not None else 0
+            batches = [
+                ScrapeBatch(
+                    targets[name],
+                    ts,
+                    True,
+                    0.0,
+                    collector.pages.setdefault(name, PageCache()).parse(text.encode()),
+                    bytes=len(text),
+                )
+                for name, text in pages.items()
+            ]
+            # Expert snapshots once a minute, as the collector pulls them.
+            snaps = [
+                SnapshotResult(targets[name], ExpertSnapshot.from_json(snapshot()))
+                for name, snapshot in snapshots.items()
+                if rounds % snapshot_every == 0
+            ]
+            # The gateway's request feed, everything new since the last round (as the collector reads it).
+            page = feed.page(after, len(feed.records))
+            after = int(page["next"])  # type: ignore[call-overload]
+            stored = storing.submit(collector.store, batches, snaps, [FeedResult(targets["gateway"], [page])])
+            t += args.interval
+            rounds += 1
+            if t <= seconds:
+                pages = twin.pages(start.timestamp() + t)
+            if rounds % report_every == 0:
+                _progress(t, seconds, time.perf_counter() - began)
+        n += stored.result() if stored is not None else 0
     wh.close()
     wall = time.perf_counter() - began
     size = sum(f.stat().st_size for f in Path(args.db).parent.glob(Path(args.db).name + "*"))
