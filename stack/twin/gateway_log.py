@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
+from itertools import islice
 
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
@@ -76,7 +77,7 @@ class TwinGatewayLog:
     def page(self, after: int, limit: int) -> dict[str, object]:
         oldest = self.seq - len(self.records) + 1 if self.records else None
         start = max(after - (oldest or 0) + 1, 0) if oldest else 0
-        rows = [self.records[i] for i in range(start, min(start + limit, len(self.records)))]
+        rows = list(islice(self.records, start, start + limit))  # a deque's [i] walks from its nearer end
         return {
             "schema": SCHEMA,
             "log_id": self.log_id,

@@ -171,41 +171,46 @@ class RackModel:
         stops = rng.random(due.size) < STOP_SHARE
         session_turns = rng.geometric(1.0 / wl.turns_per_session_mean, due.size)
         instances = rng.integers(0, topo.prefill_instances, due.size)
-        for k, a in enumerate(due):
-            arrival = self.wake[a]
-            if self.context[a] == 0 or self.turns_left[a] <= 0 or self.context[a] > wl.max_context_tokens:
-                self.context[a] = wl.system_prompt_tokens + first_tokens[k]
-                self.cached_prompt[a] = wl.system_prompt_tokens
-                self.turns_left[a] = session_turns[k]
-                self.pf_engine[a] = instances[k] * topo.prefill_dp  # session affinity: instance
-            else:
-                self.context[a] += new_tokens[k]
-            prompt = self.context[a]
-            cached = self.cached_prompt[a] if keep[k] else wl.system_prompt_tokens
-            cached = min(prompt - 1, (cached // BLOCK_TOKENS) * BLOCK_TOKENS)
-            base = (self.pf_engine[a] // topo.prefill_dp) * topo.prefill_dp
-            engines = self.prefill_busy_until[base : base + topo.prefill_dp]
-            e = base + int(np.argmin(engines))
-            computed = prompt - cached
-            service = (
-                perf.prefill_step_base_seconds
-                + computed / perf.prefill_tokens_per_second
-                + cached * perf.prefill_per_cached_token_seconds
-            )
-            start = max(arrival, self.prefill_busy_until[e])
-            self.prefill_busy_until[e] = start + service
-            self.pf_engine[a] = e
-            self.arrival[a] = arrival
-            self.prompt[a] = prompt
-            self.cached[a] = cached
-            self.target_out[a] = out_tokens[k] if stops[k] else max(out_tokens[k], 1024)
-            self.stopped[a] = stops[k]
-            self.prefill_start[a] = start
-            self.prefill_end[a] = start + service
-            self.prefill_recorded[a] = False
-            self.speed[a] = speed[k]
-            self.state[a] = PREFILL
-            self.totals["requests"] += 1
+        # Each request on its own, all at once: an agent is due once a tick.
+        sys_tokens, dp = wl.system_prompt_tokens, topo.prefill_dp
+        context = self.context[due]
+        fresh = (context == 0) | (self.turns_left[due] <= 0) | (context > wl.max_context_tokens)
+        prompt = np.where(fresh, sys_tokens + first_tokens, context + new_tokens)
+        self.context[due] = prompt
+        self.cached_prompt[due] = np.where(fresh, sys_tokens, self.cached_prompt[due])
+        self.turns_left[due] = np.where(fresh, session_turns, self.turns_left[due])
+        pf = np.where(fresh, instances * dp, self.pf_engine[due])  # session affinity: instance
+        cached = np.where(keep, self.cached_prompt[due], sys_tokens)
+        cached = np.minimum(prompt - 1, (cached // BLOCK_TOKENS) * BLOCK_TOKENS)
+        computed = prompt - cached
+        service = (
+            perf.prefill_step_base_seconds
+            + computed / perf.prefill_tokens_per_second
+            + cached * perf.prefill_per_cached_token_seconds
+        )
+        # In order of arrival, to the least busy engine of the instance (the first of equals).
+        busy = self.prefill_busy_until.tolist()
+        arrival = self.wake[due]
+        start = np.empty(due.size)
+        engine = np.empty(due.size, dtype=self.pf_engine.dtype)
+        for k, (at, base, took) in enumerate(zip(arrival.tolist(), ((pf // dp) * dp).tolist(), service.tolist())):
+            e = min(range(base, base + dp), key=busy.__getitem__)
+            start[k] = begin = max(at, busy[e])
+            busy[e] = begin + took
+            engine[k] = e
+        self.prefill_busy_until[:] = busy
+        self.pf_engine[due] = engine
+        self.arrival[due] = arrival
+        self.prompt[due] = prompt
+        self.cached[due] = cached
+        self.target_out[due] = np.where(stops, out_tokens, np.maximum(out_tokens, 1024))
+        self.stopped[due] = stops
+        self.prefill_start[due] = start
+        self.prefill_end[due] = start + service
+        self.prefill_recorded[due] = False
+        self.speed[due] = speed
+        self.state[due] = PREFILL
+        self.totals["requests"] += due.size
         # Busy time inside this tick (for GPU utilisation).
         idx = self.pf_engine[due]
         overlap = np.clip(np.minimum(self.prefill_end[due], t1) - np.maximum(self.prefill_start[due], t0), 0, None)
@@ -278,9 +283,10 @@ class RackModel:
         kv_bytes = prompt * m.kv_bytes_per_token
         xfer = perf.kv_transfer_latency_seconds + kv_bytes / perf.kv_transfer_bandwidth_bytes_per_second
         order = np.argsort(self.prefill_end[done], kind="stable")
-        for j in order:
+        noise = self.rng.random((done.size, n_dc)) * 0.5  # the draws one per request would give, at once
+        for k, j in enumerate(order):
             a = done[j]
-            d = int(np.argmin(load + self.rng.random(n_dc) * 0.5))
+            d = int(np.argmin(load + noise[k]))
             load[d] += 1
             self.dc_engine[a] = d
             self.first_token[a] = np.nan

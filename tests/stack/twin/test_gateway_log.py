@@ -34,3 +34,17 @@ def test_a_restarted_twin_is_a_new_log_and_none_of_its_records_is_skipped():
     ing.write(con, "gateway", restarted.page(0, 100), now)
     users = [r[0] for r in con.execute("SELECT user_id FROM requests ORDER BY user_id").fetchall()]
     assert users == ["user-0000", "user-0001", "user-0002", "user-0007"]
+
+
+def test_a_page_holds_the_records_after_the_cursor_that_the_log_still_keeps():
+    log = TwinGatewayLog(seed=0, model="m", keep=10)
+    for u in range(25):
+        one_request(log, u)  # records 16..25 kept
+    for after in (0, 10, 15, 16, 20, 24, 25):
+        for limit in (1, 3, 10, 50):
+            page = log.page(after, limit)
+            seqs = [r["seq"] for r in page["records"]]  # type: ignore[attr-defined]
+            want = [s for s in range(max(after + 1, 16), 26)][:limit]
+            assert seqs == want, (after, limit)
+            assert page["oldest"] == 16 and page["next"] == (want[-1] if want else after)
+            assert page["more"] == (max(after + 1, 16) + limit <= 25)
