@@ -65,27 +65,19 @@ def _decode(body: bytes, content_type: str) -> tuple[str, bool]:
 
 
 class _Template:
-    """A kept page's text without its values, for a page whose sample lines are as plain as they
+    """A kept page's bytes without its values, for a page whose sample lines are as plain as they
     come: no whitespace around a line, one space before each value, no timestamp (comment and
     blank lines may be anything). `values` takes the next page's values with numpy when its bytes
-    are the kept ones' but for them; `read` does the same line by line and names the sample lines
-    that differ in more; any other page gets None."""
+    are the kept ones' but for them, and names the sample lines that differ in more; any other page
+    gets None."""
 
-    __slots__ = ("heads", "fixed", "position", "kept_at", "skeleton", "sample_lines")
+    __slots__ = ("position", "kept_at", "skeleton", "newlines", "sample_lines")
 
-    def __init__(
-        self,
-        heads: tuple[str, ...],
-        fixed: dict[int, str],
-        position: dict[int, int],
-        kept_at: dict[int, int],
-        skeleton: bytes,
-    ) -> None:
-        self.heads = heads  # each line's text before its last space ("" where it has none)
-        self.fixed = fixed  # a comment or blank line's number -> its text after the last space
+    def __init__(self, position: dict[int, int], kept_at: dict[int, int], skeleton: bytes) -> None:
         self.position = position  # a sample line's number -> its sample's position on the page
         self.kept_at = kept_at  # a sample line's number -> its place in PageCache's kept lines
         self.skeleton = skeleton  # the page's bytes with each sample line's value cut out, its last space kept
+        self.newlines = np.flatnonzero(np.frombuffer(skeleton, np.uint8) == 10)  # where the skeleton's lines end
         self.sample_lines = np.fromiter(position, np.int64, len(position))  # the sample lines' numbers, in page order
 
     @classmethod
@@ -94,40 +86,38 @@ class _Template:
         is not plain."""
         lines = text.split("\n")
         lines.pop()  # the text ends with a newline (_decode)
-        heads: list[str] = []
-        fixed: dict[int, str] = {}
         position: dict[int, int] = {}
         kept_at: dict[int, int] = {}
+        cut: list[str] = []
         k = 0
         for i, line in enumerate(lines):
-            before, _, after = line.rpartition(" ")
-            heads.append(before)  # as `read` splits it
+            cut.append(line)
             if not line.strip():  # a blank line, which the parser skips
-                fixed[i] = after
                 continue
             head, sample = kept[k]
-            if sample is None:
-                fixed[i] = after
-            elif not _plain_line(line, head):
-                return None
-            else:
+            if sample is not None:
+                if not _plain_line(line, head):
+                    return None
                 position[i], kept_at[i] = len(position), k
+                cut[i] = head  # its text up to the value, the space included
             k += 1
-        cut = [heads[i] + " " if i in position else line for i, line in enumerate(lines)]
-        return cls(tuple(heads), fixed, position, kept_at, ("\n".join(cut) + "\n").encode())
+        return cls(position, kept_at, ("\n".join(cut) + "\n").encode())
 
     def values(self, body: bytes) -> tuple[list[float], dict[int, str]] | None:
-        """What `read` gives, with numpy rather than a Python loop over the lines. Each sample
-        line's last space is the last space before its newline; the page with the bytes between
-        them cut out is compared with the skeleton in whole. Where it differs, the lines that do
-        lie between the longest common start and the longest common end of the two, and only
-        those are compared one by one. A line the same in both is the kept comment or blank line,
-        or a sample line with its kept text before the value, one space, and a value with no space
-        in it."""
+        """The page's values, and the sample lines whose text before the value differs from the
+        kept one's (by number, with their text); None for a page of other lines, or of values the
+        reference may read otherwise. Each sample line's last space is the last space before its
+        newline; the page with the bytes between them cut out is compared with the skeleton in
+        whole. Where it differs, the lines that do lie between the longest common start and the
+        longest common end of the two, and only those are compared one by one. A line the same in
+        both is the kept comment or blank line, or a sample line with its kept text before the
+        value, one space, and a value with no space in it."""
+        if not len(self.sample_lines):
+            return ([], {}) if body == self.skeleton else None
         page = np.frombuffer(body, np.uint8)
         newlines = np.flatnonzero(page == 10)
         spaces = np.flatnonzero(page == 32)
-        if len(newlines) != len(self.heads) or not len(spaces) or not len(self.sample_lines):
+        if len(newlines) != len(self.newlines) or not len(spaces):
             return None
         ends = newlines[self.sample_lines]
         last = spaces[np.searchsorted(spaces, ends) - 1]
@@ -165,7 +155,7 @@ class _Template:
         same_start = int(differ[0]) if len(differ) else n
         differ = np.flatnonzero(kept[::-1][:n] != skeleton[::-1][:n])
         same_end = int(differ[0]) if len(differ) else n
-        old, new = np.flatnonzero(kept == 10), np.flatnonzero(skeleton == 10)
+        old, new = self.newlines, np.flatnonzero(skeleton == 10)
         first = int(np.searchsorted(old, same_start))  # lines that end before the first byte that differs: the same
         # lines that start after a newline within the common end: the same
         last = len(old) - 1 - int(np.count_nonzero(old[:-1] >= len(kept) - same_end))
@@ -177,43 +167,17 @@ class _Template:
             if i not in self.position:
                 return None  # a comment or blank line changed
             moved[i] = body[(newlines[i - 1] + 1 if i else 0) : newlines[i]].decode()
-        return moved or None  # none differs, though the skeletons do: left to `read`
-
-    def read(self, text: str) -> tuple[list[float], dict[int, str]] | None:
-        """The page's values, and the sample lines whose text before the value differs from the
-        kept one's (by number, with their text); None for a page of other lines or values the
-        reference may read otherwise."""
-        lines = text.split("\n")
-        if len(lines) != len(self.heads) + 1 or lines[-1]:
-            return None
-        lines.pop()
-        parts = [line.rpartition(" ") for line in lines]
-        heads = tuple(head for head, _, _ in parts)
-        moved = [] if heads == self.heads else [i for i, (a, b) in enumerate(zip(heads, self.heads)) if a != b]
-        if any(i not in self.position for i in moved):
-            return None  # a comment or blank line changed
-        if any(parts[i][2] != tail for i, tail in self.fixed.items()):
-            return None
-        texts = [parts[i][2] for i in self.position]
-        if not _PLAIN_VALUES.fullmatch("\n".join(texts)):
-            return None  # what float() reads and the reference may not: underscores, whitespace, other digits
-        try:
-            return list(map(float, texts)), {i: lines[i] for i in moved}
-        except ValueError:
-            return None
+        return moved or None  # none differs, though the skeletons do (no such page is known): parsed otherwise
 
     def moved(self, lines: dict[int, str]) -> _Template:
         """This template with the given lines' text before the value replaced (lines that are plain)."""
-        heads = list(self.heads)
-        newlines = np.flatnonzero(np.frombuffer(self.skeleton, np.uint8) == 10)
         pieces, at = [], 0
         for i in sorted(lines):
-            heads[i] = lines[i].rpartition(" ")[0]
-            start = int(newlines[i - 1]) + 1 if i else 0
-            pieces += [self.skeleton[at:start], (heads[i] + " ").encode()]
-            at = int(newlines[i])
+            start = int(self.newlines[i - 1]) + 1 if i else 0
+            pieces += [self.skeleton[at:start], lines[i][: lines[i].rindex(" ") + 1].encode()]
+            at = int(self.newlines[i])
         pieces.append(self.skeleton[at:])
-        return _Template(tuple(heads), self.fixed, self.position, self.kept_at, b"".join(pieces))
+        return _Template(self.position, self.kept_at, b"".join(pieces))
 
 
 _PLAIN_VALUES = re.compile(r"[0-9A-Za-z.+\-\n]*")
@@ -251,7 +215,7 @@ class PageCache:
             return parse_reference(text, openmetrics, max_samples)
         layout = self._layout
         if layout is not None and isinstance(layout.template, _Template):
-            got = layout.template.values(body) or layout.template.read(text)
+            got = layout.template.values(body)
             page = None if got is None or len(got[0]) > max_samples else self._moved(layout, layout.template, *got)
             if page is not None:
                 return page
