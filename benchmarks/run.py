@@ -8,7 +8,8 @@
 3. Against Prometheus: the whole rack scraped by Debian's Prometheus, then by `moemeter serve`
    (which also reads the gateway's request feed and the engines' expert snapshots), then by
    `moemeter serve` reading the same targets as metrics endpoints alone, as Prometheus does: CPU
-   per 1,000 samples and peak memory of each.
+   per 1,000 samples and peak memory of each, three times over; each ratio is the median of the
+   three repeats' ratios.
 4. Plugin overhead: real vLLM on CPU with and without the moemeter plugin, inter-token latency.
 5. History: the twin fast-forwards a day (MOEMETER_BENCH_HISTORY, default 24h) of the whole
    rack, expert snapshots included, through the ingest path at a 60 s scrape interval: wall
@@ -128,9 +129,12 @@ def _peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
+def bench_vs_prometheus(tmp: Path, seconds: float = 60.0, repeats: int = 3) -> dict[str, object]:
     """The same rack scraped every 5 s by Debian's Prometheus and by `moemeter serve`, one after
-    the other for `seconds` each: CPU-seconds per 1,000 samples and peak memory of each process."""
+    the other for `seconds` each, `repeats` times over: CPU-seconds per 1,000 samples and peak
+    memory of each process. A ratio is taken within each repeat (the runs next to each other in
+    time) and the median of the repeats is reported: one run's ratio moved by 15% from run to run
+    on the same commit."""
     import shutil
 
     prometheus = shutil.which("prometheus")
@@ -140,7 +144,10 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
     twin = subprocess.Popen(
         [sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT, stdout=subprocess.DEVNULL
     )
-    out: dict[str, object] = {"seconds_each": seconds, "scrape_interval_seconds": 5}
+    out: dict[str, object] = {"seconds_each": seconds, "scrape_interval_seconds": 5, "repeats": repeats}
+    names = ("prometheus", "moemeter_collector", "moemeter_collector_metrics_only")
+    labels = {"moemeter_collector": "collector", "moemeter_collector_metrics_only": "metrics_only"}
+    runs: list[dict[str, dict[str, float]]] = []
     try:
         while not targets.exists():
             time.sleep(0.2)
@@ -157,53 +164,59 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0) -> dict[str, object]:
         entries = json.loads(targets.read_text())
         metrics_only.write_text(json.dumps([{**e, "role": "router" if e["role"] != "gpu" else "gpu"} for e in entries]))
 
-        def serve(targets: Path, db: Path) -> tuple[list[str], str]:
-            command = ["-m", "moemeter", "serve", "--targets", str(targets), "--db", str(db), "--api-port", "18431"]
-            return [sys.executable, *command], "http://127.0.0.1:18431/health"
-
-        runs = {
-            "prometheus": (
-                [
+        def command(name: str, repeat: int) -> tuple[list[str], str]:
+            if name == "prometheus":
+                return [
                     prometheus,
                     f"--config.file={tmp / 'prom.yml'}",
-                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    f"--storage.tsdb.path={tmp / f'tsdb{repeat}'}",
                     "--web.listen-address=127.0.0.1:19090",
-                ],
-                "http://127.0.0.1:19090/-/ready",
-            ),
-            "moemeter_collector": serve(targets, tmp / "vs.duckdb"),
-            "moemeter_collector_metrics_only": serve(metrics_only, tmp / "vs-metrics.duckdb"),
-        }
-        for name, (cmd, ready) in runs.items():
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                wait_http(ready, 60)
-                time.sleep(12)  # past the first scrapes, which create every series
-                cpu0 = _cpu_seconds(proc.pid)
-                before = _samples_seen(name)
-                time.sleep(seconds)
-                cpu = _cpu_seconds(proc.pid) - cpu0
-                samples = _samples_seen(name) - before
-                out[name] = {
-                    "cpu_seconds": round(cpu, 3),
-                    "samples": samples,
-                    "cpu_seconds_per_1000_samples": round(1000 * cpu / max(samples, 1), 5),
-                    "peak_rss_megabytes": round(_peak_rss_mb(proc.pid)),
-                }
-            finally:
-                proc.terminate()
-                proc.wait(30)
+                ], "http://127.0.0.1:19090/-/ready"
+            which = targets if name == "moemeter_collector" else metrics_only
+            db = tmp / f"{name}-{repeat}.duckdb"
+            serve = ["-m", "moemeter", "serve", "--targets", str(which), "--db", str(db), "--api-port", "18431"]
+            return [sys.executable, *serve], "http://127.0.0.1:18431/health"
+
+        for repeat in range(repeats):
+            run: dict[str, dict[str, float]] = {}
+            for name in names:
+                cmd, ready = command(name, repeat)
+                proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                try:
+                    wait_http(ready, 60)
+                    time.sleep(12)  # past the first scrapes, which create every series
+                    cpu0 = _cpu_seconds(proc.pid)
+                    before = _samples_seen(name)
+                    time.sleep(seconds)
+                    cpu = _cpu_seconds(proc.pid) - cpu0
+                    samples = _samples_seen(name) - before
+                    run[name] = {
+                        "cpu_seconds": round(cpu, 3),
+                        "samples": samples,
+                        "cpu_seconds_per_1000_samples": round(1000 * cpu / max(samples, 1), 5),
+                        "peak_rss_megabytes": round(_peak_rss_mb(proc.pid)),
+                    }
+                finally:
+                    proc.terminate()
+                    proc.wait(30)
+            runs.append(run)
     finally:
         twin.terminate()
         twin.wait(10)
-    p = out.get("prometheus")
-    for name, label in (("moemeter_collector", "collector"), ("moemeter_collector_metrics_only", "metrics_only")):
-        m = out.get(name)
-        if isinstance(p, dict) and isinstance(m, dict):
-            out[f"{label}_over_prometheus_cpu_per_sample"] = round(
-                m["cpu_seconds_per_1000_samples"] / max(p["cpu_seconds_per_1000_samples"], 1e-9), 2
-            )
-            out[f"{label}_over_prometheus_peak_memory"] = round(m["peak_rss_megabytes"] / p["peak_rss_megabytes"], 2)
+    out["runs"] = runs
+    if not runs:
+        return out
+    for name in names:
+        out[name] = {k: statistics.median(r[name][k] for r in runs) for k in runs[0][name]}
+    p = "prometheus"
+    for name, label in labels.items():
+        per_sample = [
+            r[name]["cpu_seconds_per_1000_samples"] / max(r[p]["cpu_seconds_per_1000_samples"], 1e-9) for r in runs
+        ]
+        memory = [r[name]["peak_rss_megabytes"] / r[p]["peak_rss_megabytes"] for r in runs]
+        out[f"{label}_over_prometheus_cpu_per_sample"] = round(statistics.median(per_sample), 2)
+        out[f"{label}_over_prometheus_cpu_per_sample_each_repeat"] = [round(x, 2) for x in per_sample]
+        out[f"{label}_over_prometheus_peak_memory"] = round(statistics.median(memory), 2)
     return out
 
 
