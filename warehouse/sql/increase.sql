@@ -64,11 +64,18 @@ clipped AS (
     SELECT series_id, delta, covered, idle, hi - lo AS span, greatest(lo, a) AS x, least(hi, b) AS y
     FROM src WHERE greatest(lo, a) < least(hi, b) AND hi > lo
 ),
+buckets AS (  -- the first and last bucket each piece [x, y) reaches into
+    SELECT *, (x - $origin_us) // $step_us AS first, (y - 1 - $origin_us) // $step_us AS last FROM clipped
+),
 split AS (
+    -- a piece inside one bucket (nearly every rollup row) is its bucket's share as it is: the
+    -- general case's share for k = first = last, with no list to unnest
+    SELECT series_id, first AS k, delta, covered, idle, (y - x) / span AS share
+    FROM buckets WHERE first = last
+    UNION ALL
     SELECT series_id, k, delta, covered, idle,
            (least(y, $origin_us + (k + 1) * $step_us) - greatest(x, $origin_us + k * $step_us)) / span AS share
-    FROM (SELECT *, unnest(range((x - $origin_us) // $step_us, (y - 1 - $origin_us) // $step_us + 1)) AS k
-          FROM clipped)
+    FROM (SELECT *, unnest(range(first, last + 1)) AS k FROM buckets WHERE first < last)
 ),
 per_series AS (
     SELECT make_timestamp($origin_us + k * $step_us) AS bucket, series_id, sum(delta * share) AS delta,
