@@ -65,7 +65,8 @@ def straggler_scores(over_time: pd.DataFrame, rules: AlertRules) -> pd.DataFrame
     mean step time and mean NIXL KV transfer time (from the window's sums), its KV transfers, failed
     transfers and expired-KV requests, the pool's median engine of each, and the score:
     max(waiting / max(median waiting, straggler_min_waiting / straggler_factor) / straggler_factor,
-    step time / median step time / straggler_step_factor). Over 1: the engine meets the
+    step time / median step time / straggler_step_factor), the step time judged only over at least
+    straggler_min_steps steps, as the alert judges it. Over 1: the engine meets the
     DPEngineStraggler condition on the window's means (the alert also holds it for
     straggler_minutes). Highest score first."""
     if over_time.empty:
@@ -82,6 +83,7 @@ def straggler_scores(over_time: pd.DataFrame, rules: AlertRules) -> pd.DataFrame
     out["waiting_ratio"] = out["waiting"] / max(float(out["waiting"].median()), waiting_floor(rules))
     median_step = out["step_ms"].median()
     out["step_ratio"] = out["step_ms"] / median_step if median_step > 0 else np.nan
+    out.loc[~(sums["timed_steps"].to_numpy() >= rules.straggler_min_steps), "step_ratio"] = np.nan  # too few to judge
     out["score"] = pd.concat(
         [out["waiting_ratio"] / rules.straggler_factor, out["step_ratio"] / rules.straggler_step_factor], axis=1
     ).max(axis=1, skipna=True)

@@ -35,7 +35,8 @@ def render() -> None:
         f"{len(scores)} {role} engines · last scrape {latest:%Y-%m-%d %H:%M:%S} UTC · step {w.step_seconds}s · "
         f"straggler score: over 1 where an engine's mean waiting queue is over {RULES.straggler_factor:g}x its "
         f"pool's median engine (and at least {RULES.straggler_min_waiting:g}) or its mean step time over "
-        f"{RULES.straggler_step_factor:g}x the median's, the DPEngineStraggler alert's thresholds"
+        f"{RULES.straggler_step_factor:g}x the median's (over at least {RULES.straggler_min_steps:,.0f} steps), "
+        "the DPEngineStraggler alert's thresholds"
     )
     m = metric_columns(4)
     top = scores.iloc[0]

@@ -42,7 +42,7 @@ def test_the_score_by_hand():
     # waiting 0, 1, 12: median 1 is under 4/3, so ratios 0, 0.75, 9 (/3: 0, 0.25, 3);
     # step 10, 10, 20 ms: ratios 1, 1, 2 (/1.5: 0.667, 0.667, 1.333); the score is the larger
     scores = dp.straggler_scores(
-        _frame([("0", 0, 100, 10, 0.1), ("1", 1, 100, 10, 0.1), ("10", 12, 50, 10, 0.2)]), RULES
+        _frame([("0", 0, 10_000, 1000, 10.0), ("1", 1, 10_000, 1000, 10.0), ("10", 12, 5000, 1000, 20.0)]), RULES
     )
     assert list(scores["engine"]) == ["10", "0", "1"]  # highest first; ties in DP-rank order
     assert scores["score"].tolist() == pytest.approx([3.0, 1 / 1.5, 1 / 1.5])
@@ -50,6 +50,20 @@ def test_the_score_by_hand():
     assert scores["step_ms"].tolist() == pytest.approx([20.0, 10.0, 10.0])
     assert scores["tokens_per_step"].tolist() == pytest.approx([5.0, 10.0, 10.0])
     assert scores["label"].iloc[0] == "decode-0 · DP 10"
+
+
+def test_a_step_time_over_fewer_steps_than_the_alert_judges_is_left_out():
+    # engine 2's steps take 3x the others', over 999 steps each: no step ratio, the waiting queue alone
+    scores = dp.straggler_scores(
+        _frame([("0", 1, 10, 999, 9.99), ("1", 1, 10, 999, 9.99), ("2", 1, 10, 999, 29.97)]), RULES
+    )
+    assert scores["step_ms"].tolist() == pytest.approx([10.0, 10.0, 30.0])  # shown, not judged
+    assert scores["step_ratio"].isna().all()
+    assert scores["score"].tolist() == pytest.approx([0.75 / 3] * 3)  # median 1 under the floor 4/3
+    judged = dp.straggler_scores(
+        _frame([("0", 1, 10, 1000, 10.0), ("1", 1, 10, 1000, 10.0), ("2", 1, 10, 1000, 30.0)]), RULES
+    )
+    assert judged["engine"].iloc[0] == "2" and judged["score"].iloc[0] == pytest.approx(3 / 1.5)
 
 
 def test_a_busy_pools_median_is_the_yardstick_and_no_plugin_leaves_step_time_out():
