@@ -10,7 +10,11 @@ window gives the same numbers everywhere and consecutive windows add up.
 
 A statement (warehouse/sql/*.sql) names the series it wants in a `picked` CTE (series_id, ...),
 puts the line `/*increase*/` after it, and selects from `per_series` (bucket, series_id, delta,
-seconds, idle_seconds); see warehouse/sql/increase.sql.
+seconds, idle_seconds); see warehouse/sql/increase.sql. A pooled statement (the line
+`/*pool_increase*/`) asks for histogram buckets summed per pool instead: its `picked` keys them by
+`/*pool_key*/` (POOL_KEY), and `per_series` holds a row per pool, sample name and bound, whose minutes and hours come
+from the pool rollups (warehouse/migrations/017_pool_buckets.sql) — a day's Live page reads 120 rows
+a minute there instead of every engine's 7,000.
 """
 
 from __future__ import annotations
@@ -148,12 +152,14 @@ class Holdings:
     minutes_from: datetime | None = None
     longest_seconds: float = 0.0
     """The longest interval a raw row covers: how far past a piece a row may reach back into it."""
+    pooled: bool = False
+    """The file keeps the pool rollups (pool_buckets_1m and _1h) beside the per-series ones."""
 
     @classmethod
     def of(cls, q: Query) -> Holdings:
         r = run(q, "holdings").iloc[0]
         longest = 0.0 if r.longest is None or pd.isna(r.longest) else float(r.longest)
-        return cls(timestamp(r.through), timestamp(r.raw_from), timestamp(r.minutes_from), longest)
+        return cls(timestamp(r.through), timestamp(r.raw_from), timestamp(r.minutes_from), longest, bool(r.pooled))
 
 
 def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdings) -> dict[str, Any]:
@@ -211,11 +217,49 @@ def served_by(p: dict[str, Any]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def statement(name: str) -> str:
-    """warehouse/sql/<name>.sql, its `/*increase*/` line replaced by the read layer's CTEs."""
-    if "/*increase*/" not in written(name):
+POOL_KEY = "{'role': role, 'metric': metric, 'le': le}"
+"""A pooled statement's key: one histogram bucket bound of one sample name in one pool (the role
+of its targets)."""
+SOURCES = {"raw": "increments", "minutes": "increments_1m", "hours": "increments_1h"}
+POOL_TABLES = {"minutes": "pool_buckets_1m", "hours": "pool_buckets_1h"}
+
+
+def per_pool(table: str, columns: str) -> str:
+    """The rows of a per-series counter table with the pool key as their series_id (bucket series only)."""
+    return (
+        f"(SELECT x.ts, {POOL_KEY} AS series_id, {columns} FROM {table} x JOIN series USING (series_id) "
+        "JOIN (SELECT name AS target, role FROM targets) USING (target) WHERE le IS NOT NULL)"
+    )
+
+
+def sources(pooled: bool, held: Holdings) -> dict[str, str]:
+    """What /*raw*/, /*minutes*/ and /*hours*/ of warehouse/sql/increase.sql read. For a pooled
+    statement: the raw rows keyed by pool; the pool rollups where the file keeps them, else (a lake's
+    rack) the per-series rollups keyed by pool, the same numbers read the slow way."""
+    if not pooled:
+        return SOURCES
+    out = {"raw": per_pool("increments", "x.delta, x.seconds")}
+    for piece, table in POOL_TABLES.items():
+        out[piece] = (
+            f"(SELECT ts, {POOL_KEY} AS series_id, delta, seconds, idle_seconds FROM {table})"
+            if held.pooled
+            else per_pool(SOURCES[piece], "x.delta, x.seconds, x.idle_seconds")
+        )
+    return out
+
+
+def statement(name: str, held: Holdings) -> str:
+    """warehouse/sql/<name>.sql, its `/*increase*/` (or `/*pool_increase*/`) line replaced by the read
+    layer's CTEs over the tables that serve it."""
+    text = sql(name)
+    pooled = "/*pool_increase*/" in text
+    if pooled:
+        text = text.replace("/*pool_increase*/", sql("increase")).replace("/*pool_key*/", POOL_KEY)
+    elif "/*increase*/" not in written(name):
         raise ValueError(f"warehouse/sql/{name}.sql does not read increases (no /*increase*/ line)")
-    return sql(name)
+    for piece, table in sources(pooled, held).items():
+        text = text.replace(f"/*{piece}*/", table)
+    return text
 
 
 def request_window(start: datetime, end: datetime) -> dict[str, Any]:
@@ -248,8 +292,9 @@ def increases(
 ) -> pd.DataFrame:
     """Run warehouse/sql/<name>.sql over the prorated increases in [start, end); `params` are the
     statement's own named parameters (any name but the read layer's)."""
-    p = plan(start, end, step_seconds, Holdings.of(q))
+    held = Holdings.of(q)
+    p = plan(start, end, step_seconds, held)
     clash = set(params or ()) & set(p)
     if clash:
         raise ValueError(f"parameter names taken by the read layer: {sorted(clash)}")
-    return q(*bind(statement(name), {**p, **(params or {})}))
+    return q(*bind(statement(name, held), {**p, **(params or {})}))

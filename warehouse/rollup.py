@@ -53,21 +53,26 @@ straddles an hour's end adds to that hour in the next minute's roll (intervals a
 
 
 def compact_hours(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
-    """One increments_1h row per series and hour for the hours in [start, until).
+    """One increments_1h row per series and hour (one pool_buckets_1h row per pool, sample name and
+    bound) for the hours in [start, until).
 
     Each minute's roll adds a row per series to the hour its raw increments cover (sixty a closed
     hour); readers only sum an hour's rows (warehouse/sql/increase.sql), so their sum stands for
     them. Run in the roll's transaction: a reader sees the rows before or after, never neither."""
-    con.execute(
-        """CREATE OR REPLACE TEMP TABLE compacted_hours AS
-           SELECT ts, series_id, sum(delta) AS delta, sum(seconds) AS seconds, sum(resets)::INTEGER AS resets,
-                  sum(idle_seconds) AS idle_seconds
-           FROM increments_1h WHERE ts >= ? AND ts < ? GROUP BY ts, series_id""",
-        [start, until],
-    )
-    con.execute("DELETE FROM increments_1h WHERE ts >= ? AND ts < ?", [start, until])
-    con.execute("INSERT INTO increments_1h BY NAME SELECT * FROM compacted_hours")
-    con.execute("DROP TABLE compacted_hours")
+    for table, key, resets in (
+        ("increments_1h", "series_id", ", sum(resets)::INTEGER AS resets"),
+        ("pool_buckets_1h", "role, metric, le", ""),
+    ):
+        con.execute(
+            f"""CREATE OR REPLACE TEMP TABLE compacted_hours AS
+                SELECT ts, {key}, sum(delta) AS delta, sum(seconds) AS seconds, sum(idle_seconds) AS idle_seconds
+                       {resets}
+                FROM {table} WHERE ts >= ? AND ts < ? GROUP BY ts, {key}""",
+            [start, until],
+        )
+        con.execute(f"DELETE FROM {table} WHERE ts >= ? AND ts < ?", [start, until])
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM compacted_hours")
+        con.execute("DROP TABLE compacted_hours")
 
 
 class Rollups:
@@ -131,11 +136,17 @@ class Rollups:
     ) -> None:
         width = f"INTERVAL {int(unit.total_seconds())} SECOND"
         if inc == "increments":  # raw increments, split by wall time, into the minute and hour tables at once
-            for table, period in (("increments_1m", 60), ("increments_1h", 3600)):
+            for table, pools, period in (
+                ("increments_1m", "pool_buckets_1m", 60),
+                ("increments_1h", "pool_buckets_1h", 3600),
+            ):
                 con.execute(
-                    f"INSERT INTO {table} BY NAME " + sql("roll_increments"),
+                    "CREATE OR REPLACE TEMP TABLE rolled AS " + sql("roll_increments"),
                     {"from": start, "until": until, "unit_us": period * 1_000_000},
                 )
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rolled")
+                con.execute(f"INSERT INTO {pools} BY NAME " + sql("roll_pool_buckets"))
+                con.execute("DROP TABLE rolled")
         if smp == "samples":
             values = "avg(x.value), max(x.value), count(x.value)"
             kinds = f"AND s.kind IN {GAUGE_KINDS}"
@@ -166,6 +177,7 @@ class Rollups:
             ("increments", now - timedelta(days=r.raw_days), through.get("1m")),
             ("samples_1m", now - timedelta(days=r.minute_days), through.get("1h")),
             ("increments_1m", now - timedelta(days=r.minute_days), through.get("1m")),
+            ("pool_buckets_1m", now - timedelta(days=r.minute_days), through.get("1m")),
             ("expert_load", now - timedelta(days=r.raw_days), through.get("1h")),
             ("expert_load_1h", now - timedelta(days=r.hour_days), None),
             ("requests", now - timedelta(days=r.raw_days), through.get("1h")),
@@ -175,6 +187,7 @@ class Rollups:
             ("requests_slo_1m", now - timedelta(days=r.raw_days), None),
             ("samples_1h", now - timedelta(days=r.hour_days), None),
             ("increments_1h", now - timedelta(days=r.hour_days), None),
+            ("pool_buckets_1h", now - timedelta(days=r.hour_days), None),
         ]
         deleted = {}
         for table, cutoff, rolled in plan:

@@ -1,13 +1,22 @@
-"""Warehouse files as an older writer left them, for the tests of the migrations that convert them."""
+"""Warehouse files for the tests: rounds of two real pages as the writer stores them, and files as
+an older writer left them, for the tests of the migrations that convert them."""
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
 import duckdb
 
+from collectors.parse import parse_page
+from moemeter.contract import TargetInfo
 from warehouse.db import migrations
+from warehouse.ingest import Ingestor, ScrapeBatch
 
 DENSE_IDS = 15  # the migration since which series ids are numbers the writer gives, not hashes
 COUNTERS_ONCE = 16  # since which `samples` keeps a counter's reading only where increments cannot give it
+POOL_BUCKETS = 17  # since which the writer keeps histogram buckets summed per pool (pool_buckets_1m, _1h)
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
@@ -25,7 +34,8 @@ def written_before(new: duckdb.DuckDBPyConnection, version: int, path: str = ":m
     """A warehouse (in memory, or a new file at `path`) with only the migrations before `version`,
     holding the rows of `new` (a warehouse the current writer wrote) in the same order, as the
     writer of that time stored them: before DENSE_IDS, a series' id was its key (a hash of target,
-    name and labels); before COUNTERS_ONCE, `samples` held every reading (the `readings` view)."""
+    name and labels); before COUNTERS_ONCE, `samples` held every reading (the `readings` view); before
+    POOL_BUCKETS, no pool rollups."""
     old = duckdb.connect(path)
     old.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
     for v, name, text in migrations():
@@ -42,9 +52,41 @@ def written_before(new: duckdb.DuckDBPyConnection, version: int, path: str = ":m
         if version <= DENSE_IDS and "series_id" in columns:
             picked = picked.replace('x."series_id"', "s.series_key AS series_id")
             rows = new.execute(f"SELECT {picked} FROM {source} x JOIN series s USING (series_id) ORDER BY {order}")
+        elif version <= POOL_BUCKETS and table == "rollup_state":  # no pool rollups to speak of
+            rows = new.execute(f"SELECT {picked} FROM {source} x WHERE name <> 'pool_buckets' ORDER BY {order}")
         else:
             rows = new.execute(f"SELECT {picked} FROM {source} x ORDER BY {order}")
         old.register("_rows", rows.to_arrow_table())
         old.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
         old.unregister("_rows")
     return old
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+DECODE = TargetInfo("decode-0", "http://d/metrics", "decode", 1, "test")
+ROUTER = TargetInfo("router", "http://r/metrics", "router", 0, "test")
+T0 = datetime(2026, 11, 30, 10, 0, 0)
+LATE_SERIES = '# TYPE moemeter_test_late_total counter\nmoemeter_test_late_total{x="1"} 5\n'
+
+
+def round_pages(k: int) -> list[tuple[TargetInfo, bytes]]:
+    """Round k of two real pages, every value grown with k. The router's prefix-routing series stop
+    after round 70; a counter first appears in round 90, at the top of the decode page."""
+
+    def grown(text: str) -> str:
+        return re.sub(r"^(\S+) (\S+)$", lambda m: f"{m[1]} {float(m[2]) * (k + 1)!r}", text, flags=re.MULTILINE)
+
+    decode = (FIXTURES / "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").read_text()
+    router = (FIXTURES / "vllm-router-0.1.17-pd.metrics.txt").read_text()
+    if k > 70:
+        router = "\n".join(line for line in router.splitlines() if "prefix_routing" not in line) + "\n"
+    if k >= 90:
+        decode = LATE_SERIES + decode
+    return [(DECODE, grown(decode).encode()), (ROUTER, grown(router).encode())]
+
+
+def write_rounds(con: duckdb.DuckDBPyConnection, rounds: range, ingestor: Ingestor | None = None) -> None:
+    ing = ingestor or Ingestor()
+    for k in rounds:
+        ts = T0 + timedelta(minutes=k)
+        ing.write_all(con, [ScrapeBatch(t, ts, True, 0.01, parse_page(body)) for t, body in round_pages(k)])

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import re
 import struct
-from datetime import datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
 import duckdb
+import pandas as pd
 import pytest
 
-from collectors.parse import parse_page
 from moemeter.cli import main
-from moemeter.contract import TargetInfo
 from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
 from warehouse.export import BY_SERIES
-from warehouse.ingest import Ingestor, ScrapeBatch
 
-from .layouts import COUNTERS_ONCE, written_before
+from .layouts import COUNTERS_ONCE, POOL_BUCKETS, T0, write_rounds, written_before
 
 
 def test_migrations_apply_once_and_are_recorded():
@@ -115,36 +111,6 @@ def test_a_file_a_newer_duckdb_wrote_says_how_to_bring_it_over(tmp_path, capsys)
     assert path.read_bytes() == bytes(data)
 
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
-DECODE = TargetInfo("decode-0", "http://d/metrics", "decode", 1, "test")
-ROUTER = TargetInfo("router", "http://r/metrics", "router", 0, "test")
-T0 = datetime(2026, 11, 30, 10, 0, 0)
-LATE_SERIES = '# TYPE moemeter_test_late_total counter\nmoemeter_test_late_total{x="1"} 5\n'
-
-
-def round_pages(k: int) -> list[tuple[TargetInfo, bytes]]:
-    """Round k of two real pages, every value grown with k. The router's prefix-routing series stop
-    after round 70; a counter first appears in round 90, at the top of the decode page."""
-
-    def grown(text: str) -> str:
-        return re.sub(r"^(\S+) (\S+)$", lambda m: f"{m[1]} {float(m[2]) * (k + 1)!r}", text, flags=re.MULTILINE)
-
-    decode = (FIXTURES / "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").read_text()
-    router = (FIXTURES / "vllm-router-0.1.17-pd.metrics.txt").read_text()
-    if k > 70:
-        router = "\n".join(line for line in router.splitlines() if "prefix_routing" not in line) + "\n"
-    if k >= 90:
-        decode = LATE_SERIES + decode
-    return [(DECODE, grown(decode).encode()), (ROUTER, grown(router).encode())]
-
-
-def write_rounds(con: duckdb.DuckDBPyConnection, rounds: range, ingestor: Ingestor | None = None) -> None:
-    ing = ingestor or Ingestor()
-    for k in rounds:
-        ts = T0 + timedelta(minutes=k)
-        ing.write_all(con, [ScrapeBatch(t, ts, True, 0.01, parse_page(body)) for t, body in round_pages(k)])
-
-
 def by_key(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
     """Every table that holds series ids, each row with its series' key in place of the id."""
     out = {"series": con.execute("SELECT * EXCLUDE (series_id) FROM series ORDER BY ALL").fetchall()}
@@ -198,7 +164,7 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
     kept = by_key(new)
     assert all(kept[t] for t in BY_SERIES)
 
-    assert apply_migrations(old) == ["015_dense_series_ids.sql", "016_counters_stored_once.sql"]
+    assert apply_migrations(old) == ["015_dense_series_ids.sql", "016_counters_stored_once.sql", "017_pool_buckets.sql"]
     assert by_key(old) == kept
     n = len(kept["series"])
     assert old.execute("SELECT min(series_id), max(series_id), count(*) FROM series").fetchall() == [(1, n, n)]
@@ -231,9 +197,9 @@ def stored_readings(con: duckdb.DuckDBPyConnection, table: str) -> list[tuple]:
     return rows.fetchall()
 
 
-def used_blocks(con: duckdb.DuckDBPyConnection) -> int:
+def used_blocks(con: duckdb.DuckDBPyConnection, table: str) -> int:
     con.execute("CHECKPOINT")
-    return con.execute("SELECT used_blocks FROM pragma_database_size()").fetchall()[0][0]
+    return con.execute(f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{table}')").fetchall()[0][0]
 
 
 def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migration(tmp_path):
@@ -247,15 +213,54 @@ def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migra
     old = written_before(new, COUNTERS_ONCE, str(tmp_path / "old.duckdb"))
     every = stored_readings(old, "samples")
     assert len(every) == new.execute("SELECT count(*) FROM readings").fetchall()[0][0]
-    before = used_blocks(old)
+    before = used_blocks(old, "samples")
 
-    assert apply_migrations(old) == ["016_counters_stored_once.sql"]
+    assert apply_migrations(old) == ["016_counters_stored_once.sql", "017_pool_buckets.sql"]
     assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
     assert stored_readings(old, "readings") == every
     stored = old.execute("SELECT count(*) FROM samples").fetchall()[0][0]
     assert stored < len(every) / 2
-    assert used_blocks(old) < before
+    assert used_blocks(old, "samples") < before
 
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))
     assert by_key(old) == by_key(new)
+
+
+def pool_rows(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
+    """The pool rollups, one row per period, pool, sample name and bound (the writer may add a
+    minute's sums in two rolls: readers sum them)."""
+    return {
+        t: con.execute(
+            f"SELECT ts, role, metric, le, sum(delta) AS delta, sum(seconds) AS seconds, "
+            f"sum(idle_seconds) AS idle_seconds FROM {t} GROUP BY ALL ORDER BY ALL"
+        ).df()
+        for t in ("pool_buckets_1m", "pool_buckets_1h")
+    }
+
+
+def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_path):
+    """A warehouse written before migration 017 (two real pages, 130 minutes): the migration fills
+    the pool rollups from the per-series ones, and they hold what the writer's own hold, per minute
+    (hour), pool, sample name and bound; the writer carries on over them."""
+    new = duckdb.connect()
+    apply_migrations(new)
+    write_rounds(new, range(130))
+    old = written_before(new, POOL_BUCKETS, str(tmp_path / "old.duckdb"))
+    assert apply_migrations(old) == ["017_pool_buckets.sql"]
+    write_rounds(new, range(130, 135))
+    write_rounds(old, range(130, 135))
+    want, got = pool_rows(new), pool_rows(old)
+    assert len(want["pool_buckets_1m"]) > 130 * 20 and len(want["pool_buckets_1h"]) > 3 * 20
+    assert set(want["pool_buckets_1m"].role) == {"decode", "router"}
+    for table, rows in want.items():
+        assert got[table][["ts", "role", "metric", "le"]].equals(rows[["ts", "role", "metric", "le"]])
+        for column in ("delta", "seconds", "idle_seconds"):
+            assert got[table][column].to_numpy() == pytest.approx(rows[column].to_numpy(), rel=1e-12)
+    assert by_key(old) == by_key(new)
+    for con in (new, old):  # 10:00 compacted when 12:00 closed: a row per pool, sample name and bound
+        n, distinct = con.execute(
+            "SELECT count(*), count(DISTINCT (ts, role, metric, le)) FROM pool_buckets_1h WHERE ts < ?",
+            [T0 + timedelta(hours=1)],
+        ).fetchall()[0]
+        assert n == distinct > 0

@@ -17,9 +17,12 @@ import duckdb
 import pytest
 
 import warehouse.lake as lake_module
+from dashboard.data import live
 from moemeter.cli import main
 from stack.ready import scaled
 from tests.postgres import running_postgres
+from warehouse.api import LocalQuery
+from warehouse.db import apply_migrations
 from warehouse.lake import (
     SERIES,
     SHEETS,
@@ -34,9 +37,11 @@ from warehouse.lake import (
     table_files,
     tidy,
 )
+from warehouse.read import Holdings
 
 from .conftest import page
-from .layouts import written_before
+from .layouts import T0 as ROUNDS_T0
+from .layouts import write_rounds, written_before
 
 pytestmark = pytest.mark.integration  # starts PostgreSQL
 WINDOW = ["--from", "2026-11-29T10:00:00Z", "--to", "2026-11-29T12:00:00Z"]
@@ -102,6 +107,30 @@ def test_the_lake_answers_the_racks_own_cost_report_to_the_cent(closed_rack, lak
     assert from_lake["pools"]["prefill"]["computed_prompt_tokens"] == 3_200_000
     assert from_lake["pools"]["decode"]["generated_tokens"] == 1_000_000
     assert {u["user"]: u["cost_usd"] for u in from_lake["users"]} == {"alice": 181.81, "bob": 285.71}
+
+
+def test_the_lake_gives_the_live_pages_latency_histograms_as_the_rack_does(lake, tmp_path):
+    """A lake's rack keeps no pool rollups: its per-series minute rows, summed per pool, give the
+    counts the rack's own file gives from its pool rollups (two real pages, every value growing,
+    130 minutes)."""
+    db = tmp_path / "rack.duckdb"
+    with duckdb.connect(str(db)) as con:
+        apply_migrations(con)
+        write_rounds(con, range(130))
+    publish(db, lake)
+    uri, data = lake
+    w = live.Window(ROUNDS_T0, ROUNDS_T0 + timedelta(hours=2), 600)
+    families = list(live.LATENCY_FAMILIES)
+    with duckdb.connect(str(db), read_only=True) as con:
+        assert Holdings.of(LocalQuery(con)).pooled
+        local = live.histograms_counts(LocalQuery(con), w, families)
+    with open_reader(uri, rack="rack-a", data_path=data) as con:
+        assert not Holdings.of(LocalQuery(con)).pooled
+        from_lake = live.histograms_counts(LocalQuery(con), w, families)
+    for family in families:
+        assert local[family]["count"].sum() > 0, family
+        assert from_lake[family][["bucket", "role", "le"]].equals(local[family][["bucket", "role", "le"]])
+        assert from_lake[family]["count"].to_numpy() == pytest.approx(local[family]["count"].to_numpy(), rel=1e-12)
 
 
 def lake_rows(lake, table: str, rack: str = "rack-a") -> list[tuple]:

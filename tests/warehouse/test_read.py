@@ -21,6 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import duckdb
+import pandas as pd
 import pytest
 
 from collectors.parse import parse_page
@@ -59,11 +60,29 @@ def prefill_page(prompt: float, hits: float) -> str:
     )
 
 
+TTFT = "vllm:time_to_first_token_seconds"
+BUCKETS = {"decode": {0.1: 3.0, 1.0: 9.0, float("inf"): 12.0}, "prefill": {0.1: 0.0, 1.0: 5.0, float("inf"): 5.0}}
+"""Each pool's TTFT bucket counts per second, summed over its engines (decode: engine 0 counts a third,
+engine 1 two thirds; decode's move only while it generates)."""
+
+
+def histogram(role: str, seconds: float) -> str:
+    shares = {"prefill": {"0": 1.0}, "decode": {"0": 1 / 3, "1": 2 / 3}}[role]
+    lines = [f"# TYPE {TTFT} histogram"]
+    for engine, share in shares.items():
+        for le, per_s in BUCKETS[role].items():
+            bound = "+Inf" if le == float("inf") else le
+            lines.append(
+                f'{TTFT}_bucket{{engine="{engine}",le="{bound}",model_name="tiny-deepseek"}} {per_s * share * seconds}'
+            )
+    return "\n".join(lines) + "\n"
+
+
 def decode_page(generated: float) -> str:
     return (
         "# TYPE vllm:generation_tokens counter\n"
         f'vllm:generation_tokens_total{{engine="0",model_name="tiny-deepseek"}} {generated}\n'
-    )
+    ) + histogram("decode", generated / 4_000)
 
 
 def ingest(retention: Retention | None = None) -> duckdb.DuckDBPyConnection:
@@ -75,7 +94,8 @@ def ingest(retention: Retention | None = None) -> duckdb.DuckDBPyConnection:
         s = (t - FIRST).total_seconds()
         if t > FIRST and not IDLE[0] < t <= IDLE[1]:
             generated += 4_000 * EVERY.total_seconds()
-        ing.write(con, ScrapeBatch(PREFILL, t, True, 0.01, parse_page(prefill_page(10_000 * s, 2_000 * s).encode())))
+        page = prefill_page(10_000 * s, 2_000 * s) + histogram("prefill", s)
+        ing.write(con, ScrapeBatch(PREFILL, t, True, 0.01, parse_page(page.encode())))
         ing.write(con, ScrapeBatch(DECODE, t, True, 0.01, parse_page(decode_page(generated).encode())))
         t += EVERY
     return con
@@ -84,6 +104,21 @@ def ingest(retention: Retention | None = None) -> duckdb.DuckDBPyConnection:
 @pytest.fixture(scope="module")
 def day():
     return LocalQuery(ingest())
+
+
+@pytest.fixture(scope="module")
+def dropped():
+    """The day with raw rows kept half a day: those before 12:00:20 retention dropped."""
+    return LocalQuery(ingest(Retention(raw_days=0.5)))
+
+
+@pytest.fixture(scope="module")
+def unpooled():
+    """The day in a file without pool rollups (as a lake's rack reads)."""
+    con = ingest()
+    con.execute("DROP TABLE pool_buckets_1m; DROP TABLE pool_buckets_1h")  # cannot be read from
+    con.execute("DELETE FROM rollup_state WHERE name = 'pool_buckets'")
+    return LocalQuery(con)
 
 
 def seconds(a: datetime, b: datetime) -> float:
@@ -166,7 +201,7 @@ def test_three_windows_partition_the_day_to_the_token_and_the_cent(day):
     assert round(whole["prefill_cost"] + whole["decode_cost"], 2) == round(6 * 24 * 38.96, 2)
 
 
-def test_raw_minute_and_hour_tables_give_the_same_numbers(day):
+def test_raw_minute_and_hour_tables_give_the_same_numbers(day, dropped):
     """The default sheet changes prices on half hours (minute table and raw edges serve its windows),
     a flat one only on whole hours (hour table); a database whose raw rows before 12:00:20 were dropped by
     retention serves W1's edges from the minute table. Each gives the numbers of the raw rows."""
@@ -180,12 +215,38 @@ def test_raw_minute_and_hour_tables_give_the_same_numbers(day):
         assert hourly["generated"] == pytest.approx(want["generated"], rel=1e-12)
         assert hourly["idle_gpu_hours"] == pytest.approx(want["idle_gpu_hours"], abs=1e-9)
         assert hourly["prefill_cost"] == pytest.approx(2 * seconds(*window) / 3600 * 2.0)
-    dropped = LocalQuery(ingest(Retention(raw_days=0.5)))
     assert Holdings.of(dropped).raw_from == datetime(2026, 11, 28, 12, 0, 20)
     for window in (W1, W2, W3):
         assert numbers(dropped, window) == {
             k: pytest.approx(v, rel=1e-12, abs=1e-6) for k, v in numbers(day, window).items()
         }
+
+
+def ttft(q: LocalQuery, window: tuple[datetime, datetime], step: int) -> pd.DataFrame:
+    """The Live page's TTFT bucket counts per step, pool and bound (a pooled statement)."""
+    return live.histograms_counts(q, live.Window(*window, step), [TTFT])[TTFT]
+
+
+@pytest.mark.parametrize("step", [150, 600, 3600], ids=["raw", "minutes", "hours"])
+def test_histograms_summed_per_pool_match_the_rates_and_the_per_series_rollups(day, unpooled, dropped, step):
+    """The pool rollups serve the whole minutes and hours of a pooled statement, the raw rows its edges:
+    each window's counts are the rates times the seconds counted, and every step's counts are those
+    of the same file read without pool rollups (the per-series rows summed per pool), and of a file
+    whose raw rows before 12:00:20 retention dropped."""
+    assert Holdings.of(day).pooled and not Holdings.of(unpooled).pooled
+    for window in (W1, W2, W3):
+        got = ttft(day, window, step)
+        whole = got.groupby(["role", "le"])["count"].sum()
+        active = {
+            "prefill": seconds(*window),
+            "decode": seconds(*window) - seconds(max(window[0], IDLE[0]), min(window[1], IDLE[1])),
+        }
+        want = pd.Series({(role, le): n * active[role] for role, by_le in BUCKETS.items() for le, n in by_le.items()})
+        assert whole.to_dict() == pytest.approx(want.to_dict(), rel=1e-12, abs=1e-6)
+        for other in (unpooled, dropped):
+            again = ttft(other, window, step)
+            assert again[["bucket", "role", "le"]].equals(got[["bucket", "role", "le"]])
+            assert again["count"].to_numpy() == pytest.approx(got["count"].to_numpy(), rel=1e-12, abs=1e-6)
 
 
 @pytest.mark.parametrize("window", [W1, W2, W3], ids=["W1", "W2", "W3"])

@@ -10,8 +10,8 @@ import duckdb
 import pytest
 
 from warehouse.db import apply_migrations
-from warehouse.read import EXPERT_LOAD, SAMPLES
-from warehouse.sql import sql
+from warehouse.read import EXPERT_LOAD, SAMPLES, Holdings, statement
+from warehouse.sql import sql, text
 
 ROOT = Path(__file__).parents[2]
 FILES = sorted(p.stem for p in (ROOT / "warehouse" / "sql").glob("*.sql"))
@@ -28,16 +28,23 @@ SQL_WORDS = re.compile(r"\b(SELECT|INSERT|DELETE|UPDATE)\b[\s\S]*\b(FROM|INTO|SE
 def con():
     c = duckdb.connect()
     apply_migrations(c)
+    c.execute("CREATE TEMP TABLE rolled AS SELECT * FROM increments_1m LIMIT 0")  # what a roll adds (rollup.py)
     return c
 
 
 @pytest.mark.parametrize("name", [n for n in FILES if n not in INCLUDE_ONLY])
 def test_every_statement_binds_against_the_schema(con, name):
     """Prepared with every include and table marker in place, against the migrated schema: a typo in a
-    column or a table name fails here, not on a page."""
-    text = sql(name).replace("/*samples*/", SAMPLES[None]).replace("/*expert_load*/", EXPERT_LOAD[None])
-    con.execute("PREPARE s AS " + text)
-    con.execute("DEALLOCATE s")
+    column or a table name fails here, not on a page. A counter statement binds over each of the
+    sources the read layer may give it (a pooled one: the pool rollups, or the per-series ones)."""
+    texts = [sql(name)]
+    if "increase*/" in text(name):
+        texts = [statement(name, Holdings(pooled=pooled)) for pooled in (True, False)]
+    for t in texts:
+        con.execute(
+            "PREPARE s AS " + t.replace("/*samples*/", SAMPLES[None]).replace("/*expert_load*/", EXPERT_LOAD[None])
+        )
+        con.execute("DEALLOCATE s")
 
 
 def test_no_sql_under_dashboard():

@@ -13,21 +13,22 @@
 --   raw rows not rolled up yet
 --   (ts >= $through), over:           [$r0, $r1)
 -- The minute and hour tables hold exactly the raw rows before $through, split by minute and by
--- hour, so the pieces add up to the raw rows and nothing is counted twice.
+-- hour, so the pieces add up to the raw rows and nothing is counted twice. The three sources below
+-- are those tables, or, in a pooled statement, their rows summed per pool (warehouse/read.py).
 src AS (
     -- Raw rows of each raw piece [a, b): an interval touches it when ts > a and ts - seconds < b, so
     -- ts < b + $reach_us (the longest interval stored) bounds each scan of the raw table.
     SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi, i.delta,
            i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle,
            epoch_us($start::TIMESTAMP) AS a, epoch_us($r0::TIMESTAMP) AS b
-    FROM increments i
+    FROM /*raw*/ i
     WHERE i.ts > $start::TIMESTAMP AND i.ts < make_timestamp(epoch_us($r0::TIMESTAMP) + $reach_us)
       AND i.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi, i.delta,
            i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle,
            epoch_us($r1::TIMESTAMP), epoch_us($end::TIMESTAMP)
-    FROM increments i
+    FROM /*raw*/ i
     WHERE i.ts > $r1::TIMESTAMP AND i.ts < make_timestamp(epoch_us($end::TIMESTAMP) + $reach_us)
       AND i.series_id IN (SELECT series_id FROM picked)
     UNION ALL
@@ -35,7 +36,7 @@ src AS (
     SELECT i.series_id, epoch_us(i.ts) - round(i.seconds * 1e6)::BIGINT AS lo, epoch_us(i.ts) AS hi, i.delta,
            i.seconds AS covered, CASE WHEN i.delta = 0 THEN i.seconds ELSE 0.0 END AS idle,
            epoch_us($r0::TIMESTAMP), epoch_us($r1::TIMESTAMP)
-    FROM increments i
+    FROM /*raw*/ i
     WHERE i.ts > $r0::TIMESTAMP AND i.ts >= $through::TIMESTAMP
       AND i.ts < make_timestamp(epoch_us($r1::TIMESTAMP) + $reach_us)
       AND i.series_id IN (SELECT series_id FROM picked)
@@ -44,19 +45,19 @@ src AS (
     -- would read every minute of a week to keep the two hours at its edges)
     SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds,
            epoch_us($r0::TIMESTAMP), epoch_us($h0::TIMESTAMP)
-    FROM increments_1m m
+    FROM /*minutes*/ m
     WHERE m.ts > $r0::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $h0::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds,
            epoch_us($h1::TIMESTAMP), epoch_us($r1::TIMESTAMP)
-    FROM increments_1m m
+    FROM /*minutes*/ m
     WHERE m.ts > $h1::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $r1::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT h.series_id, epoch_us(h.ts), epoch_us(h.ts) + 3600000000, h.delta, h.seconds, h.idle_seconds,
            epoch_us($h0::TIMESTAMP), epoch_us($h1::TIMESTAMP)
-    FROM increments_1h h
+    FROM /*hours*/ h
     WHERE h.ts > $h0::TIMESTAMP - INTERVAL 1 HOUR AND h.ts < $h1::TIMESTAMP
       AND h.series_id IN (SELECT series_id FROM picked)
 ),
