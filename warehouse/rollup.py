@@ -53,7 +53,7 @@ straddles an hour's end adds to that hour in the next minute's roll (intervals a
 
 
 def compact_hours(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
-    """One increments_1h row per series and hour (one pool_buckets_1h row per pool, sample name and
+    """One increments_1h row per series and hour (one pool_histograms_1h row per pool, sample name and
     bound) for the hours in [start, until).
 
     Each minute's roll adds a row per series to the hour its raw increments cover (sixty a closed
@@ -61,7 +61,7 @@ def compact_hours(con: duckdb.DuckDBPyConnection, start: datetime, until: dateti
     them. Run in the roll's transaction: a reader sees the rows before or after, never neither."""
     for table, key, resets in (
         ("increments_1h", "series_id", ", sum(resets)::INTEGER AS resets"),
-        ("pool_buckets_1h", "role, metric, le", ""),
+        ("pool_histograms_1h", "role, metric, le", ""),
     ):
         con.execute(
             f"""CREATE OR REPLACE TEMP TABLE compacted_hours AS
@@ -137,15 +137,15 @@ class Rollups:
         width = f"INTERVAL {int(unit.total_seconds())} SECOND"
         if inc == "increments":  # raw increments, split by wall time, into the minute and hour tables at once
             for table, pools, period in (
-                ("increments_1m", "pool_buckets_1m", 60),
-                ("increments_1h", "pool_buckets_1h", 3600),
+                ("increments_1m", "pool_histograms_1m", 60),
+                ("increments_1h", "pool_histograms_1h", 3600),
             ):
                 con.execute(
                     "CREATE OR REPLACE TEMP TABLE rolled AS " + sql("roll_increments"),
                     {"from": start, "until": until, "unit_us": period * 1_000_000},
                 )
                 con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rolled")
-                con.execute(f"INSERT INTO {pools} BY NAME " + sql("roll_pool_buckets"))
+                con.execute(f"INSERT INTO {pools} BY NAME " + sql("roll_pool_histograms"))
                 con.execute("DROP TABLE rolled")
         if smp == "samples":
             values = "avg(x.value), max(x.value), count(x.value)"
@@ -177,7 +177,7 @@ class Rollups:
             ("increments", now - timedelta(days=r.raw_days), through.get("1m")),
             ("samples_1m", now - timedelta(days=r.minute_days), through.get("1h")),
             ("increments_1m", now - timedelta(days=r.minute_days), through.get("1m")),
-            ("pool_buckets_1m", now - timedelta(days=r.minute_days), through.get("1m")),
+            ("pool_histograms_1m", now - timedelta(days=r.minute_days), through.get("1m")),
             ("expert_load", now - timedelta(days=r.raw_days), through.get("1h")),
             ("expert_load_1h", now - timedelta(days=r.hour_days), None),
             ("requests", now - timedelta(days=r.raw_days), through.get("1h")),
@@ -187,7 +187,7 @@ class Rollups:
             ("requests_slo_1m", now - timedelta(days=r.raw_days), None),
             ("samples_1h", now - timedelta(days=r.hour_days), None),
             ("increments_1h", now - timedelta(days=r.hour_days), None),
-            ("pool_buckets_1h", now - timedelta(days=r.hour_days), None),
+            ("pool_histograms_1h", now - timedelta(days=r.hour_days), None),
         ]
         deleted = {}
         for table, cutoff, rolled in plan:

@@ -16,7 +16,7 @@ from warehouse.ingest import Ingestor, ScrapeBatch
 
 DENSE_IDS = 15  # the migration since which series ids are numbers the writer gives, not hashes
 COUNTERS_ONCE = 16  # since which `samples` keeps a counter's reading only where increments cannot give it
-POOL_BUCKETS = 17  # since which the writer keeps histogram buckets summed per pool (pool_buckets_1m, _1h)
+POOL_HISTOGRAMS = 17  # since which the writer keeps histogram buckets summed per pool (pool_histograms_1m, _1h)
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
@@ -35,7 +35,7 @@ def written_before(new: duckdb.DuckDBPyConnection, version: int, path: str = ":m
     holding the rows of `new` (a warehouse the current writer wrote) in the same order, as the
     writer of that time stored them: before DENSE_IDS, a series' id was its key (a hash of target,
     name and labels); before COUNTERS_ONCE, `samples` held every reading (the `readings` view); before
-    POOL_BUCKETS, no pool rollups."""
+    POOL_HISTOGRAMS, no pool rollups."""
     old = duckdb.connect(path)
     old.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
     for v, name, text in migrations():
@@ -52,8 +52,8 @@ def written_before(new: duckdb.DuckDBPyConnection, version: int, path: str = ":m
         if version <= DENSE_IDS and "series_id" in columns:
             picked = picked.replace('x."series_id"', "s.series_key AS series_id")
             rows = new.execute(f"SELECT {picked} FROM {source} x JOIN series s USING (series_id) ORDER BY {order}")
-        elif version <= POOL_BUCKETS and table == "rollup_state":  # no pool rollups to speak of
-            rows = new.execute(f"SELECT {picked} FROM {source} x WHERE name <> 'pool_buckets' ORDER BY {order}")
+        elif version <= POOL_HISTOGRAMS and table == "rollup_state":  # no pool rollups to speak of
+            rows = new.execute(f"SELECT {picked} FROM {source} x WHERE name <> 'pool_histograms' ORDER BY {order}")
         else:
             rows = new.execute(f"SELECT {picked} FROM {source} x ORDER BY {order}")
         old.register("_rows", rows.to_arrow_table())

@@ -13,7 +13,7 @@ from moemeter.cli import main
 from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
 from warehouse.export import BY_SERIES
 
-from .layouts import COUNTERS_ONCE, POOL_BUCKETS, T0, write_rounds, written_before
+from .layouts import COUNTERS_ONCE, POOL_HISTOGRAMS, T0, write_rounds, written_before
 
 
 def test_migrations_apply_once_and_are_recorded():
@@ -164,7 +164,11 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
     kept = by_key(new)
     assert all(kept[t] for t in BY_SERIES)
 
-    assert apply_migrations(old) == ["015_dense_series_ids.sql", "016_counters_stored_once.sql", "017_pool_buckets.sql"]
+    assert apply_migrations(old) == [
+        "015_dense_series_ids.sql",
+        "016_counters_stored_once.sql",
+        "017_pool_histograms.sql",
+    ]
     assert by_key(old) == kept
     n = len(kept["series"])
     assert old.execute("SELECT min(series_id), max(series_id), count(*) FROM series").fetchall() == [(1, n, n)]
@@ -215,7 +219,7 @@ def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migra
     assert len(every) == new.execute("SELECT count(*) FROM readings").fetchall()[0][0]
     before = used_blocks(old, "samples")
 
-    assert apply_migrations(old) == ["016_counters_stored_once.sql", "017_pool_buckets.sql"]
+    assert apply_migrations(old) == ["016_counters_stored_once.sql", "017_pool_histograms.sql"]
     assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
     assert stored_readings(old, "readings") == every
     stored = old.execute("SELECT count(*) FROM samples").fetchall()[0][0]
@@ -235,7 +239,7 @@ def pool_rows(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
             f"SELECT ts, role, metric, le, sum(delta) AS delta, sum(seconds) AS seconds, "
             f"sum(idle_seconds) AS idle_seconds FROM {t} GROUP BY ALL ORDER BY ALL"
         ).df()
-        for t in ("pool_buckets_1m", "pool_buckets_1h")
+        for t in ("pool_histograms_1m", "pool_histograms_1h")
     }
 
 
@@ -246,13 +250,13 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
     new = duckdb.connect()
     apply_migrations(new)
     write_rounds(new, range(130))
-    old = written_before(new, POOL_BUCKETS, str(tmp_path / "old.duckdb"))
-    assert apply_migrations(old) == ["017_pool_buckets.sql"]
+    old = written_before(new, POOL_HISTOGRAMS, str(tmp_path / "old.duckdb"))
+    assert apply_migrations(old) == ["017_pool_histograms.sql"]
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))
     want, got = pool_rows(new), pool_rows(old)
-    assert len(want["pool_buckets_1m"]) > 130 * 20 and len(want["pool_buckets_1h"]) > 3 * 20
-    assert set(want["pool_buckets_1m"].role) == {"decode", "router"}
+    assert len(want["pool_histograms_1m"]) > 130 * 20 and len(want["pool_histograms_1h"]) > 3 * 20
+    assert set(want["pool_histograms_1m"].role) == {"decode", "router"}
     for table, rows in want.items():
         assert got[table][["ts", "role", "metric", "le"]].equals(rows[["ts", "role", "metric", "le"]])
         for column in ("delta", "seconds", "idle_seconds"):
@@ -260,7 +264,7 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
     assert by_key(old) == by_key(new)
     for con in (new, old):  # 10:00 compacted when 12:00 closed: a row per pool, sample name and bound
         n, distinct = con.execute(
-            "SELECT count(*), count(DISTINCT (ts, role, metric, le)) FROM pool_buckets_1h WHERE ts < ?",
+            "SELECT count(*), count(DISTINCT (ts, role, metric, le)) FROM pool_histograms_1h WHERE ts < ?",
             [T0 + timedelta(hours=1)],
         ).fetchall()[0]
         assert n == distinct > 0

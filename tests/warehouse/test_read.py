@@ -26,7 +26,7 @@ import pytest
 
 from collectors.parse import parse_page
 from dashboard.data import cost as cost_page
-from dashboard.data import live
+from dashboard.data import live, overhead
 from moemeter.contract import TargetInfo
 from warehouse.api import LocalQuery
 from warehouse.cost import cost_report
@@ -66,15 +66,20 @@ BUCKETS = {"decode": {0.1: 3.0, 1.0: 9.0, float("inf"): 12.0}, "prefill": {0.1: 
 engine 1 two thirds; decode's move only while it generates)."""
 
 
+MEAN_TTFT = 0.25
+"""Seconds: every pool's TTFT sum grows at this times its count (the +Inf bucket)."""
+
+
 def histogram(role: str, seconds: float) -> str:
     shares = {"prefill": {"0": 1.0}, "decode": {"0": 1 / 3, "1": 2 / 3}}[role]
     lines = [f"# TYPE {TTFT} histogram"]
     for engine, share in shares.items():
+        labels = f'engine="{engine}",model_name="tiny-deepseek"'
         for le, per_s in BUCKETS[role].items():
             bound = "+Inf" if le == float("inf") else le
-            lines.append(
-                f'{TTFT}_bucket{{engine="{engine}",le="{bound}",model_name="tiny-deepseek"}} {per_s * share * seconds}'
-            )
+            lines.append(f'{TTFT}_bucket{{{labels},le="{bound}"}} {per_s * share * seconds}')
+        count = BUCKETS[role][float("inf")] * share * seconds
+        lines += [f"{TTFT}_count{{{labels}}} {count}", f"{TTFT}_sum{{{labels}}} {MEAN_TTFT * count}"]
     return "\n".join(lines) + "\n"
 
 
@@ -116,8 +121,8 @@ def dropped():
 def unpooled():
     """The day in a file without pool rollups (as a lake's rack reads)."""
     con = ingest()
-    con.execute("DROP TABLE pool_buckets_1m; DROP TABLE pool_buckets_1h")  # cannot be read from
-    con.execute("DELETE FROM rollup_state WHERE name = 'pool_buckets'")
+    con.execute("DROP TABLE pool_histograms_1m; DROP TABLE pool_histograms_1h")  # cannot be read from
+    con.execute("DELETE FROM rollup_state WHERE name = 'pool_histograms'")
     return LocalQuery(con)
 
 
@@ -247,6 +252,11 @@ def test_histograms_summed_per_pool_match_the_rates_and_the_per_series_rollups(d
             again = ttft(other, window, step)
             assert again[["bucket", "role", "le"]].equals(got[["bucket", "role", "le"]])
             assert again["count"].to_numpy() == pytest.approx(got["count"].to_numpy(), rel=1e-12, abs=1e-6)
+        # a sum and a count pooled: the prefill pool's mean TTFT in every step (CPU overhead page)
+        for q in (day, unpooled, dropped):
+            means = overhead.api_server_delay(q, live.Window(*window, step))["ttft_ms"]
+            assert len(means) >= seconds(*window) // step
+            assert means.to_numpy() == pytest.approx(1000 * MEAN_TTFT, rel=1e-12)
 
 
 @pytest.mark.parametrize("window", [W1, W2, W3], ids=["W1", "W2", "W3"])

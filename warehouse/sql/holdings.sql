@@ -5,5 +5,5 @@ SELECT max(through) FILTER (WHERE name = '1m') AS through,
        max(through) FILTER (WHERE name = 'increments_from') AS raw_from,
        max(through) FILTER (WHERE name = 'increments_1m_from') AS minutes_from,
        (SELECT max(seconds) FROM longest_interval) AS longest,
-       count(*) FILTER (WHERE name = 'pool_buckets') > 0 AS pooled
+       count(*) FILTER (WHERE name = 'pool_histograms') > 0 AS pooled
 FROM rollup_state
