@@ -294,7 +294,15 @@ def bench_history(tmp: Path) -> dict[str, object]:
         "peak_rss_megabytes": ff["peak_rss_megabytes"],
     }
     with duckdb.connect(str(db), read_only=True) as con:
-        for table in ("samples", "increments", "increments_1m", "increments_1h", "expert_load", "requests"):
+        for table in (
+            "samples",
+            "increments",
+            "increments_1m",
+            "increments_1h",
+            "pool_histograms_1m",
+            "expert_load",
+            "requests",
+        ):
             result[f"rows_{table}"] = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
     result["pages"] = pages.time_pages(db)
     return result
