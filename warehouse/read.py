@@ -12,10 +12,10 @@ A statement (warehouse/sql/*.sql) names the series it wants in a `picked` CTE (s
 puts the line `/*increase*/` after it, and selects from `per_series` (bucket, series_id, delta,
 seconds, idle_seconds); see warehouse/sql/increase.sql. A pooled statement (the line
 `/*pool_increase*/`) asks for histogram and summary series summed per pool instead: its `picked`
-keys them by `/*pool_key*/` (POOL_KEY), and `per_series` holds a row per pool, sample name and
-bucket bound, whose minutes and hours come from the pool rollups
-(warehouse/migrations/017_pool_histograms.sql): on the twin rack the Live page's latency histograms
-read 202 pooled series there instead of 7,272 engines' bucket series.
+keys them by `/*pool_key*/` (POOL_KEY; one row per key, SELECT DISTINCT), and `per_series` holds
+a row per pool, sample name and bucket bound, whose minutes and hours come from the pool rollups
+(warehouse/migrations/017_pool_histograms.sql): on the twin rack the Live page's latency
+histograms read 202 pooled series there instead of 7,272 engines' bucket series.
 """
 
 from __future__ import annotations

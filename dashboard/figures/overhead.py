@@ -39,7 +39,10 @@ def phases_figure(long: pd.DataFrame, title: str, x: str = "bucket") -> go.Figur
             fig.add_trace(go.Bar(x=s[x].astype(str), y=s["ms"], name=phase, marker_color=PHASE_COLORS[phase]))
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title_text="ms per step", rangemode="tozero")
-    return _layout(fig, title)
+    fig = _layout(fig, title)
+    if x != "bucket":  # engines' names stand turned under the bars: the legend goes below them
+        fig.update_layout(legend=dict(orientation="h", yref="container", y=0, yanchor="bottom"), margin_b=40)
+    return fig
 
 
 def idle_figure(table: pd.DataFrame) -> go.Figure:

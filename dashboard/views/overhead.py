@@ -61,7 +61,18 @@ def render() -> None:
     engines["engine_key"] = engines["target"] + "/" + engines["engine"].astype(str)
     long = engines.melt(id_vars=["engine_key"], value_vars=[*data.PHASES, "other"], var_name="phase", value_name="ms")
     st.plotly_chart(figures.phases_figure(long, f"{pool}: ms per step by engine", x="engine_key"), key="engines")
-    st.dataframe(engines.drop(columns=["engine_key"]), hide_index=True, key="engine_table")
+    st.caption("Milliseconds per engine step over the window, by phase; idle = 1 - forward / wall.")
+    ms = {p: st.column_config.NumberColumn(p, format="%.3f") for p in (*data.PHASES, "other", "wall", "overhead")}
+    st.dataframe(
+        engines.drop(columns=["engine_key"]).assign(idle_fraction=engines["idle_fraction"] * 100),
+        hide_index=True,
+        key="engine_table",
+        column_config={
+            **ms,
+            "idle_fraction": st.column_config.NumberColumn("idle", format="%.1f%%"),
+            "steps": st.column_config.NumberColumn("steps", format="compact"),
+        },
+    )
 
     st.plotly_chart(figures.api_delay_figure(data.api_server_delay(query, w)), key="api_delay")
 
