@@ -90,7 +90,7 @@ def test_the_injected_faults_raise_their_alerts_on_their_engines_only(prometheus
     def engines(name: str) -> list[tuple[str, str]]:
         return sorted((m["role"], m.get("engine", "")) for m in seen[name])
 
-    assert engines("DPEngineStraggler") == [("decode", STRAGGLER)]
+    assert engines("DPEngineStraggler") == [("decode", STRAGGLER)], seen["DPEngineStraggler"]
     assert engines("KVCacheSaturated") == [("decode", SATURATED)]
     assert engines("EnginePreempting") == [("decode", SATURATED)]
     # per instance, and without `for`: firing at once, on decode-0 alone
