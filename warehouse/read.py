@@ -228,10 +228,7 @@ POOL_TABLES = {"minutes": "pool_histograms_1m", "hours": "pool_histograms_1h"}
 def per_pool(table: str, columns: str) -> str:
     """The rows of a per-series counter table with the pool key as their series_id (histogram and
     summary series only, as the pool rollups hold)."""
-    members = (
-        f"SELECT series_id, {POOL_KEY} AS pool FROM series JOIN (SELECT name AS target, role FROM targets) "
-        "USING (target) WHERE kind IN ('histogram', 'summary')"
-    )
+    members = f"SELECT series_id, {POOL_KEY} AS pool FROM series_targets WHERE kind IN ('histogram', 'summary')"
     # the statement's pools' series first: a join of the few picked series, not a key for every row
     return (
         f"(SELECT x.ts, k.pool AS series_id, {columns} FROM {table} x "
