@@ -261,7 +261,9 @@ def _run_guarded(
     running.set()
     watcher.start()
     try:
-        reader = con.sql(sql, params=params or None).to_arrow_reader(ROWS_PER_BATCH)
+        # execute, not con.sql: given parameters, con.sql runs the statement at once into a result
+        # it then scans again to stream it (a day's 310k rows of rank tokens: 0.34 s, then 0.6 s more)
+        reader = con.execute(sql, params or None).to_arrow_reader(ROWS_PER_BATCH)
         batches, rows, size = [], 0, 0
         for batch in reader:
             rows, size = rows + batch.num_rows, size + batch.nbytes
