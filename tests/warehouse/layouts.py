@@ -17,6 +17,7 @@ from warehouse.ingest import Ingestor, ScrapeBatch
 DENSE_IDS = 15  # the migration since which series ids are numbers the writer gives, not hashes
 COUNTERS_ONCE = 16  # since which `samples` keeps a counter's reading only where increments cannot give it
 POOL_HISTOGRAMS = 17  # since which the writer keeps histogram buckets summed per pool (pool_histograms_1m, _1h)
+COMPACT_MINUTES = 18  # since which the minute rows of a closed hour are one per series and minute, series by series
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
@@ -57,7 +58,8 @@ def written_before(new: duckdb.DuckDBPyConnection, version: int, path: str = ":m
         else:
             rows = new.execute(f"SELECT {picked} FROM {source} x ORDER BY {order}")
         old.register("_rows", rows.to_arrow_table())
-        old.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _rows")
+        verb = "INSERT OR REPLACE" if table == "rollup_state" else "INSERT"  # a migration may have put a row there
+        old.execute(f"{verb} INTO {table} BY NAME SELECT * FROM _rows")
         old.unregister("_rows")
     return old
 
@@ -85,8 +87,12 @@ def round_pages(k: int) -> list[tuple[TargetInfo, bytes]]:
     return [(DECODE, grown(decode).encode()), (ROUTER, grown(router).encode())]
 
 
-def write_rounds(con: duckdb.DuckDBPyConnection, rounds: range, ingestor: Ingestor | None = None) -> None:
+def write_rounds(
+    con: duckdb.DuckDBPyConnection, rounds: range, ingestor: Ingestor | None = None, offset: float = 0.0
+) -> None:
+    """Round k of round_pages scraped at T0 + k minutes + `offset` seconds (off the minute, each
+    interval adds to two minutes)."""
     ing = ingestor or Ingestor()
     for k in rounds:
-        ts = T0 + timedelta(minutes=k)
+        ts = T0 + timedelta(minutes=k, seconds=offset)
         ing.write_all(con, [ScrapeBatch(t, ts, True, 0.01, parse_page(body)) for t, body in round_pages(k)])

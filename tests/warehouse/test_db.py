@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from moemeter.cli import main
+from warehouse import rollup
 from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
 from warehouse.export import BY_SERIES
 
-from .layouts import COUNTERS_ONCE, POOL_HISTOGRAMS, T0, write_rounds, written_before
+from .layouts import COMPACT_MINUTES, COUNTERS_ONCE, POOL_HISTOGRAMS, T0, write_rounds, written_before
 
 
 def test_migrations_apply_once_and_are_recorded():
@@ -152,6 +153,25 @@ def test_series_are_numbered_counters_odd_others_even_by_metric_then_page_order(
     assert keys == [(len(first), len(first))]
 
 
+COMPACTED = (
+    "ts < (SELECT time_bucket(INTERVAL 1 HOUR, through - INTERVAL 10 MINUTE) FROM rollup_state WHERE name = '1m')"
+)
+"""The minute rows rollup.compact_minutes has compacted: those of the hours that closed ten minutes ago."""
+
+
+def out_of_order(con: duckdb.DuckDBPyConnection, table: str, key: str = "(ts, series_id)", where: str = "TRUE") -> int:
+    """Rows of `table` (those `where` picks) stored out of `key`'s order."""
+    return con.execute(
+        f"SELECT count(*) FROM (SELECT {key} AS k, lag({key}) OVER (ORDER BY rowid) AS before FROM {table} "
+        f"WHERE {where}) WHERE before > k"
+    ).fetchall()[0][0]
+
+
+def out_of_series_order(con: duckdb.DuckDBPyConnection) -> int:
+    """Compacted minute rows stored out of hour, series and time order."""
+    return out_of_order(con, "increments_1m", "(time_bucket(INTERVAL 1 HOUR, ts), series_id, ts)", COMPACTED)
+
+
 def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration():
     """A warehouse written when series ids were hashes (migrations up to 014) keeps every row of
     every table through migration 015, with ids 1..n in the order of each target's last page, rows
@@ -168,16 +188,15 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
         "015_dense_series_ids.sql",
         "016_counters_stored_once.sql",
         "017_pool_histograms.sql",
+        "018_compact_minute_rows.sql",
     ]
     assert by_key(old) == kept
     n = len(kept["series"])
     assert old.execute("SELECT min(series_id), max(series_id), count(*) FROM series").fetchall() == [(1, n, n)]
     for t in BY_SERIES:
-        out_of_order = old.execute(
-            f"SELECT count(*) FROM (SELECT ts, series_id, lag((ts, series_id)) OVER (ORDER BY rowid) AS before "
-            f"FROM {t}) WHERE before > (ts, series_id)"
-        ).fetchall()
-        assert out_of_order == [(0,)], t
+        where = f"NOT ({COMPACTED})" if t == "increments_1m" else "TRUE"
+        assert out_of_order(old, t, where=where) == 0, t
+    assert out_of_series_order(old) == 0
     last = old.execute("SELECT series_id FROM readings WHERE ts = (SELECT max(ts) FROM readings) ORDER BY series_id")
     placed = [r[0] for r in last.fetchall()]
     assert placed == list(range(1, len(placed) + 1))  # the last round's pages, in page order
@@ -219,7 +238,11 @@ def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migra
     assert len(every) == new.execute("SELECT count(*) FROM readings").fetchall()[0][0]
     before = used_blocks(old, "samples")
 
-    assert apply_migrations(old) == ["016_counters_stored_once.sql", "017_pool_histograms.sql"]
+    assert apply_migrations(old) == [
+        "016_counters_stored_once.sql",
+        "017_pool_histograms.sql",
+        "018_compact_minute_rows.sql",
+    ]
     assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
     assert stored_readings(old, "readings") == every
     stored = old.execute("SELECT count(*) FROM samples").fetchall()[0][0]
@@ -251,7 +274,7 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
     apply_migrations(new)
     write_rounds(new, range(130))
     old = written_before(new, POOL_HISTOGRAMS, str(tmp_path / "old.duckdb"))
-    assert apply_migrations(old) == ["017_pool_histograms.sql"]
+    assert apply_migrations(old) == ["017_pool_histograms.sql", "018_compact_minute_rows.sql"]
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))
     want, got = pool_rows(new), pool_rows(old)
@@ -268,3 +291,53 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
             [T0 + timedelta(hours=1)],
         ).fetchall()[0]
         assert n == distinct > 0
+
+
+def minute_sums(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    """Per minute and series key, the minute rows' sums (what readers take of them)."""
+    return con.execute(
+        "SELECT x.ts, s.series_key, sum(delta), sum(seconds), sum(idle_seconds), sum(resets) "
+        "FROM increments_1m x JOIN series s USING (series_id) GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+
+
+def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(monkeypatch, tmp_path):
+    """A warehouse written before minute rows were compacted (migrations up to 017; two real pages,
+    131 minutes scraped half a minute off the minute, so each minute's rows come in two rolls): migration 018 leaves what the writer now
+    leaves, a row per series and minute of each closed hour, stored hour by hour and series by
+    series, with every minute's sums; the writer carries on over it."""
+    want = duckdb.connect()
+    apply_migrations(want)
+    write_rounds(want, range(131), offset=30)
+    with monkeypatch.context() as m:
+        m.setattr(rollup, "compact_minutes", lambda *a: None)  # the writer before minute compaction
+        was = duckdb.connect()
+        apply_migrations(was)
+        write_rounds(was, range(131), offset=30)
+    old = written_before(was, COMPACT_MINUTES, str(tmp_path / "old.duckdb"))
+    count = "SELECT count(*), count(DISTINCT (ts, series_id)) FROM increments_1m WHERE ts < ?"
+    closed = T0 + timedelta(hours=2)  # 12:10 closed 11:00 ten minutes ago; 12:00 still open
+    rows, distinct = old.execute(count, [closed]).fetchall()[0]
+    assert rows > 1.9 * distinct  # about two rows a minute
+    sums, pools = minute_sums(old), pool_rows(old)
+
+    assert apply_migrations(old) == ["018_compact_minute_rows.sql"]
+    assert old.execute(count, [closed]).fetchall() == [(distinct, distinct)]
+    assert out_of_series_order(old) == 0
+    got = minute_sums(old)
+    assert [r[:2] for r in got] == [r[:2] for r in sums]
+    assert [r[2:] for r in got] == [pytest.approx(r[2:], rel=1e-12) for r in sums]
+    assert by_key(old) == by_key(want)  # as the writer now leaves them, row for row
+    n, distinct = old.execute(
+        "SELECT count(*), count(DISTINCT (ts, role, metric, le)) FROM pool_histograms_1m WHERE ts < ?", [closed]
+    ).fetchall()[0]
+    assert n == distinct > 0
+    for table, rows in pool_rows(old).items():  # the pools' minutes, compacted, with the same sums
+        assert rows[["ts", "role", "metric", "le"]].equals(pools[table][["ts", "role", "metric", "le"]])
+        for column in ("delta", "seconds", "idle_seconds"):
+            assert rows[column].to_numpy() == pytest.approx(pools[table][column].to_numpy(), rel=1e-12)
+
+    write_rounds(want, range(131, 195), offset=30)
+    write_rounds(old, range(131, 195), offset=30)  # 13:10 closes 12:00: the writer compacts its minutes
+    assert by_key(old) == by_key(want)
+    assert out_of_series_order(old) == 0

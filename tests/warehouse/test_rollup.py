@@ -215,3 +215,39 @@ def test_day_ranges_read_hours():
     )
     assert served_by(plan(day.start, day.end, day.step_seconds, Holdings())) == ("increments", "increments_1m")
     assert (week.period, day.period) == (timedelta(hours=1), timedelta(minutes=1))
+
+
+def test_an_hours_minutes_are_compacted_series_by_series_once_it_has_closed(monkeypatch):
+    """Scraped every minute half a minute off the minute, each minute's rows come in two rolls. Ten
+    minutes after an hour closes (rollup.MINUTE_REACH: until then an interval may still add to its
+    last minute) the writer leaves one row per series and minute of it, stored series by series,
+    with the sums of the rows they replace."""
+
+    def scrape(c: duckdb.DuckDBPyConnection, ing: Ingestor, k: int) -> None:
+        at = HOURS_START + timedelta(minutes=k, seconds=30)
+        ing.write(c, ScrapeBatch(DECODE, at, True, 0.01, parse_page(page(60.0 * k, k % 5).encode())))
+
+    plain, compacting = duckdb.connect(), duckdb.connect()
+    with monkeypatch.context() as m:
+        m.setattr(rollup, "compact_minutes", lambda *a: None)
+        apply_migrations(plain)
+        ing = Ingestor()
+        for k in range(71):  # 10:00:30 .. 11:10:30
+            scrape(plain, ing, k)
+    apply_migrations(compacting)
+    ing = Ingestor()
+    hour = "SELECT count(*), count(DISTINCT (ts, series_id)) FROM increments_1m WHERE ts < ?"
+    sums = (
+        "SELECT ts, series_id, sum(delta), sum(seconds), sum(idle_seconds) FROM increments_1m GROUP BY ALL ORDER BY ALL"
+    )
+    for k in range(70):  # 11:09:30: the minute roll is through 11:09
+        scrape(compacting, ing, k)
+    ten = HOURS_START + timedelta(hours=1)
+    assert compacting.execute(hour, [ten]).fetchall() == plain.execute(hour, [ten]).fetchall() == [(2 * 119, 2 * 60)]
+    scrape(compacting, ing, 70)  # 11:10:30: through 11:10, ten minutes past 11:00
+    assert compacting.execute(hour, [ten]).fetchall() == [(2 * 60, 2 * 60)]
+    got, want = compacting.execute(sums).fetchall(), plain.execute(sums).fetchall()
+    assert [r[:2] for r in got] == [r[:2] for r in want]
+    assert [r[2:] for r in got] == [pytest.approx(r[2:], rel=1e-12) for r in want]
+    stored = compacting.execute("SELECT series_id, ts FROM increments_1m WHERE ts < ? ORDER BY rowid", [ten]).fetchall()
+    assert stored == sorted(stored)  # series by series, each one's minutes in order
