@@ -154,9 +154,10 @@ def test_series_are_numbered_counters_odd_others_even_by_metric_then_page_order(
 
 
 COMPACTED = (
-    "ts < (SELECT time_bucket(INTERVAL 1 HOUR, through - INTERVAL 10 MINUTE) FROM rollup_state WHERE name = '1m')"
+    f"ts < (SELECT time_bucket(INTERVAL 1 HOUR, through - INTERVAL {rollup.MINUTE_REACH.seconds} SECOND) "
+    "FROM rollup_state WHERE name = '1m')"
 )
-"""The minute rows rollup.compact_minutes has compacted: those of the hours that closed ten minutes ago."""
+"""The minute rows rollup.compact_minutes has compacted: those of the hours closed MINUTE_REACH ago."""
 
 
 def out_of_order(con: duckdb.DuckDBPyConnection, table: str, key: str = "(ts, series_id)", where: str = "TRUE") -> int:
