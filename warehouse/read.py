@@ -192,6 +192,13 @@ def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdi
     else:
         step = round(step_seconds * US)
         origin = micros(start) // step * step
+
+    def whole(unit: timedelta, *edges: datetime) -> bool:
+        """Every row of the table of `unit` inside the pieces between `edges` lies inside one bucket."""
+        u = micros(EPOCH + unit)
+        one_bucket = step_seconds is None or (step % u == 0 and origin % u == 0)
+        return one_bucket and all(micros(t) % u == 0 for t in edges)
+
     return {
         "start": start,
         "end": end,
@@ -203,6 +210,8 @@ def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdi
         "origin_us": origin,
         "step_us": step,
         "reach_us": math.ceil(held.longest_seconds * US) + 1,
+        "whole_minutes": whole(MINUTE, r0, h0, h1, r1),
+        "whole_hours": whole(HOUR, h0, h1),
     }
 
 
@@ -225,24 +234,26 @@ SOURCES = {"raw": "increments", "minutes": "increments_1m", "hours": "increments
 POOL_TABLES = {"minutes": "pool_histograms_1m", "hours": "pool_histograms_1h"}
 
 
+MEMBERS = (
+    f"members AS (SELECT series_id, {POOL_KEY} AS pool FROM series_targets "
+    "WHERE kind IN ('histogram', 'summary') AND pool IN (SELECT series_id FROM picked)),"
+)
+"""A pooled statement's member series (histogram and summary series only, as the pool rollups hold):
+the statement's pools' series first, a join of the few picked, not a key for every row."""
+
+
 def per_pool(table: str, columns: str) -> str:
-    """The rows of a per-series counter table with the pool key as their series_id (histogram and
-    summary series only, as the pool rollups hold)."""
-    members = f"SELECT series_id, {POOL_KEY} AS pool FROM series_targets WHERE kind IN ('histogram', 'summary')"
-    # the statement's pools' series first: a join of the few picked series, not a key for every row
-    return (
-        f"(SELECT x.ts, k.pool AS series_id, {columns} FROM {table} x "
-        f"JOIN ({members} AND pool IN (SELECT series_id FROM picked)) k USING (series_id))"
-    )
+    """The rows of a per-series counter table with the pool key as their series_id."""
+    return f"(SELECT x.ts, k.pool AS series_id, {columns} FROM {table} x JOIN members k USING (series_id))"
 
 
 def sources(pooled: bool, held: Holdings) -> dict[str, str]:
-    """What /*raw*/, /*minutes*/ and /*hours*/ of warehouse/sql/increase.sql read. For a pooled
-    statement: the raw rows keyed by pool; the pool rollups where the file keeps them, else (a lake's
-    rack) the per-series rollups keyed by pool, the same numbers read the slow way."""
+    """What /*members*/, /*raw*/, /*minutes*/ and /*hours*/ of warehouse/sql/increase.sql read. For
+    a pooled statement: the raw rows keyed by pool; the pool rollups where the file keeps them, else
+    (a lake's rack) the per-series rollups keyed by pool, the same numbers read the slow way."""
     if not pooled:
-        return SOURCES
-    out = {"raw": per_pool("increments", "x.delta, x.seconds")}
+        return {"members": "", **SOURCES}
+    out = {"members": MEMBERS, "raw": per_pool("increments", "x.delta, x.seconds")}
     for piece, table in POOL_TABLES.items():
         out[piece] = (
             f"(SELECT ts, {POOL_KEY} AS series_id, delta, seconds, idle_seconds FROM {table})"

@@ -118,6 +118,12 @@ def dropped():
 
 
 @pytest.fixture(scope="module")
+def hours_only():
+    """The day with raw rows kept 6 hours and minute rows 12: before about 12:00 only hour rows."""
+    return LocalQuery(ingest(Retention(raw_days=0.25, minute_days=0.5)))
+
+
+@pytest.fixture(scope="module")
 def unpooled():
     """The day in a file without pool rollups (as a lake's rack reads)."""
     con = ingest()
@@ -225,6 +231,21 @@ def test_raw_minute_and_hour_tables_give_the_same_numbers(day, dropped):
         assert numbers(dropped, window) == {
             k: pytest.approx(v, rel=1e-12, abs=1e-6) for k, v in numbers(day, window).items()
         }
+
+
+def test_a_window_whose_minutes_were_dropped_takes_its_share_of_the_hours(day, hours_only):
+    """Retention dropped W1's raw and minute rows: its hour rows serve it, the hour it ends in
+    prorated (07:00 .. 07:30:30 of the 07:00 row, not the whole row). The prefill pool's tokens
+    come at a constant rate, so its share is exact, in one bucket and in steps of 15 minutes."""
+    held = Holdings.of(hours_only)
+    assert held.minutes_from is not None and held.minutes_from > W1[1]
+    p = plan(*W1, None, held)
+    assert (p["h0"], p["h1"]) == W1  # no whole hour at the end: the last one is cut
+    got, want = numbers(hours_only, W1), by_hand(*W1)
+    for key in ("prompt", "cached"):
+        assert got[key] == pytest.approx(want[key], rel=1e-12), key
+    chart = cost_page.over_time(hours_only, POOLS, default_sheet(), *W1, timedelta(minutes=15))
+    assert chart["prompt_tokens"].sum() == pytest.approx(want["prompt"], rel=1e-12)
 
 
 def ttft(q: LocalQuery, window: tuple[datetime, datetime], step: int) -> pd.DataFrame:
