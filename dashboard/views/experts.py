@@ -125,13 +125,15 @@ def render() -> None:
     h1, h2 = st.columns(2)
     if shares.empty and picked_rack() and w.period != HOUR:
         h1.info(
-            f"The lake holds {picked_rack()}'s per-expert load by the hour: the 7 d range shows it "
-            "(shorter ranges read per-minute snapshots, kept on the rack's own dashboard)."
+            f"The lake holds {picked_rack()}'s per-expert load by the hour: ranges that hold whole hours "
+            "show them (per-minute snapshots are kept on the rack's own dashboard)."
         )
     elif shares.empty:
         h1.info("Per-expert load needs two expert snapshots in the window (the collectors take one a minute).")
     else:
         h1.plotly_chart(figures.expert_heatmap(shares, log=log), key="expert_heatmap")
+        if picked_rack() and w.period != HOUR:
+            h1.caption("From the lake's hourly load: the window's whole hours only.")
     ranks_matrix = data.rank_matrix(steps)
     if ranks_matrix.shape[1] == 1:  # balancedness is 1.0 by definition: no chart of it either
         h2.info("One EP rank: every layer's load is on it, so there is no balance across ranks to show.")

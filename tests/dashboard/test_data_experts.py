@@ -22,6 +22,7 @@ from warehouse.db import apply_migrations
 from warehouse.eplb import what_if
 from warehouse.experts import ExpertIngestor, ExpertSnapshot
 from warehouse.ingest import Ingestor, ScrapeBatch
+from warehouse.rollup import Rollups
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 TARGET = TargetInfo("decode-0", "http://twin/decode-0/metrics", "decode", 64, "twin:test")
@@ -154,3 +155,47 @@ def test_hottest_since_is_the_start_of_the_trailing_run():
     steps = pd.DataFrame(rows, columns=["bucket", "layer", "rank", "tokens"])
     assert data.hottest_since(steps, 0, 1) == b[1]
     assert data.hottest_since(steps, 0, 0) is None
+
+
+def test_expert_shares_read_the_hours_the_hourly_table_holds_and_give_the_snapshots_sums():
+    """Snapshots once a minute for three hours: a window of whole hours and cut ones takes the
+    hours the rollup closed from expert_load_1h and the rest (its edges, the open hour) from the
+    snapshots, and every expert's tokens are the sum of its snapshots in the window."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    start = datetime(2026, 11, 30, 10, 0, 30)
+    rows = [
+        (start + timedelta(minutes=k), "decode-0", layer, expert, float((k % 7 + 1) * (expert + 1) + layer))
+        for k in range(190)  # 10:00:30 .. 13:09:30
+        for layer in range(2)
+        for expert in range(4)
+    ]
+    con.executemany("INSERT INTO expert_load VALUES (?, ?, ?, ?, ?)", rows)
+    Rollups().advance(con, datetime(2026, 11, 30, 12, 59, 40))  # 10:00 and 11:00 rolled up; 12:00 not yet
+    assert con.execute("SELECT count(DISTINCT ts) FROM expert_load_1h").fetchall() == [(2,)]
+    q = LocalQuery(con)
+    want_first: dict[tuple[int, int], float] = {}
+    for a, b, step in (
+        ((10, 17, 30), (12, 41, 10), 60),  # 11:00 from the hourly table
+        ((10, 0, 0), (13, 9, 40), 720),  # 10:00 and 11:00 from it, 12:00 and 13:00 from the snapshots
+        ((11, 0, 0), (12, 0, 0), 3600),  # one whole hour, stepped in hours
+        ((12, 30, 0), (12, 40, 0), 60),  # no whole hour
+    ):
+        w = Window(
+            start.replace(hour=a[0], minute=a[1], second=a[2]), start.replace(hour=b[0], minute=b[1], second=b[2]), step
+        )
+        got = data.expert_share(q, w, "decode-0")
+        want = {}
+        for ts, _, layer, expert, tokens in rows:
+            if w.start <= ts < w.end:
+                want[layer, expert] = want.get((layer, expert), 0.0) + tokens
+        want_first = want_first if a != (10, 17, 30) else want
+        assert dict(zip(zip(got["layer"], got["expert"]), got["tokens"])) == want, (a, b)
+    # the whole hour 11:00 of the first window is the hourly table's row, not sixty snapshots
+    con.execute(
+        "UPDATE expert_load_1h SET tokens = tokens + 1000 WHERE ts = ? AND layer = 1 AND expert = 3",
+        [start.replace(hour=11, second=0)],
+    )
+    w = Window(start.replace(minute=17), start.replace(hour=12, minute=41, second=10), 60)
+    got = data.expert_share(q, w, "decode-0").set_index(["layer", "expert"])["tokens"]
+    assert got[1, 3] == want_first[1, 3] + 1000
