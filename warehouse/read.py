@@ -256,7 +256,9 @@ def sources(pooled: bool, held: Holdings) -> dict[str, str]:
     out = {"members": MEMBERS, "raw": per_pool("increments", "x.delta, x.seconds")}
     for piece, table in POOL_TABLES.items():
         out[piece] = (
-            f"(SELECT ts, {POOL_KEY} AS series_id, delta, seconds, idle_seconds FROM {table})"
+            # the picked pools' sample names first: a join on the name, then on the whole key
+            f"(SELECT ts, {POOL_KEY} AS series_id, delta, seconds, idle_seconds FROM {table} "
+            "WHERE metric IN (SELECT series_id.metric FROM picked))"
             if held.pooled
             else per_pool(SOURCES[piece], "x.delta, x.seconds, x.idle_seconds")
         )
