@@ -54,3 +54,14 @@ def first_count(q: Query) -> datetime | None:
 def latest_count(q: Query) -> datetime | None:
     """The latest scrape that found a target up."""
     return run_time(q, "observed", "latest")
+
+
+def statement_from(start: datetime, end: datetime, first: datetime | None, explicit: bool) -> datetime:
+    """Where the daily statement of the window [start, end) starts: midnight of its first day; for
+    a preset window, when moemeter first saw the rack if that is later (the hours before it were
+    not observed and are not cost the tool observed), whether or not the window itself reaches
+    back that far. An explicit window is the reader's: its days count whole."""
+    day = start.replace(hour=0, minute=0, second=0, microsecond=0)
+    if not explicit and first is not None and day < first < end:
+        return first
+    return day

@@ -59,9 +59,7 @@ def render() -> None:
         return
     start, end, explicit = _window(latest)
     first = data.first_count(query)
-    observed_from = None
     if not explicit and first is not None and start < first < end:  # unobserved time is not observed cost
-        observed_from = first
         st.info(
             f"moemeter first saw the rack at {first:%Y-%m-%d %H:%M:%S} UTC, so this window counts from then: "
             f"the {(first - start).total_seconds() / 3600:,.1f} h before it were not observed and are not "
@@ -177,12 +175,10 @@ def render() -> None:
         )
 
     st.subheader("Daily statement")
-    day_from = start.replace(hour=0, minute=0, second=0, microsecond=0)
-    if observed_from is not None:  # the first day counts from when the rack was first seen, as above
-        day_from = max(day_from, observed_from)
+    day_from = data.statement_from(start, end, first, explicit)  # the first day from when the rack was first seen
     daily = data.daily_statement(query, pools, day_from, end, sheet)
-    if observed_from is not None and len(daily) and "note" in daily:
-        daily.loc[0, "note"] = f"from {observed_from:%H:%M:%S} UTC, when moemeter first saw the rack"
+    if day_from == first and len(daily) and "note" in daily:
+        daily.loc[0, "note"] = f"from {first:%H:%M:%S} UTC, when moemeter first saw the rack"
     st.dataframe(daily, hide_index=True, key="daily")
     st.download_button(
         "Download the daily statement (CSV)",
