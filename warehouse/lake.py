@@ -51,7 +51,7 @@ from .db import apply_migrations
 from .export import RACK_NAME, named_by_key
 from .read import HOUR, MINUTE, floor
 from .readonly import lock_down
-from .rollup import COMPACT_REACH, MINUTE_REACH
+from .rollup import compacted
 
 log = logging.getLogger(__name__)
 
@@ -477,12 +477,9 @@ def _since(
     start = before.get(table.clock)
     if start is None:
         return None
-    if table.name == "increments_1h" and floor(end, HOUR) > floor(start, HOUR):
-        # an hour closed since: the writer compacted the hours before it (rollup.compact_hours)
-        start = floor(start, HOUR) - COMPACT_REACH
-    if table.name == "increments_1m" and floor(end - MINUTE_REACH, HOUR) > floor(start - MINUTE_REACH, HOUR):
-        # an hour closed ten minutes ago since: the writer compacted its minutes (rollup.compact_minutes)
-        start = floor(start - MINUTE_REACH, HOUR)
+    hours = compacted(start, end).get(table.name)
+    if hours is not None:  # the writer compacted rows published before (rollup.compact_hours, compact_minutes)
+        start = hours[0]
     if table.name == EVENTS:
         return start - EVENT_LATENESS
     if table.reach == "increments":  # the rows rolled since: raw increments closed in [start, ...)

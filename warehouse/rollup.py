@@ -54,31 +54,39 @@ MINUTE_REACH = timedelta(minutes=10)
 """How long after an hour's end its minute rows are compacted: the interval that straddles the end
 adds to the hour's last minute in the next minute's roll."""
 
+# The columns a compaction keeps per key: a per-series rollup's sums and resets, a pool rollup's sums.
 SUMS = "sum(delta) AS delta, sum(seconds) AS seconds, sum(idle_seconds) AS idle_seconds"
-# (table, its key besides ts, its sums, the order its compacted rows are stored in)
-_HOUR_ROWS = (
-    ("increments_1h", "series_id", f"{SUMS}, sum(resets)::INTEGER AS resets", "ts, series_id"),
-    ("pool_histograms_1h", "role, metric, le", SUMS, "ts, role, metric, le"),
-)
-_MINUTE_ROWS = (
-    ("increments_1m", "series_id", f"{SUMS}, sum(resets)::INTEGER AS resets", "series_id, ts"),
-    ("pool_histograms_1m", "role, metric, le", SUMS, "role, metric, le, ts"),
-)
+PER_SERIES = ("series_id", f"{SUMS}, sum(resets)::INTEGER AS resets")
+PER_POOL = ("role, metric, le", SUMS)
 
 
 def _compact(
-    con: duckdb.DuckDBPyConnection, tables: tuple[tuple[str, str, str, str], ...], start: datetime, until: datetime
+    con: duckdb.DuckDBPyConnection, tables: dict[str, tuple[str, str]], start: datetime, until: datetime
 ) -> None:
-    for table, key, sums, order in tables:
+    """One row per period and key of each table's rows in [start, until), stored hour by hour, key by
+    key (a minute table's series' minutes side by side)."""
+    for table, (key, sums) in tables.items():
         con.execute(
             f"""CREATE OR REPLACE TEMP TABLE compacted AS
                 SELECT ts, {key}, {sums} FROM {table} WHERE ts >= ? AND ts < ?
-                GROUP BY ts, {key} ORDER BY time_bucket(INTERVAL 1 HOUR, ts), {order}""",
+                GROUP BY ts, {key} ORDER BY time_bucket(INTERVAL 1 HOUR, ts), {key}, ts""",
             [start, until],
         )
         con.execute(f"DELETE FROM {table} WHERE ts >= ? AND ts < ?", [start, until])
         con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM compacted")
         con.execute("DROP TABLE compacted")
+
+
+def compacted(start: datetime, until: datetime) -> dict[str, tuple[datetime, datetime]]:
+    """The hours [a, b) a minute roll over [start, until) compacts, by the per-series table
+    (increments_1h: compact_hours, increments_1m: compact_minutes; their pool tables alike); a
+    reader of the rolled tables (the lake's publisher) takes them again from there."""
+    out = {}
+    if floor(until, HOUR) > floor(start, HOUR):
+        out["increments_1h"] = (floor(start, HOUR) - COMPACT_REACH, floor(until, HOUR))
+    if floor(until - MINUTE_REACH, HOUR) > floor(start - MINUTE_REACH, HOUR):
+        out["increments_1m"] = (floor(start - MINUTE_REACH, HOUR), floor(until - MINUTE_REACH, HOUR))
+    return out
 
 
 def compact_hours(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
@@ -88,7 +96,7 @@ def compact_hours(con: duckdb.DuckDBPyConnection, start: datetime, until: dateti
     Each minute's roll adds a row per series to the hour its raw increments cover (sixty a closed
     hour); readers only sum an hour's rows (warehouse/sql/increase.sql), so their sum stands for
     them. Run in the roll's transaction: a reader sees the rows before or after, never neither."""
-    _compact(con, _HOUR_ROWS, start, until)
+    _compact(con, {"increments_1h": PER_SERIES, "pool_histograms_1h": PER_POOL}, start, until)
 
 
 def compact_minutes(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
@@ -102,7 +110,7 @@ def compact_minutes(con: duckdb.DuckDBPyConnection, start: datetime, until: date
     day's read of one target's or one family's series skips the blocks of rows that hold none of
     them (DuckDB's per-block min/max) instead of reading every row of the day. Run in the roll's
     transaction, as compact_hours."""
-    _compact(con, _MINUTE_ROWS, start, until)
+    _compact(con, {"increments_1m": PER_SERIES, "pool_histograms_1m": PER_POOL}, start, until)
 
 
 class Rollups:
@@ -134,10 +142,12 @@ class Rollups:
                 self._through[name] = start
                 continue
             self._roll(con, unit, inc, smp, suffix, start, until)
-            if name == "1m" and floor(until, HOUR) > floor(start, HOUR):
-                compact_hours(con, floor(start, HOUR) - COMPACT_REACH, floor(until, HOUR))
-            if name == "1m" and floor(until - MINUTE_REACH, HOUR) > floor(start - MINUTE_REACH, HOUR):
-                compact_minutes(con, floor(start - MINUTE_REACH, HOUR), floor(until - MINUTE_REACH, HOUR))
+            if name == "1m":
+                hours = compacted(start, until)
+                if "increments_1h" in hours:
+                    compact_hours(con, *hours["increments_1h"])
+                if "increments_1m" in hours:
+                    compact_minutes(con, *hours["increments_1m"])
             con.execute(
                 "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
                 [name, until],
