@@ -4,19 +4,18 @@
 -- effect when it finished, else its tenant's, else the default class then; the class's version in
 -- effect then; its own targets (x-slo-ttft-ms, x-slo-tpot-ms) in place of the class's, target by
 -- target. $server_faults: the outcomes that are the server side's failure (held, never met).
-picked AS (  -- each of the three its own scan (their finishing times are apart): one condition of
-             -- three ranges would read every record the file holds
+picked AS (
     SELECT finished_at, user_id, tenant, outcome, prompt_tokens, coalesce(cached_prompt_tokens, 0) AS cached,
            generated_tokens, ttft_seconds, itl_mean_seconds, e2e_seconds, slo_ttft_seconds, slo_itl_seconds
-    FROM requests WHERE /*requests_hour_where*/
-    UNION ALL
-    SELECT finished_at, user_id, tenant, outcome, prompt_tokens, coalesce(cached_prompt_tokens, 0) AS cached,
-           generated_tokens, ttft_seconds, itl_mean_seconds, e2e_seconds, slo_ttft_seconds, slo_itl_seconds
-    FROM requests WHERE finished_at >= $edges_start::TIMESTAMP AND finished_at < $finished_from::TIMESTAMP
-    UNION ALL
-    SELECT finished_at, user_id, tenant, outcome, prompt_tokens, coalesce(cached_prompt_tokens, 0) AS cached,
-           generated_tokens, ttft_seconds, itl_mean_seconds, e2e_seconds, slo_ttft_seconds, slo_itl_seconds
-    FROM requests WHERE finished_at >= $finished_until::TIMESTAMP AND finished_at < $edges_end::TIMESTAMP
+    -- each of the three its own scan (their finishing times are apart): one condition of three
+    -- ranges would read every record the file holds
+    FROM (SELECT * FROM requests WHERE /*requests_hour_where*/
+          UNION ALL
+          SELECT * FROM requests
+          WHERE finished_at >= $edges_start::TIMESTAMP AND finished_at < $finished_from::TIMESTAMP
+          UNION ALL
+          SELECT * FROM requests
+          WHERE finished_at >= $finished_until::TIMESTAMP AND finished_at < $edges_end::TIMESTAMP)
 ),
 slo_points AS (  -- where any class version or assignment starts: between two, every request is judged alike
     SELECT effective AS since FROM slo_classes UNION SELECT effective FROM slo_assignments
