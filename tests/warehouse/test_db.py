@@ -304,9 +304,10 @@ def minute_sums(con: duckdb.DuckDBPyConnection) -> list[tuple]:
 
 def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(monkeypatch, tmp_path):
     """A warehouse written before minute rows were compacted (migrations up to 017; two real pages,
-    131 minutes scraped half a minute off the minute, so each minute's rows come in two rolls): migration 018 leaves what the writer now
-    leaves, a row per series and minute of each closed hour, stored hour by hour and series by
-    series, with every minute's sums; the writer carries on over it."""
+    131 minutes scraped half a minute off the minute, so each minute's rows come in two rolls):
+    migration 018 leaves what the writer now leaves, a row per series and minute of each closed
+    hour, stored hour by hour and series by series, with every minute's sums; the writer carries
+    on over it."""
     want = duckdb.connect()
     apply_migrations(want)
     write_rounds(want, range(131), offset=30)
