@@ -80,7 +80,7 @@ def cost_queries(q: live.Query, w: live.Window) -> None:
     r = cost.cost_report(q, pools, w.start, w.end)
     r.as_json()
     step = timedelta(days=1) if w.end - w.start > timedelta(days=2) else timedelta(hours=1)
-    cost.over_time(q, pools, cost.price_sheet(q), w.start, w.end, step)
+    cost.over_time(q, pools, cost.price_sheet(q), w.start, w.end, step, r)
     cost.daily_statement(q, pools, w.start.replace(hour=0, minute=0, second=0, microsecond=0), w.end)
 
 

@@ -90,6 +90,9 @@ class CostReport:
     users: pd.DataFrame = field(default_factory=pd.DataFrame)
     first_count: datetime | None = None  # start of the first scrape interval in the window that counted tokens
     last_count: datetime | None = None  # the last scrape in the window that counted tokens
+    tokens: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The window's `pool_tokens` in the sheet's steps (`step_seconds`), the rows it was costed from."""
+    step_seconds: int = 3600
 
     @property
     def hours(self) -> float:
@@ -350,11 +353,24 @@ def cost_report(
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
     sheet = price_sheet(q, sheet)
-    pf, dc = pools.get("prefill", []), pools.get("decode", [])
-    if not pf and not dc:
+    if not pools.get("prefill") and not pools.get("decode"):
         raise ValueError("the targets file names no prefill or decode target: no pool to cost")
     step = sheet.step_seconds(tokens=revenue_too)
-    tokens = pool_tokens(q, pools, start, end, step)
+    return _costed(q, pools, start, end, sheet, step, pool_tokens(q, pools, start, end, step), revenue_too)
+
+
+def _costed(
+    q: Query,
+    pools: Pools,
+    start: datetime,
+    end: datetime,
+    sheet: PriceSheet,
+    step: int,
+    tokens: pd.DataFrame,
+    revenue_too: bool = True,
+) -> CostReport:
+    """The report of [start, end) from its `pool_tokens` in steps of `step` seconds (the sheet's)."""
+    pf, dc = pools.get("prefill", []), pools.get("decode", [])
     if tokens.empty:
         raise NoData(
             f"no token counters stored for the pools between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC"
@@ -378,7 +394,19 @@ def cost_report(
         users,
         first,
         last,
+        tokens,
+        step,
     )
+
+
+def rebucket(tokens: pd.DataFrame, step: timedelta) -> pd.DataFrame:
+    """`pool_tokens` rows summed into the epoch-aligned steps of `step`, a multiple of theirs: what
+    `pool_tokens` gives in steps of `step` over the same window (each of its steps holds whole steps
+    of theirs, the first and last cut at the same edges), without reading the counters again."""
+    if tokens.empty:
+        return tokens
+    steps = pd.to_datetime(tokens["bucket"]).dt.floor(step)
+    return tokens.drop(columns="bucket").groupby(steps.rename("bucket")).sum().reset_index()
 
 
 GPUS_IN_SERVICE_SQL = """
@@ -396,12 +424,19 @@ def daily_statement(
     and their cache-hit share, output tokens, revenue at the token price sheet, margin."""
     sheet = price_sheet(q, sheet)
     members = [(n, g) for role in POOLS for n, g in pools.get(role, [])]
+    if not members:
+        raise ValueError("the targets file names no prefill or decode target: no pool to cost")
+    # every day's tokens in one read: the sheet's steps divide an hour, so none straddles midnight,
+    # and a day's steps are those a read of that day alone gives
+    step = sheet.step_seconds()
     rows: list[dict[str, Any]] = []
     day = start.replace(hour=0, minute=0, second=0, microsecond=0)
-    while day < end:
+    tokens = pool_tokens(q, pools, start, end, step) if day < end else None
+    while tokens is not None and day < end:
         a, b = max(day, start), min(day + timedelta(days=1), end)
+        mine = tokens[(tokens["bucket"] >= floor(a, timedelta(seconds=step))) & (tokens["bucket"] < b)]
         try:
-            r = cost_report(q, pools, a, b, sheet)
+            r = _costed(q, pools, a, b, sheet, step, mine.reset_index(drop=True))
         except NoData:
             rows.append({"day": day.date().isoformat(), "note": "no data"})
             day += timedelta(days=1)

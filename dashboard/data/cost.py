@@ -19,6 +19,7 @@ from warehouse.cost import (
     daily_statement,
     pool_tokens,
     price_sheet,
+    rebucket,
 )
 from warehouse.cost import stored_pools as pools
 from warehouse.prices import PriceSheet
@@ -39,9 +40,24 @@ __all__ = [
 
 
 def over_time(
-    q: Query, p: dict[str, list[tuple[str, int]]], sheet: PriceSheet, start: datetime, end: datetime, step: timedelta
+    q: Query,
+    p: dict[str, list[tuple[str, int]]],
+    sheet: PriceSheet,
+    start: datetime,
+    end: datetime,
+    step: timedelta,
+    report: CostReport | None = None,
 ) -> pd.DataFrame:
-    tokens = pool_tokens(q, p, start, end, step.total_seconds())
+    """Cost and $/M tokens per step of the window; from the window's `report` when its steps divide
+    `step` (its tokens summed per step, not read again), else from the counters."""
+    if (
+        report is not None
+        and (report.start, report.end) == (start, end)
+        and step.total_seconds() % report.step_seconds == 0
+    ):
+        tokens = rebucket(report.tokens, step)
+    else:
+        tokens = pool_tokens(q, p, start, end, step.total_seconds())
     gpus = {role: sum(g for _, g in p[role]) for role in POOLS}
     return cost_over_time(tokens, gpus, sheet, start, end, step)
 

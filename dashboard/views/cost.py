@@ -151,7 +151,7 @@ def render() -> None:
     )
 
     step = timedelta(days=1) if end - start > timedelta(days=2) else timedelta(hours=1)
-    over = data.over_time(query, pools, sheet, start, end, step)
+    over = data.over_time(query, pools, sheet, start, end, step, r)
     for col in ("usd_per_mtok_input", "usd_per_mtok_output", "usd_per_mtok_blended"):
         over[col] = over[col].map(scaled)
     st.plotly_chart(figures.per_mtok_figure(over), key="per_mtok")

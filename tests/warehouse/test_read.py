@@ -29,12 +29,13 @@ from dashboard.data import cost as cost_page
 from dashboard.data import live, overhead
 from moemeter.contract import TargetInfo
 from warehouse.api import LocalQuery
-from warehouse.cost import cost_report
+from warehouse.cost import cost_report, daily_statement
 from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.prices import GpuPrice, PriceSheet, default_sheet
 from warehouse.read import Holdings, plan
 from warehouse.rollup import Retention
+from warehouse.sql import sql
 
 DAY = datetime(2026, 11, 28)
 FIRST, LAST = datetime(2026, 11, 27, 23, 55, 20), datetime(2026, 11, 29, 0, 5, 20)
@@ -313,6 +314,49 @@ def test_the_cost_page_the_report_and_the_live_page_count_the_same_tokens(day):
     by_role = rates.assign(prompt=rates.prompt_per_s * rates.seconds, generated=rates.generated_per_s * rates.seconds)
     assert by_role.loc[by_role.role == "prefill", "prompt"].sum() == pytest.approx(r.prompt_tokens, rel=1e-12)
     assert by_role.loc[by_role.role == "decode", "generated"].sum() == pytest.approx(r.generated_tokens, rel=1e-12)
+
+
+def refuse(sql: str, params: object = None) -> pd.DataFrame:
+    raise AssertionError(f"read again: {sql.splitlines()[0]}")
+
+
+@pytest.mark.parametrize("window", [W1, W2, W3, (FIRST, LAST)], ids=["W1", "W2", "W3", "all"])
+def test_the_cost_chart_sums_the_reports_steps_to_what_the_counters_give_in_its_own(day, window):
+    """The Cost page's chart in hours and days, from its report's half-hour steps (no read: `refuse`
+    fails the test), is the chart read from the counters in those steps: same buckets, same tokens."""
+    sheet = default_sheet()
+    r = cost_report(day, POOLS, *window, sheet)
+    assert r.step_seconds == 1800 and len(r.tokens)
+    for step in (timedelta(hours=1), timedelta(days=1)):
+        summed = cost_page.over_time(refuse, POOLS, sheet, *window, step, r)
+        pd.testing.assert_frame_equal(summed, cost_page.over_time(day, POOLS, sheet, *window, step), rtol=1e-12)
+    # a step the report's does not divide is read from the counters
+    with pytest.raises(AssertionError, match="read again"):
+        cost_page.over_time(refuse, POOLS, sheet, *window, timedelta(minutes=15), r)
+
+
+def test_each_day_of_the_statement_is_that_days_report_from_one_read_of_the_counters(day):
+    """The daily statement over 2026-11-27 23:55:20 .. 2026-11-29 00:05:20 reads the pools' tokens
+    once and gives each day what a report of that day alone gives, to the cent and the token."""
+    sheet = default_sheet()
+    statements: list[str] = []
+
+    def counted(sql: str, params: object = None) -> pd.DataFrame:
+        statements.append(sql)
+        return day(sql, params)  # type: ignore[arg-type]
+
+    rows = daily_statement(counted, POOLS, FIRST, LAST, sheet)
+    assert sum(s.startswith(sql("pool_tokens").splitlines()[0]) for s in statements) == 1
+    assert list(rows.day) == ["2026-11-27", "2026-11-28", "2026-11-29"]
+    for row, (a, b) in zip(rows.itertuples(), [(FIRST, DAY), (DAY, DAY + timedelta(days=1)), (W3[1], LAST)]):
+        r = cost_report(day, POOLS, a, b, sheet)
+        assert (row.gpu_hours, row.cost_usd) == (
+            round(r.prefill.gpu_hours + r.decode.gpu_hours, 3),
+            round(r.cost_usd, 2),
+        )
+        assert (row.input_tokens, row.output_tokens) == (round(r.prompt_tokens), round(r.generated_tokens))
+        assert row.revenue_usd == round(r.revenue_usd, 2)
+    assert rows.input_tokens[1] == 10_000 * 86_400
 
 
 def test_an_interval_hours_long_counts_its_share_in_a_window_it_reaches_back_into():
