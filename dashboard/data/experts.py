@@ -7,11 +7,13 @@ Balancedness as docs/definitions.md defines it: mean over ranks / max over ranks
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import numpy as np
 import pandas as pd
 
 from warehouse.alerts import trailing_run_start
-from warehouse.read import at_resolution, run
+from warehouse.read import HOUR, at_resolution, run
 
 from .live import Query, Window, counters
 
@@ -75,15 +77,26 @@ def hot_experts(shares: pd.DataFrame, trend: pd.DataFrame, n: int = 10) -> pd.Da
     return top
 
 
+HOURLY_TREND = timedelta(days=1)
+"""From this window up a hot expert's trend has a point per hour, not per snapshot: 24 points or
+more, read from the hourly load (a day of snapshots is 22 M rows on the reference rack)."""
+
+
+def hourly_trend(w: Window) -> bool:
+    """Whether `share_trend` gives a point per hour for this window (else per snapshot)."""
+    return w.period == HOUR or w.end - w.start >= HOURLY_TREND
+
+
 def share_trend(q: Query, w: Window, target: str, experts: pd.DataFrame | None = None) -> pd.DataFrame:
-    """ts, layer, expert, share of its layer at each snapshot (each hour for windows stepped in
-    hours); only for `experts` (rows of layer, expert) when given, so a day of snapshots is not
-    read back for ten sparklines."""
+    """ts, layer, expert, share of its layer at each snapshot, or in each hour (`hourly_trend`);
+    only for `experts` (rows of layer, expert) when given, so a day of snapshots is not read back
+    for ten sparklines."""
     layers = keys = None
     if experts is not None:  # (layer, expert) as one key: layer * 2^20 + expert; totals only for their layers
         layers = sorted({int(r.layer) for r in experts.itertuples()})
         keys = [int(r.layer) * 1048576 + int(r.expert) for r in experts.itertuples()]
-    return at_resolution(q, "expert_trend", w, {"target": target, "layers": layers, "keys": keys})
+    params = {"target": target, "layers": layers, "keys": keys, "hourly": hourly_trend(w)}
+    return at_resolution(q, "expert_trend", w, params)
 
 
 def rebalances(q: Query, w: Window, target: str) -> pd.DataFrame:

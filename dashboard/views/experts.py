@@ -158,7 +158,9 @@ def render() -> None:
                     min_value=0.0,
                     max_value=float(max(hot["share"].max(), 1e-9)) if len(hot) else 1.0,
                 ),
-                "trend": st.column_config.LineChartColumn("share per snapshot"),
+                "trend": st.column_config.LineChartColumn(
+                    "share per hour" if data.hourly_trend(w) else "share per snapshot"
+                ),
             },
         )
     with t2:

@@ -22,6 +22,7 @@ from warehouse.db import apply_migrations
 from warehouse.eplb import what_if
 from warehouse.experts import ExpertIngestor, ExpertSnapshot
 from warehouse.ingest import Ingestor, ScrapeBatch
+from warehouse.read import HOUR
 from warehouse.rollup import Rollups
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
@@ -157,22 +158,31 @@ def test_hottest_since_is_the_start_of_the_trailing_run():
     assert data.hottest_since(steps, 0, 0) is None
 
 
+SNAPSHOTS_FROM = datetime(2026, 11, 30, 10, 0, 30)
+SNAPSHOTS = [
+    (SNAPSHOTS_FROM + timedelta(minutes=k), "decode-0", layer, expert, float((k % 7 + 1) * (expert + 1) + layer))
+    for k in range(190)  # 10:00:30 .. 13:09:30
+    for layer in range(2)
+    for expert in range(4)
+]
+
+
+def three_hours() -> duckdb.DuckDBPyConnection:
+    """SNAPSHOTS stored and rolled up to 12:59:40: 10:00 and 11:00 in expert_load_1h, 12:00 not yet."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    con.executemany("INSERT INTO expert_load VALUES (?, ?, ?, ?, ?)", SNAPSHOTS)
+    Rollups().advance(con, datetime(2026, 11, 30, 12, 59, 40))
+    assert con.execute("SELECT count(DISTINCT ts) FROM expert_load_1h").fetchall() == [(2,)]
+    return con
+
+
 def test_expert_shares_read_the_hours_the_hourly_table_holds_and_give_the_snapshots_sums():
     """Snapshots once a minute for three hours: a window of whole hours and cut ones takes the
     hours the rollup closed from expert_load_1h and the rest (its edges, the open hour) from the
     snapshots, and every expert's tokens are the sum of its snapshots in the window."""
-    con = duckdb.connect()
-    apply_migrations(con)
-    start = datetime(2026, 11, 30, 10, 0, 30)
-    rows = [
-        (start + timedelta(minutes=k), "decode-0", layer, expert, float((k % 7 + 1) * (expert + 1) + layer))
-        for k in range(190)  # 10:00:30 .. 13:09:30
-        for layer in range(2)
-        for expert in range(4)
-    ]
-    con.executemany("INSERT INTO expert_load VALUES (?, ?, ?, ?, ?)", rows)
-    Rollups().advance(con, datetime(2026, 11, 30, 12, 59, 40))  # 10:00 and 11:00 rolled up; 12:00 not yet
-    assert con.execute("SELECT count(DISTINCT ts) FROM expert_load_1h").fetchall() == [(2,)]
+    con = three_hours()
+    start, rows = SNAPSHOTS_FROM, SNAPSHOTS
     q = LocalQuery(con)
     want_first: dict[tuple[int, int], float] = {}
     for a, b, step in (
@@ -199,3 +209,40 @@ def test_expert_shares_read_the_hours_the_hourly_table_holds_and_give_the_snapsh
     w = Window(start.replace(minute=17), start.replace(hour=12, minute=41, second=10), 60)
     got = data.expert_share(q, w, "decode-0").set_index(["layer", "expert"])["tokens"]
     assert got[1, 3] == want_first[1, 3] + 1000
+
+
+def test_a_days_trend_has_a_point_per_hour_from_the_hourly_load_where_it_holds_the_hour():
+    """A day's window (stepped in minutes) gives each hot expert's share of its layer per hour:
+    the sums of that hour's snapshots in the window, 10:00 and 11:00 from expert_load_1h, 12:00 and
+    13:00 (not rolled up yet) from the snapshots; a shorter window still gives every snapshot."""
+    con = three_hours()
+    q = LocalQuery(con)
+    end = datetime(2026, 11, 30, 13, 9, 40)
+    w = Window.between(end - timedelta(days=1), end)
+    assert w.period != HOUR and data.hourly_trend(w)
+    experts = pd.DataFrame({"layer": [0, 1], "expert": [3, 1]})
+    tokens: dict[tuple[datetime, int, int], float] = {}
+    for ts, _, layer, expert, n in SNAPSHOTS:
+        key = (ts.replace(minute=0, second=0), layer, expert)
+        tokens[key] = tokens.get(key, 0.0) + n
+
+    def share(hour: datetime, layer: int, expert: int) -> float:
+        return tokens[hour, layer, expert] / sum(tokens[hour, layer, e] for e in range(4))
+
+    got = data.share_trend(q, w, "decode-0", experts)
+    hours = [datetime(2026, 11, 30, h) for h in (10, 11, 12, 13)]
+    assert sorted(set(got.ts)) == hours
+    for r in got.itertuples():
+        assert r.share == pytest.approx(share(r.ts, r.layer, r.expert), rel=1e-12), r
+    assert set(zip(got.layer, got.expert)) == {(0, 3), (1, 1)}
+    # 11:00 is the hourly table's row, not its sixty snapshots
+    con.execute("UPDATE expert_load_1h SET tokens = tokens * 3 WHERE ts = ? AND layer = 1 AND expert = 1", [hours[1]])
+    again = data.share_trend(q, w, "decode-0", experts).set_index(["ts", "layer", "expert"])["share"]
+    t = tokens[hours[1], 1, 1]
+    assert again[hours[1], 1, 1] == pytest.approx(3 * t / (3 * t + sum(tokens[hours[1], 1, e] for e in (0, 2, 3))))
+    assert again[hours[2], 1, 1] == pytest.approx(share(hours[2], 1, 1))
+    short = Window.between(end - timedelta(hours=2), end)
+    assert not data.hourly_trend(short)
+    since = short.start.replace(second=0)  # the minute the window starts in counts whole
+    snapshots = {ts for ts, *_ in SNAPSHOTS if since <= ts < short.end}
+    assert set(data.share_trend(q, short, "decode-0", experts).ts) == snapshots and len(snapshots) == 121
