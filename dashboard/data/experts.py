@@ -24,7 +24,7 @@ def eplb_targets(q: Query) -> list[str]:
 
 
 def rank_steps(q: Query, w: Window, target: str) -> pd.DataFrame:
-    """Tokens each rank's slots received per step and layer: bucket, layer, rank, tokens."""
+    """Tokens each rank's slots received per step and layer: bucket, layer, rank, tokens (in no order)."""
     return counters(q, "expert_ranks", w, {"target": target})
 
 
@@ -32,13 +32,13 @@ def rank_matrix(steps: pd.DataFrame) -> pd.DataFrame:
     """Layer x rank load over the whole window, as a ratio to the layer's mean rank load."""
     if steps.empty:
         return pd.DataFrame()
-    m = steps.pivot_table(index="layer", columns="rank", values="tokens", aggfunc="sum").fillna(0.0)
+    m = steps.groupby(["layer", "rank"])["tokens"].sum().unstack(fill_value=0.0)
     return m.div(m.mean(axis=1).replace(0, np.nan), axis=0)
 
 
 def hottest_since(steps: pd.DataFrame, layer: int, rank: int) -> pd.Timestamp | None:
     """Start of the trailing run of steps in which `rank` carried the most load of `layer`."""
-    s = steps[steps["layer"] == layer]
+    s = steps[steps["layer"] == layer].sort_values(["bucket", "rank"])  # a tie goes to the lowest rank
     if s.empty:
         return None
     top = s.loc[s.groupby("bucket")["tokens"].idxmax()].sort_values("bucket")

@@ -7,4 +7,4 @@ WITH picked AS (
 /*increase*/
 SELECT p.bucket, s.layer, s.rank, sum(p.delta) AS tokens
 FROM per_series p JOIN picked s USING (series_id)
-GROUP BY ALL ORDER BY bucket, layer, rank
+GROUP BY ALL  -- in no order: its readers group the rows (a day's 310,000 sorted: 0.03 s)
