@@ -11,6 +11,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterator
 
+import numpy as np
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -36,6 +37,13 @@ class _Hist:
         i = bisect_left(self.bounds, value) if value == value else len(self.bounds)
         self.counts[i] += 1
         self.sum += value
+
+    def observe_many(self, values: np.ndarray) -> None:
+        """observe() for each value: the same buckets (searchsorted's left side is bisect_left's; a
+        NaN sorts past every bound), the sum in one addition."""
+        for i, n in enumerate(np.bincount(np.searchsorted(self.bounds, values), minlength=len(self.counts))):
+            self.counts[i] += int(n)
+        self.sum += float(values.sum())
 
     def family(self, f: Family) -> HistogramMetricFamily:
         cum, buckets = 0, []
@@ -79,6 +87,38 @@ class GatewayMetrics(Collector):
         if r.itl_mean_seconds is not None:
             self.itl.observe(r.itl_mean_seconds)
         self.e2e.observe(r.e2e_seconds)
+
+    def observe_ok(
+        self,
+        users: list[str],
+        prompt: np.ndarray,
+        cached: np.ndarray,
+        generated: np.ndarray,
+        ttft: np.ndarray,
+        itl: np.ndarray,
+        e2e: np.ndarray,
+    ) -> None:
+        """observe() for a batch of requests that all ended "ok" with a TTFT (the twin's: tens of
+        thousands a minute); `itl` NaN where a request had none. The same counters and buckets;
+        each sum is added once, not request by request."""
+        first_seen = list(dict.fromkeys(users))  # labels go to users in the order they are first seen
+        labels = [self.user_label(u) for u in first_seen]
+        index = {u: i for i, u in enumerate(first_seen)}
+        which = np.fromiter((index[u] for u in users), dtype=np.int64, count=len(users))
+        n = len(first_seen)
+        per_user = {
+            "requests": np.bincount(which, minlength=n),
+            "prompt": np.bincount(which, prompt, minlength=n),
+            "cached_prompt": np.bincount(which, cached, minlength=n),
+            "generation": np.bincount(which, generated, minlength=n),
+        }
+        for i, u in enumerate(labels):
+            self.requests[(u, "ok")] += int(per_user["requests"][i])
+            for kind in ("prompt", "cached_prompt", "generation"):
+                self.tokens[(u, kind)] += int(per_user[kind][i])
+        self.ttft.observe_many(ttft)
+        self.itl.observe_many(itl[~np.isnan(itl)])
+        self.e2e.observe_many(e2e)
 
     def collect(self) -> Iterator[Metric]:
         """The families of moemeter/contract.py whose source is the gateway, with their HELP."""

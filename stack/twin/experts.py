@@ -104,7 +104,7 @@ class ExpertModel:
         noise = self.rng.normal(0.0, sigma, self.log_pop[gated].shape)
         self.log_pop[gated] += noise - (self.log_pop[gated] - self.base_log[gated]) * min(1.0, dt / 1800.0)
         routed = int(round(tokens)) * k  # every token goes to top_k experts in every layer
-        load = np.stack([self.rng.multinomial(routed, row) for row in self.popularity()]).astype(float)
+        load = self.rng.multinomial(routed, self.popularity()).astype(float)  # row by row, as one call per layer
         st = self.state
         st.logical_tokens += load
         st.last_load = load

@@ -3,9 +3,12 @@ gateway's feed schema (stack/gateway/records.py) and with its /metrics families.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import deque
+from dataclasses import fields
 from itertools import islice
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,6 +17,8 @@ from stack.gateway.metrics import GatewayMetrics
 from stack.gateway.records import SCHEMA, RequestRecord
 
 USERS_PER_TENANT = 15
+RECORD_KEYS = ("seq", *(f.name for f in fields(RequestRecord)))
+"""A feed record's keys, in order: its sequence number, then RequestRecord's fields."""
 
 
 class TwinGatewayLog:
@@ -40,39 +45,44 @@ class TwinGatewayLog:
         generated: np.ndarray,
         tpot: np.ndarray,
     ) -> None:
-        for u, t0, t1, t2, p, c, g, itl in zip(
-            user.tolist(),
-            arrival.tolist(),
-            first.tolist(),
-            finish.tolist(),
-            prompt.tolist(),
-            cached.tolist(),
-            generated.tolist(),
-            tpot.tolist(),
-        ):
-            self.seq += 1
-            timed = g > 1 and itl > 0
-            r = RequestRecord(
-                request_id=f"twin-{self.seq}",
-                started_at=t0,
-                user=f"user-{u:04d}",
-                tenant=f"tenant-{u // USERS_PER_TENANT:02d}",
-                model=self.model,
-                endpoint="chat/completions" if u % 10 < 7 else "completions",
-                stream=True,
-                status=200,
-                outcome="ok",
-                prompt_tokens=int(p),
-                cached_prompt_tokens=int(c),
-                generated_tokens=int(g),
-                ttft_seconds=max(t1 - t0, 0.0),
-                itl_mean_seconds=itl if timed else None,
-                decode_tokens_per_second=1 / itl if timed else None,
-                e2e_seconds=max(t2 - t0, 0.0),
-                usage_reported=True,
-            )
-            self.metrics.observe(r)
-            self.records.append({"seq": self.seq, **r.to_json()})
+        """One record per finished request, as RequestRecord(...).to_json() would give it, built
+        column by column (a day's fast-forward makes 65 M of them: record by record, the twin spent
+        a third of its time here)."""
+        n = len(user)
+        itl = np.where((generated > 1) & (tpot > 0), tpot, np.nan)  # NaN: none (a None in the record)
+        ttft, e2e = np.maximum(first - arrival, 0.0), np.maximum(finish - arrival, 0.0)
+        names = [user_names(u) for u in user.tolist()]
+        users = [u for u, _, _ in names]
+        seqs = range(self.seq + 1, self.seq + n + 1)
+        self.seq += n
+        columns: dict[str, list[Any]] = {
+            "seq": list(seqs),
+            "request_id": [f"twin-{k}" for k in seqs],
+            "started_at": arrival.tolist(),
+            "user": users,
+            "tenant": [t for _, t, _ in names],
+            "model": [self.model] * n,
+            "endpoint": [e for _, _, e in names],
+            "stream": [True] * n,
+            "status": [200] * n,
+            "outcome": ["ok"] * n,
+            "prompt_tokens": prompt.astype(np.int64).tolist(),
+            "cached_prompt_tokens": cached.astype(np.int64).tolist(),
+            "generated_tokens": generated.astype(np.int64).tolist(),
+            "ttft_seconds": ttft.tolist(),
+            "itl_mean_seconds": _none_for_nan(itl),
+            "itl_max_seconds": [None] * n,
+            "decode_tokens_per_second": _none_for_nan(np.divide(1.0, itl)),
+            "e2e_seconds": e2e.tolist(),
+            "usage_reported": [True] * n,
+            "slo_ttft_seconds": [None] * n,
+            "slo_itl_seconds": [None] * n,
+        }
+        if tuple(columns) != RECORD_KEYS:
+            raise AssertionError(f"the twin's records are not RequestRecord's: {list(columns)} vs {RECORD_KEYS}")
+        self.records.extend(dict(zip(RECORD_KEYS, row, strict=True)) for row in zip(*columns.values(), strict=True))
+        ints = (prompt.astype(np.int64), cached.astype(np.int64), generated.astype(np.int64))
+        self.metrics.observe_ok(users, *ints, ttft, itl, e2e)
 
     def page(self, after: int, limit: int) -> dict[str, object]:
         oldest = self.seq - len(self.records) + 1 if self.records else None
@@ -89,3 +99,13 @@ class TwinGatewayLog:
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()
+
+
+@functools.cache
+def user_names(u: int) -> tuple[str, str, str]:
+    """The twin's user `u`: its user and tenant names and the endpoint it calls."""
+    return f"user-{u:04d}", f"tenant-{u // USERS_PER_TENANT:02d}", "chat/completions" if u % 10 < 7 else "completions"
+
+
+def _none_for_nan(a: np.ndarray) -> list[float | None]:
+    return [None if v != v else v for v in a.tolist()]
