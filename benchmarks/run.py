@@ -298,6 +298,7 @@ def bench_history(tmp: Path) -> dict[str, object]:
             "samples",
             "increments",
             "increments_1m",
+            "increments_6m",
             "increments_1h",
             "pool_histograms_1m",
             "expert_load",

@@ -2,10 +2,11 @@
 
 A window is `[start, end)` of wall time; an increment stored at scrape time `ts` covers
 `(ts - seconds, ts]`; a window takes the share of each interval that lies inside it
-(docs/definitions.md, Windows). Raw increments are kept two days, their per-minute split 30 days,
-their per-hour split a year (warehouse/rollup.py); `plan` chooses which table serves which piece
-of a window (whole hours from the hour table where the step allows, whole minutes from the minute
-table, the edges from raw rows) and every page and report reads through it, so the same
+(docs/definitions.md, Windows). Raw increments are kept two days, their per-minute and
+six-minute splits 30 days, their per-hour split a year (warehouse/rollup.py); `plan` chooses which
+table serves which piece of a window (whole hours from the hour table and whole six minutes from
+the six-minute table where the step allows, whole minutes from the minute table, the edges from
+raw rows) and every page and report reads through it, so the same
 window gives the same numbers everywhere and consecutive windows add up.
 
 A statement (warehouse/sql/*.sql) names the series it wants in a `picked` CTE (series_id, ...),
@@ -39,7 +40,7 @@ from .sql import text as written
 Query = Callable[[str, Params | None], pd.DataFrame]
 """A read: a DuckDB-backed callable (the query API's client, or `LocalQuery` in this process)."""
 
-MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
+MINUTE, SIX, HOUR = timedelta(minutes=1), timedelta(minutes=6), timedelta(hours=1)
 EPOCH = datetime(1970, 1, 1)
 US = 1_000_000
 POINTS = 120  # points per chart
@@ -80,9 +81,10 @@ class Window:
     @classmethod
     def between(cls, start: datetime, end: datetime, scrape_interval: float = DEFAULT_INTERVAL) -> Window:
         """A step that gives ~POINTS points and never less than two scrape intervals (so every step
-        holds at least one increase); from a minute up, whole minutes or hours (the rollups serve it)."""
+        holds at least one increase); from a minute up, whole minutes, six minutes or hours (the
+        rollups serve it: a day's step of 12 minutes reads a fifth of the rows minutes would)."""
         step = max(int(2 * scrape_interval), int((end - start).total_seconds() // POINTS))
-        for unit in (3600, 60):
+        for unit in (3600, 360, 60):
             if step >= unit:
                 step = -(-step // unit) * unit
                 break
@@ -151,26 +153,33 @@ class Holdings:
     through: datetime | None = None
     raw_from: datetime | None = None
     minutes_from: datetime | None = None
+    """(Six-minute rows went with the minutes: retention drops both at one cutoff.)"""
     longest_seconds: float = 0.0
     """The longest interval a raw row covers: how far past a piece a row may reach back into it."""
     pooled: bool = False
     """The file keeps the pool rollups (pool_histograms_1m and _1h) beside the per-series ones."""
+    sixes: bool = False
+    """The file keeps six-minute rollups (increments_6m, and pool_histograms_6m where `pooled`)."""
 
     @classmethod
     def of(cls, q: Query) -> Holdings:
         r = run(q, "holdings").iloc[0]
         longest = 0.0 if r.longest is None or pd.isna(r.longest) else float(r.longest)
-        return cls(timestamp(r.through), timestamp(r.raw_from), timestamp(r.minutes_from), longest, bool(r.pooled))
+        through, raw_from, minutes_from = timestamp(r.through), timestamp(r.raw_from), timestamp(r.minutes_from)
+        return cls(through, raw_from, minutes_from, longest, bool(r.pooled), bool(r.sixes))
 
 
 def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdings) -> dict[str, Any]:
     """The named parameters of warehouse/sql/increase.sql for [start, end) in steps of `step_seconds`
-    (None: one bucket, the whole window). Steps of whole minutes (hours) may read the minute (hour)
-    table: every bucket then holds whole periods. A piece whose finer rows were dropped by retention
-    is served from the next coarser table, prorated within its period."""
+    (None: one bucket, the whole window). Steps of whole minutes (six minutes, hours) may read the
+    minute (six-minute, hour) table: every bucket then holds whole periods. The pieces nest:
+    raw [start, r0), minutes [r0, s0), six minutes [s0, h0), hours [h0, h1), six minutes [h1, s1),
+    minutes [s1, r1), raw [r1, end). A piece whose finer rows were dropped by retention is served
+    from the hour table, prorated within its period."""
     if end <= start:
         raise ValueError(f"a window must end after it starts ({start:%Y-%m-%d %H:%M:%S} .. {end:%Y-%m-%d %H:%M:%S})")
     minutes = step_seconds is None or step_seconds % 60 == 0
+    sixes = held.sixes and (step_seconds is None or step_seconds % 360 == 0)
     hours = step_seconds is None or step_seconds % 3600 == 0
     r0, r1 = (ceil(start, MINUTE), floor(end, MINUTE)) if minutes else (end, end)
     if r0 >= r1:
@@ -179,14 +188,22 @@ def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdi
         r0 = start
         if r1 < held.raw_from:
             r1 = end
-    h0, h1 = (ceil(r0, HOUR), floor(r1, HOUR)) if hours else (r0, r0)
+    # six-minute pieces inside the minutes' [r0, r1), hours inside those (or the minutes', where the
+    # file keeps no six-minute rows: then none of them is read)
+    s0, s1 = (ceil(r0, SIX), floor(r1, SIX)) if sixes else (r0, r1)
+    if s0 >= s1:
+        s0 = s1 = r0
+    h0, h1 = (ceil(s0, HOUR), floor(s1, HOUR)) if hours else (s0, s0)
     if h0 >= h1:
-        h0 = h1 = r0
+        h0 = h1 = s0
+    if not sixes:
+        s0, s1 = h0, h1
     if held.minutes_from is not None and r0 < r1:
         if r0 < held.minutes_from:
             h0, h1 = r0, max(h1, r0)
         if h1 < held.minutes_from:
             h1 = r1
+        s0, s1 = min(s0, h0), max(s1, h1)
     if step_seconds is None:
         origin, step = micros(start), micros(end) - micros(start)
     else:
@@ -199,18 +216,23 @@ def plan(start: datetime, end: datetime, step_seconds: float | None, held: Holdi
         one_bucket = step_seconds is None or (step % u == 0 and origin % u == 0)
         return one_bucket and all(micros(t) % u == 0 for t in edges)
 
+    six_edges = [t for a, b in ((s0, h0), (h1, s1)) if a < b for t in (a, b)]
+    if six_edges and not whole(SIX, *six_edges):  # increase.sql takes six-minute rows whole
+        raise AssertionError(f"six-minute pieces [{s0}, {h0}) and [{h1}, {s1}) in {step_seconds} s steps are not whole")
     return {
         "start": start,
         "end": end,
         "r0": r0,
         "r1": r1,
+        "s0": s0,
+        "s1": s1,
         "h0": h0,
         "h1": h1,
         "through": held.through or EPOCH,
         "origin_us": origin,
         "step_us": step,
         "reach_us": math.ceil(held.longest_seconds * US) + 1,
-        "whole_minutes": whole(MINUTE, r0, h0, h1, r1),
+        "whole_minutes": whole(MINUTE, r0, s0, s1, r1),
         "whole_hours": whole(HOUR, h0, h1),
     }
 
@@ -220,8 +242,10 @@ def served_by(p: dict[str, Any]) -> tuple[str, ...]:
     out = []
     if p["start"] < p["r0"] or p["r1"] < p["end"] or p["r0"] < p["r1"]:
         out.append("increments")
-    if p["r0"] < p["h0"] or p["h1"] < p["r1"]:
+    if p["r0"] < p["s0"] or p["s1"] < p["r1"]:
         out.append("increments_1m")
+    if p["s0"] < p["h0"] or p["h1"] < p["s1"]:
+        out.append("increments_6m")
     if p["h0"] < p["h1"]:
         out.append("increments_1h")
     return tuple(out)
@@ -230,8 +254,8 @@ def served_by(p: dict[str, Any]) -> tuple[str, ...]:
 POOL_KEY = "{'role': role, 'metric': metric, 'le': le}"
 """A pooled statement's key: one sample name of a histogram or summary (and one bucket bound, or
 NULL for a sum or a count) in one pool (the role of its targets)."""
-SOURCES = {"raw": "increments", "minutes": "increments_1m", "hours": "increments_1h"}
-POOL_TABLES = {"minutes": "pool_histograms_1m", "hours": "pool_histograms_1h"}
+SOURCES = {"raw": "increments", "minutes": "increments_1m", "sixes": "increments_6m", "hours": "increments_1h"}
+POOL_TABLES = {"minutes": "pool_histograms_1m", "sixes": "pool_histograms_6m", "hours": "pool_histograms_1h"}
 
 
 MEMBERS = (
@@ -247,12 +271,22 @@ def per_pool(table: str, columns: str) -> str:
     return f"(SELECT x.ts, k.pool AS series_id, {columns} FROM {table} x JOIN members k USING (series_id))"
 
 
+NO_ROWS = (
+    "(SELECT NULL::TIMESTAMP AS ts, NULL AS series_id, NULL::DOUBLE AS delta, NULL::DOUBLE AS seconds, "
+    "NULL::DOUBLE AS idle_seconds WHERE false)"
+)
+"""What a file without six-minute rollups (a lake's rack) reads for them: `plan` leaves their pieces
+empty, and a table it does not have could not be named (nor another read: the query API's limit on
+relations)."""
+
+
 def sources(pooled: bool, held: Holdings) -> dict[str, str]:
-    """What /*members*/, /*raw*/, /*minutes*/ and /*hours*/ of warehouse/sql/increase.sql read. For
-    a pooled statement: the raw rows keyed by pool; the pool rollups where the file keeps them, else
-    (a lake's rack) the per-series rollups keyed by pool, the same numbers read the slow way."""
+    """What /*members*/, /*raw*/, /*minutes*/, /*sixes*/ and /*hours*/ of warehouse/sql/increase.sql
+    read. For a pooled statement: the raw rows keyed by pool; the pool rollups where the file keeps
+    them, else (a lake's rack) the per-series rollups keyed by pool, the same numbers read the slow
+    way."""
     if not pooled:
-        return {"members": "", **SOURCES}
+        return {"members": "", **SOURCES, **({} if held.sixes else {"sixes": NO_ROWS})}
     out = {"members": MEMBERS, "raw": per_pool("increments", "x.delta, x.seconds")}
     for piece, table in POOL_TABLES.items():
         out[piece] = (
@@ -262,6 +296,8 @@ def sources(pooled: bool, held: Holdings) -> dict[str, str]:
             if held.pooled
             else per_pool(SOURCES[piece], "x.delta, x.seconds, x.idle_seconds")
         )
+    if not held.sixes:
+        out["sixes"] = NO_ROWS
     return out
 
 

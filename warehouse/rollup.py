@@ -2,10 +2,10 @@
 
 Raw samples roll up into per-minute rows once a later minute arrives, minutes into hours once a
 later hour arrives; gauges as mean and max. Counter increments roll up from the raw rows into
-the minute and the hour tables at once, as each minute closes, split by the wall time their
+the minute, six-minute and hour tables at once, as each minute closes, split by the wall time their
 intervals cover (warehouse/sql/roll_increments.sql), so anything computed from a rollup
-reconciles exactly with the raw counters, over any window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute rows after
-`minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
+reconciles exactly with the raw counters, over any window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute and six-minute rows
+after `minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Retention:
     raw_days: float = 2.0
     """Days raw samples and increments, per-snapshot expert load and per-request records are kept."""
     minute_days: float = 30.0
-    """Days per-minute rollups are kept."""
+    """Days per-minute (and six-minute) rollups are kept."""
     hour_days: float = 365.0
     """Days per-hour rollups (per-expert load included) are kept."""
 
@@ -91,12 +91,20 @@ def compacted(start: datetime, until: datetime) -> dict[str, tuple[datetime, dat
 
 def compact_hours(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
     """One increments_1h row per series and hour (one pool_histograms_1h row per pool, sample name and
-    bound) for the hours in [start, until).
+    bound) for the hours in [start, until), and one increments_6m (pool_histograms_6m) row per
+    series (pool) and six minutes of them, each hour's rows stored series by series.
 
-    Each minute's roll adds a row per series to the hour its raw increments cover (sixty a closed
-    hour); readers only sum an hour's rows (warehouse/sql/increase.sql), so their sum stands for
-    them. Run in the roll's transaction: a reader sees the rows before or after, never neither."""
-    _compact(con, {"increments_1h": PER_SERIES, "pool_histograms_1h": PER_POOL}, start, until)
+    Each minute's roll adds a row per series to the hour (the six minutes) its raw increments cover
+    (sixty a closed hour); readers only sum a period's rows (warehouse/sql/increase.sql), so their
+    sum stands for them. Run in the roll's transaction: a reader sees the rows before or after,
+    never neither."""
+    _compact(
+        con,
+        {t: PER_SERIES for t in ("increments_1h", "increments_6m")}
+        | {t: PER_POOL for t in ("pool_histograms_1h", "pool_histograms_6m")},
+        start,
+        until,
+    )
 
 
 def compact_minutes(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
@@ -180,6 +188,7 @@ class Rollups:
         if inc == "increments":  # raw increments, split by wall time, into the minute and hour tables at once
             for table, pools, period in (
                 ("increments_1m", "pool_histograms_1m", 60),
+                ("increments_6m", "pool_histograms_6m", 360),
                 ("increments_1h", "pool_histograms_1h", 3600),
             ):
                 con.execute(
@@ -220,6 +229,10 @@ class Rollups:
             ("samples_1m", now - timedelta(days=r.minute_days), through.get("1h")),
             ("increments_1m", now - timedelta(days=r.minute_days), through.get("1m")),
             ("pool_histograms_1m", now - timedelta(days=r.minute_days), through.get("1m")),
+            # with the minutes, at the same cutoff: where minutes were dropped (increments_1m_from)
+            # the read layer takes the hours, as it would for six-minute rows
+            ("increments_6m", now - timedelta(days=r.minute_days), through.get("1m")),
+            ("pool_histograms_6m", now - timedelta(days=r.minute_days), through.get("1m")),
             ("expert_load", now - timedelta(days=r.raw_days), through.get("1h")),
             ("expert_load_1h", now - timedelta(days=r.hour_days), None),
             ("requests", now - timedelta(days=r.raw_days), through.get("1h")),

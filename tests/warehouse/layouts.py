@@ -18,6 +18,9 @@ DENSE_IDS = 15  # the migration since which series ids are numbers the writer gi
 COUNTERS_ONCE = 16  # since which `samples` keeps a counter's reading only where increments cannot give it
 POOL_HISTOGRAMS = 17  # since which the writer keeps histogram buckets summed per pool (pool_histograms_1m, _1h)
 COMPACT_MINUTES = 18  # since which the minute rows of a closed hour are one per series and minute, series by series
+SIX_MINUTES = 19  # since which the writer keeps six-minute rollups (increments_6m, pool_histograms_6m)
+MARKERS = {"pool_histograms": POOL_HISTOGRAMS, "increments_6m": SIX_MINUTES}
+"""rollup_state rows that say the file keeps a kind of rollup, and the migration that brought it."""
 
 
 def _tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[str]]:
@@ -36,7 +39,7 @@ def written_before(new: duckdb.DuckDBPyConnection, version: int, path: str = ":m
     holding the rows of `new` (a warehouse the current writer wrote) in the same order, as the
     writer of that time stored them: before DENSE_IDS, a series' id was its key (a hash of target,
     name and labels); before COUNTERS_ONCE, `samples` held every reading (the `readings` view); before
-    POOL_HISTOGRAMS, no pool rollups."""
+    POOL_HISTOGRAMS, no pool rollups; before SIX_MINUTES, no six-minute ones."""
     old = duckdb.connect(path)
     old.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)")
     for v, name, text in migrations():
@@ -53,8 +56,9 @@ def written_before(new: duckdb.DuckDBPyConnection, version: int, path: str = ":m
         if version <= DENSE_IDS and "series_id" in columns:
             picked = picked.replace('x."series_id"', "s.series_key AS series_id")
             rows = new.execute(f"SELECT {picked} FROM {source} x JOIN series s USING (series_id) ORDER BY {order}")
-        elif version <= POOL_HISTOGRAMS and table == "rollup_state":  # no pool rollups to speak of
-            rows = new.execute(f"SELECT {picked} FROM {source} x WHERE name <> 'pool_histograms' ORDER BY {order}")
+        elif table == "rollup_state":  # no marker of the rollups the file does not keep yet
+            later = [name for name, since in MARKERS.items() if version <= since]
+            rows = new.execute(f"SELECT {picked} FROM {source} x WHERE name <> ALL(?) ORDER BY {order}", [later])
         else:
             rows = new.execute(f"SELECT {picked} FROM {source} x ORDER BY {order}")
         old.register("_rows", rows.to_arrow_table())

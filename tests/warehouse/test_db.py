@@ -11,10 +11,12 @@ import pytest
 
 from moemeter.cli import main
 from warehouse import rollup
+from warehouse.api import LocalQuery
 from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
 from warehouse.export import BY_SERIES
+from warehouse.read import Holdings
 
-from .layouts import COMPACT_MINUTES, COUNTERS_ONCE, POOL_HISTOGRAMS, T0, write_rounds, written_before
+from .layouts import COMPACT_MINUTES, COUNTERS_ONCE, POOL_HISTOGRAMS, SIX_MINUTES, T0, write_rounds, written_before
 
 
 def test_migrations_apply_once_and_are_recorded():
@@ -190,6 +192,7 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
         "016_counters_stored_once.sql",
         "017_pool_histograms.sql",
         "018_compact_minute_rows.sql",
+        "019_six_minute_rollups.sql",
     ]
     assert by_key(old) == kept
     n = len(kept["series"])
@@ -243,6 +246,7 @@ def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migra
         "016_counters_stored_once.sql",
         "017_pool_histograms.sql",
         "018_compact_minute_rows.sql",
+        "019_six_minute_rollups.sql",
     ]
     assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
     assert stored_readings(old, "readings") == every
@@ -275,7 +279,11 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
     apply_migrations(new)
     write_rounds(new, range(130))
     old = written_before(new, POOL_HISTOGRAMS, str(tmp_path / "old.duckdb"))
-    assert apply_migrations(old) == ["017_pool_histograms.sql", "018_compact_minute_rows.sql"]
+    assert apply_migrations(old) == [
+        "017_pool_histograms.sql",
+        "018_compact_minute_rows.sql",
+        "019_six_minute_rollups.sql",
+    ]
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))
     want, got = pool_rows(new), pool_rows(old)
@@ -323,7 +331,7 @@ def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(mo
     assert rows > 1.9 * distinct  # about two rows a minute
     sums, pools = minute_sums(old), pool_rows(old)
 
-    assert apply_migrations(old) == ["018_compact_minute_rows.sql"]
+    assert apply_migrations(old) == ["018_compact_minute_rows.sql", "019_six_minute_rollups.sql"]
     assert old.execute(count, [closed]).fetchall() == [(distinct, distinct)]
     assert out_of_series_order(old) == 0
     got = minute_sums(old)
@@ -343,3 +351,50 @@ def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(mo
     write_rounds(old, range(131, 195), offset=30)  # 13:10 closes 12:00: the writer compacts its minutes
     assert by_key(old) == by_key(want)
     assert out_of_series_order(old) == 0
+
+
+def six_minute_sums(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
+    """Per six minutes and series key (pool, sample name and bound), the six-minute rows' sums."""
+    return {
+        "increments_6m": con.execute(
+            "SELECT x.ts, s.series_key AS key, sum(delta) AS delta, sum(seconds) AS seconds, "
+            "sum(idle_seconds) AS idle_seconds, sum(resets) AS resets "
+            "FROM increments_6m x JOIN series s USING (series_id) GROUP BY ALL ORDER BY ALL"
+        ).df(),
+        "pool_histograms_6m": con.execute(
+            "SELECT ts, (role, metric, le)::VARCHAR AS key, sum(delta) AS delta, sum(seconds) AS seconds, "
+            "sum(idle_seconds) AS idle_seconds FROM pool_histograms_6m GROUP BY ALL ORDER BY ALL"
+        ).df(),
+    }
+
+
+def test_a_file_from_before_the_six_minute_rollups_gets_those_the_writer_keeps(tmp_path):
+    """A warehouse written before migration 019 (two real pages, 131 minutes scraped half a minute
+    off the minute): the migration fills the six-minute rollups from the minute rows, with the sums
+    the writer's own hold per period and series (pool, sample name and bound), each closed hour's
+    rows series by series; the read layer reads them, and the writer carries on over them."""
+    new = duckdb.connect()
+    apply_migrations(new)
+    write_rounds(new, range(131), offset=30)
+    old = written_before(new, SIX_MINUTES, str(tmp_path / "old.duckdb"))
+    assert not Holdings.of(LocalQuery(old)).sixes
+
+    assert apply_migrations(old) == ["019_six_minute_rollups.sql"]
+    assert Holdings.of(LocalQuery(old)).sixes
+    for rounds in (range(0), range(131, 195)):  # 13:10 closes 12:00: the writer compacts its six minutes
+        write_rounds(new, rounds, offset=30)
+        write_rounds(old, rounds, offset=30)
+        want, got = six_minute_sums(new), six_minute_sums(old)
+        assert len(want["increments_6m"]) > 20 * 100 and len(want["pool_histograms_6m"]) > 20 * 20
+        for table, rows in want.items():
+            assert got[table][["ts", "key"]].equals(rows[["ts", "key"]]), table
+            for column in rows.columns[2:]:
+                assert got[table][column].to_numpy() == pytest.approx(rows[column].to_numpy(), rel=1e-12), column
+        closed = old.execute("SELECT max(ts) FROM increments_6m").fetchall()[0][0].replace(minute=0) - timedelta(
+            hours=1
+        )
+        assert (
+            out_of_order(old, "increments_6m", "(time_bucket(INTERVAL 1 HOUR, ts), series_id, ts)", f"ts < '{closed}'")
+            == 0
+        )
+    assert by_key(old) == by_key(new)

@@ -33,7 +33,7 @@ from warehouse.cost import cost_report, daily_statement
 from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.prices import GpuPrice, PriceSheet, default_sheet
-from warehouse.read import Holdings, plan
+from warehouse.read import Holdings, plan, served_by
 from warehouse.rollup import Retention
 from warehouse.sql import sql
 
@@ -130,6 +130,15 @@ def unpooled():
     con = ingest()
     con.execute("DROP TABLE pool_histograms_1m; DROP TABLE pool_histograms_1h")  # cannot be read from
     con.execute("DELETE FROM rollup_state WHERE name = 'pool_histograms'")
+    return LocalQuery(con)
+
+
+@pytest.fixture(scope="module")
+def without_sixes():
+    """The day in a file without six-minute rollups (a lake's rack, or one before migration 019)."""
+    con = ingest()
+    con.execute("DROP TABLE increments_6m; DROP TABLE pool_histograms_6m")  # cannot be read from
+    con.execute("DELETE FROM rollup_state WHERE name = 'increments_6m'")
     return LocalQuery(con)
 
 
@@ -234,6 +243,32 @@ def test_raw_minute_and_hour_tables_give_the_same_numbers(day, dropped):
         }
 
 
+@pytest.mark.parametrize("step", [720, 1800, 7200, None], ids=["12min", "30min", "2h", "whole"])
+def test_six_minute_rows_give_the_minutes_numbers(day, without_sixes, step):
+    """A step of whole six minutes reads the six-minute rows between the minutes at a window's
+    edges and its whole hours: the pages' token rates, and the costs, are those the minute rows
+    give in a file without them, for windows that cut through scrape intervals."""
+    held = Holdings.of(day)
+    assert held.sixes and not Holdings.of(without_sixes).sixes
+    p, hours = plan(*W2, step, held), step is None or step % 3600 == 0
+    at = (datetime(2026, 11, 28, *hm) for hm in ((7, 31), (7, 36), (8, 0), (16, 0), (16, 42), (16, 45)))
+    r0, s0, h0, h1, s1, r1 = at if hours else (a if k in (0, 1, 4, 5) else None for k, a in enumerate(at))
+    assert (p["r0"], p["s0"], p["s1"], p["r1"]) == (r0, s0, s1, r1)
+    assert (p["h0"], p["h1"]) == ((h0, h1) if hours else (s0, s0))  # minutes, six minutes, hours nested
+    tables = ("increments", "increments_1m", "increments_6m")
+    assert served_by(p) == (*tables, "increments_1h") if hours else tables
+    assert not {"increments_6m"} & set(served_by(plan(*W2, step, Holdings.of(without_sixes))))
+    for window in (W1, W2, W3, (FIRST, LAST)):
+        w = live.Window(*window, step) if step else live.Window.between(*window)
+        got, want = live.token_rates(day, w), live.token_rates(without_sixes, w)
+        assert got[["bucket", "role"]].equals(want[["bucket", "role"]]) and len(got) > 1
+        for column in ("prompt_per_s", "cached_per_s", "generated_per_s"):
+            assert got[column].to_numpy() == pytest.approx(want[column].to_numpy(), rel=1e-12), column
+        assert numbers(day, window) == {
+            k: pytest.approx(v, rel=1e-12, abs=1e-6) for k, v in numbers(without_sixes, window).items()
+        }
+
+
 def test_a_window_whose_minutes_were_dropped_takes_its_share_of_the_hours(day, hours_only):
     """Retention dropped W1's raw and minute rows: its hour rows serve it, the hour it ends in
     prorated (07:00 .. 07:30:30 of the 07:00 row, not the whole row). The prefill pool's tokens
@@ -254,7 +289,7 @@ def ttft(q: LocalQuery, window: tuple[datetime, datetime], step: int) -> pd.Data
     return live.histograms_counts(q, live.Window(*window, step), [TTFT])[TTFT]
 
 
-@pytest.mark.parametrize("step", [150, 600, 3600], ids=["raw", "minutes", "hours"])
+@pytest.mark.parametrize("step", [150, 600, 720, 3600], ids=["raw", "minutes", "sixes", "hours"])
 def test_histograms_summed_per_pool_match_the_rates_and_the_per_series_rollups(day, unpooled, dropped, step):
     """The pool rollups serve the whole minutes and hours of a pooled statement, the raw rows its edges:
     each window's counts are the rates times the seconds counted, and every step's counts are those

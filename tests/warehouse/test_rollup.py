@@ -161,6 +161,8 @@ def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
     assert start + timedelta(hours=1, minutes=59) <= oldest_raw <= start + timedelta(hours=2)
     oldest_minute = c.execute("SELECT min(ts) FROM increments_1m").fetchall()[0][0]
     assert oldest_minute >= start + timedelta(minutes=59)
+    oldest_six = c.execute("SELECT min(ts) FROM increments_6m").fetchall()[0][0]
+    assert oldest_minute - timedelta(minutes=6) < oldest_six <= oldest_minute  # dropped at the minutes' cutoff
     gauge = c.execute("""SELECT x.value, x.max, x.n FROM samples_1h x JOIN series s USING (series_id)
                          WHERE s.metric = 'vllm:num_requests_running' ORDER BY x.ts LIMIT 1""").fetchall()[0]
     assert gauge == (pytest.approx(sum(m % 5 for m in range(60)) / 60), 4.0, 60)
@@ -251,3 +253,50 @@ def test_an_hours_minutes_are_compacted_series_by_series_once_it_has_closed(monk
     assert [r[2:] for r in got] == [pytest.approx(r[2:], rel=1e-12) for r in want]
     stored = compacting.execute("SELECT series_id, ts FROM increments_1m WHERE ts < ? ORDER BY rowid", [ten]).fetchall()
     assert stored == sorted(stored)  # series by series, each one's minutes in order
+
+
+def test_six_minute_rows_are_the_minutes_per_six_minutes_compacted_when_their_hour_closes():
+    """Scraped every minute half a minute off the minute: each six minutes' rows hold the sums of
+    its minutes' rows, per series; those of a closed hour are one per series and period, stored
+    series by series (compacted with the hour rows), those of the open hour come a roll at a time."""
+    c = duckdb.connect()
+    apply_migrations(c)
+    ing = Ingestor()
+    for k in range(71):  # 10:00:30 .. 11:10:30
+        at = HOURS_START + timedelta(minutes=k, seconds=30)
+        ing.write(c, ScrapeBatch(DECODE, at, True, 0.01, parse_page(page(60.0 * k, k % 5).encode())))
+    sums = """SELECT {period} AS ts, series_id, sum(delta), sum(seconds), sum(idle_seconds), sum(resets)
+              FROM {table} GROUP BY ALL ORDER BY ALL"""
+    minutes = c.execute(sums.format(period="time_bucket(INTERVAL 6 MINUTE, ts)", table="increments_1m")).fetchall()
+    sixes = c.execute(sums.format(period="ts", table="increments_6m")).fetchall()
+    assert [r[:2] for r in sixes] == [r[:2] for r in minutes] and len({r[0] for r in sixes}) == 12  # 10:00 .. 11:06
+    assert [r[2:] for r in sixes] == [pytest.approx(r[2:], rel=1e-12) for r in minutes]
+    eleven = HOURS_START + timedelta(hours=1)
+    per_key = dict(
+        c.execute(
+            "SELECT ts, max(n) FROM (SELECT ts, count(*) AS n FROM increments_6m GROUP BY ts, series_id) GROUP BY ts"
+        ).fetchall()
+    )
+    # 10:00 .. 10:48 compacted when 11:00 closed; the interval straddling 11:00 added to 10:54 in the
+    # next roll (compacted with the hours when 12:00 closes: COMPACT_REACH); 11:00 .. 11:06 a row per roll
+    assert [per_key[HOURS_START + timedelta(minutes=m)] for m in range(0, 60, 6)] == [1] * 9 + [2]
+    assert per_key[eleven] > 2
+    fifty_four = HOURS_START + timedelta(minutes=54)
+    stored = c.execute("SELECT series_id, ts FROM increments_6m WHERE ts < ? ORDER BY rowid", [fifty_four]).fetchall()
+    assert stored == sorted(stored)  # series by series, each one's periods in order
+
+
+def test_a_day_is_read_in_six_minute_rows_and_a_week_in_hours():
+    """A day's 12-minute step reads the six-minute rows where the file keeps them; six hours read
+    minutes; a file without them (a lake's rack) reads the minutes at every step a day needs."""
+    day, six = live.Window.ending(T0, 86400), live.Window.ending(T0, 6 * 3600)
+    assert (day.step_seconds, six.step_seconds) == (720, 180)
+    held = Holdings(sixes=True)
+    assert served_by(plan(day.start, day.end, day.step_seconds, held)) == (
+        "increments",
+        "increments_1m",
+        "increments_6m",
+    )
+    assert served_by(plan(six.start, six.end, six.step_seconds, held)) == ("increments", "increments_1m")
+    assert served_by(plan(day.start, day.end, day.step_seconds, Holdings())) == ("increments", "increments_1m")
+    assert live.Window.between(T0, T0 + timedelta(hours=15)).step_seconds == 720  # 450 s: whole six minutes

@@ -8,12 +8,13 @@
 -- inside it, so a window ending on a scrape keeps the interval closing there and consecutive
 -- windows partition every counter. Who serves which piece (warehouse/read.py chooses):
 --   raw rows, all of them:            [$start, $r0) and [$r1, $end)
---   minute rows:                      [$r0, $h0) and [$h1, $r1)
+--   minute rows:                      [$r0, $s0) and [$s1, $r1)
+--   six-minute rows:                  [$s0, $h0) and [$h1, $s1)
 --   hour rows:                        [$h0, $h1)
 --   raw rows not rolled up yet
 --   (ts >= $through), over:           [$r0, $r1)
--- The minute and hour tables hold exactly the raw rows before $through, split by minute and by
--- hour, so the pieces add up to the raw rows and nothing is counted twice. The three sources below
+-- The minute, six-minute and hour tables hold exactly the raw rows before $through, split by
+-- minute, six minutes and hour, so the pieces add up to the raw rows and nothing is counted twice. The three sources below
 -- are those tables, or, in a pooled statement, their rows summed per pool (warehouse/read.py;
 -- /*members*/ is where it names the pools' member series, when it reads per-series tables).
 /*members*/
@@ -46,16 +47,17 @@ src AS (
     -- minute rows of each minute piece [a, b), each piece its own scan (one scan of [$r0, $r1)
     -- would read every minute of a week to keep the two hours at its edges)
     SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds,
-           epoch_us($r0::TIMESTAMP), epoch_us($h0::TIMESTAMP)
+           epoch_us($r0::TIMESTAMP), epoch_us($s0::TIMESTAMP)
     FROM /*minutes*/ m
-    WHERE NOT $whole_minutes AND m.ts > $r0::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $h0::TIMESTAMP
+    WHERE NOT $whole_minutes AND m.ts > $r0::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $s0::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT m.series_id, epoch_us(m.ts), epoch_us(m.ts) + 60000000, m.delta, m.seconds, m.idle_seconds,
-           epoch_us($h1::TIMESTAMP), epoch_us($r1::TIMESTAMP)
+           epoch_us($s1::TIMESTAMP), epoch_us($r1::TIMESTAMP)
     FROM /*minutes*/ m
-    WHERE NOT $whole_minutes AND m.ts > $h1::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $r1::TIMESTAMP
+    WHERE NOT $whole_minutes AND m.ts > $s1::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $r1::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
+
     UNION ALL
     SELECT h.series_id, epoch_us(h.ts), epoch_us(h.ts) + 3600000000, h.delta, h.seconds, h.idle_seconds,
            epoch_us($h0::TIMESTAMP), epoch_us($h1::TIMESTAMP)
@@ -69,13 +71,23 @@ whole AS (
     -- it: no share to compute (a day's minutes of 2,560 series: 0.12 s instead of 0.28)
     SELECT (epoch_us(m.ts) - $origin_us) // $step_us AS k, m.series_id, m.delta, m.seconds, m.idle_seconds
     FROM /*minutes*/ m
-    WHERE $whole_minutes AND m.ts >= $r0::TIMESTAMP AND m.ts < $h0::TIMESTAMP
+    WHERE $whole_minutes AND m.ts >= $r0::TIMESTAMP AND m.ts < $s0::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT (epoch_us(m.ts) - $origin_us) // $step_us AS k, m.series_id, m.delta, m.seconds, m.idle_seconds
     FROM /*minutes*/ m
-    WHERE $whole_minutes AND m.ts >= $h1::TIMESTAMP AND m.ts < $r1::TIMESTAMP
+    WHERE $whole_minutes AND m.ts >= $s1::TIMESTAMP AND m.ts < $r1::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
+    UNION ALL
+    -- six-minute rows are always whole: their pieces' edges and the steps that read them are whole
+    -- six minutes (warehouse/read.py, plan)
+    SELECT (epoch_us(x.ts) - $origin_us) // $step_us AS k, x.series_id, x.delta, x.seconds, x.idle_seconds
+    FROM /*sixes*/ x
+    WHERE x.ts >= $s0::TIMESTAMP AND x.ts < $h0::TIMESTAMP AND x.series_id IN (SELECT series_id FROM picked)
+    UNION ALL
+    SELECT (epoch_us(x.ts) - $origin_us) // $step_us AS k, x.series_id, x.delta, x.seconds, x.idle_seconds
+    FROM /*sixes*/ x
+    WHERE x.ts >= $h1::TIMESTAMP AND x.ts < $s1::TIMESTAMP AND x.series_id IN (SELECT series_id FROM picked)
     UNION ALL
     SELECT (epoch_us(h.ts) - $origin_us) // $step_us AS k, h.series_id, h.delta, h.seconds, h.idle_seconds
     FROM /*hours*/ h
