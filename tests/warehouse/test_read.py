@@ -124,22 +124,26 @@ def hours_only():
     return LocalQuery(ingest(Retention(raw_days=0.25, minute_days=0.5)))
 
 
+def without(marker: str, *tables: str) -> LocalQuery:
+    """The day in a file without some rollups: their tables dropped (nothing can read them) and the
+    rollup_state row that says the file keeps them deleted."""
+    con = ingest()
+    for table in tables:
+        con.execute(f"DROP TABLE {table}")
+    con.execute("DELETE FROM rollup_state WHERE name = ?", [marker])
+    return LocalQuery(con)
+
+
 @pytest.fixture(scope="module")
 def unpooled():
     """The day in a file without pool rollups (as a lake's rack reads)."""
-    con = ingest()
-    con.execute("DROP TABLE pool_histograms_1m; DROP TABLE pool_histograms_1h")  # cannot be read from
-    con.execute("DELETE FROM rollup_state WHERE name = 'pool_histograms'")
-    return LocalQuery(con)
+    return without("pool_histograms", "pool_histograms_1m", "pool_histograms_1h")
 
 
 @pytest.fixture(scope="module")
 def without_sixes():
     """The day in a file without six-minute rollups (a lake's rack, or one before migration 019)."""
-    con = ingest()
-    con.execute("DROP TABLE increments_6m; DROP TABLE pool_histograms_6m")  # cannot be read from
-    con.execute("DELETE FROM rollup_state WHERE name = 'increments_6m'")
-    return LocalQuery(con)
+    return without("increments_6m", "increments_6m", "pool_histograms_6m")
 
 
 def seconds(a: datetime, b: datetime) -> float:
