@@ -92,7 +92,7 @@ class CostReport:
     last_count: datetime | None = None  # the last scrape in the window that counted tokens
     tokens: pd.DataFrame = field(default_factory=pd.DataFrame)
     """The window's `pool_tokens` in the sheet's steps (`step_seconds`), the rows it was costed from."""
-    step_seconds: int = 3600
+    step_seconds: int = 3600  # of `tokens`' steps
 
     @property
     def hours(self) -> float:
@@ -353,10 +353,17 @@ def cost_report(
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
     sheet = price_sheet(q, sheet)
-    if not pools.get("prefill") and not pools.get("decode"):
-        raise ValueError("the targets file names no prefill or decode target: no pool to cost")
+    _check_pools(pools)
     step = sheet.step_seconds(tokens=revenue_too)
     return _costed(q, pools, start, end, sheet, step, pool_tokens(q, pools, start, end, step), revenue_too)
+
+
+def _check_pools(pools: Pools) -> list[tuple[str, int]]:
+    """The pools' targets and GPUs; an error when there is none to cost."""
+    members = [m for role in POOLS for m in pools.get(role, [])]
+    if not members:
+        raise ValueError("the targets file names no prefill or decode target: no pool to cost")
+    return members
 
 
 def _costed(
@@ -423,9 +430,7 @@ def daily_statement(
     service (average and peak, from the scrapes that found them up), GPU-hours, cost, input tokens
     and their cache-hit share, output tokens, revenue at the token price sheet, margin."""
     sheet = price_sheet(q, sheet)
-    members = [(n, g) for role in POOLS for n, g in pools.get(role, [])]
-    if not members:
-        raise ValueError("the targets file names no prefill or decode target: no pool to cost")
+    members = _check_pools(pools)
     # every day's tokens in one read: the sheet's steps divide an hour, so none straddles midnight,
     # and a day's steps are those a read of that day alone gives
     step = sheet.step_seconds()

@@ -2,10 +2,11 @@
 
 Raw samples roll up into per-minute rows once a later minute arrives, minutes into hours once a
 later hour arrives; gauges as mean and max. Counter increments roll up from the raw rows into
-the minute, six-minute and hour tables at once, as each minute closes, split by the wall time their
-intervals cover (warehouse/sql/roll_increments.sql), so anything computed from a rollup
-reconciles exactly with the raw counters, over any window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute and six-minute rows
-after `minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
+the minute and hour tables at once, as each minute closes, split by the wall time their
+intervals cover (warehouse/sql/roll_increments.sql), and the roll's minute rows summed into six
+minutes, so anything computed from a rollup reconciles exactly with the raw counters, over any
+window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute and six-minute
+rows after `minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
 """
 
 from __future__ import annotations
@@ -121,6 +122,22 @@ def compact_minutes(con: duckdb.DuckDBPyConnection, start: datetime, until: date
     _compact(con, {"increments_1m": PER_SERIES, "pool_histograms_1m": PER_POOL}, start, until)
 
 
+SIX_FROM_MINUTES = (
+    "SELECT time_bucket(INTERVAL 6 MINUTE, ts) AS ts, series_id, sum(delta) AS delta, sum(seconds) AS seconds, "
+    "sum(idle_seconds) AS idle_seconds, sum(resets)::INTEGER AS resets"
+)
+"""Six-minute rows from minute rows (FROM and GROUP BY ALL to follow): a raw row's shares of the
+minutes of a six-minute period add up to its share of the period, its reset to the period its
+scrape closed (migration 019 fills the table from the minutes the same way)."""
+
+
+def _store_rolled(con: duckdb.DuckDBPyConnection, table: str, pools: str) -> None:
+    """The temp table `rolled` (a roll's rows of a per-series rollup) into `table`, and its
+    histogram and summary series summed per pool into `pools`."""
+    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rolled")
+    con.execute(f"INSERT INTO {pools} BY NAME " + sql("roll_pool_histograms"))
+
+
 class Rollups:
     def __init__(self, retention: Retention | None = None) -> None:
         self.retention = retention or Retention()
@@ -185,18 +202,21 @@ class Rollups:
         until: datetime,
     ) -> None:
         width = f"INTERVAL {int(unit.total_seconds())} SECOND"
-        if inc == "increments":  # raw increments, split by wall time, into the minute and hour tables at once
+        if inc == "increments":  # raw increments, split by wall time, into the minute and hour tables
             for table, pools, period in (
                 ("increments_1m", "pool_histograms_1m", 60),
-                ("increments_6m", "pool_histograms_6m", 360),
                 ("increments_1h", "pool_histograms_1h", 3600),
             ):
                 con.execute(
                     "CREATE OR REPLACE TEMP TABLE rolled AS " + sql("roll_increments"),
                     {"from": start, "until": until, "unit_us": period * 1_000_000},
                 )
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rolled")
-                con.execute(f"INSERT INTO {pools} BY NAME " + sql("roll_pool_histograms"))
+                _store_rolled(con, table, pools)
+                if period == 60:  # and those minutes summed per six minutes, which they nest in
+                    con.execute("ALTER TABLE rolled RENAME TO rolled_minutes")
+                    con.execute(f"CREATE TEMP TABLE rolled AS {SIX_FROM_MINUTES} FROM rolled_minutes GROUP BY ALL")
+                    con.execute("DROP TABLE rolled_minutes")
+                    _store_rolled(con, "increments_6m", "pool_histograms_6m")
                 con.execute("DROP TABLE rolled")
         if smp == "samples":
             values = "avg(x.value), max(x.value), count(x.value)"

@@ -2,9 +2,9 @@
 -- series, about 20 M rows for the Live page's token counters, 3.7 M for one instance's per-rank
 -- expert tokens. These tables hold the same counters split by six-minute periods (a period divides
 -- an hour and every step from 6 minutes up to an hour, 12 minutes included; warehouse/read.py
--- rounds such steps to it): a day is 240 rows per series. The writer fills them as it fills the
--- minute and hour tables, from the raw increments as each minute closes, and compacts them with
--- the hour rows when an hour closes (warehouse/rollup.py); retention drops them with the minutes.
+-- rounds such steps to it): a day is 240 rows per series. The writer fills them in each minute's
+-- roll, the roll's minute rows summed per six minutes, and compacts them with the hour rows when
+-- an hour closes (warehouse/rollup.py); retention drops them with the minutes.
 --
 -- This fills them from the minute rows already there (six of them sum to their period's row), each
 -- hour's rows stored series by series.
