@@ -14,9 +14,10 @@
 --   raw rows not rolled up yet
 --   (ts >= $through), over:           [$r0, $r1)
 -- The minute, six-minute and hour tables hold exactly the raw rows before $through, split by
--- minute, six minutes and hour, so the pieces add up to the raw rows and nothing is counted twice. The three sources below
--- are those tables, or, in a pooled statement, their rows summed per pool (warehouse/read.py;
--- /*members*/ is where it names the pools' member series, when it reads per-series tables).
+-- minute, six minutes and hour, so the pieces add up to the raw rows and nothing is counted twice.
+-- The four sources below are those tables, or, in a pooled statement, their rows summed per pool
+-- (warehouse/read.py; /*members*/ is where it names the pools' member series, when it reads
+-- per-series tables).
 /*members*/
 src AS (
     -- Raw rows of each raw piece [a, b): an interval touches it when ts > a and ts - seconds < b, so
@@ -57,7 +58,6 @@ src AS (
     FROM /*minutes*/ m
     WHERE NOT $whole_minutes AND m.ts > $s1::TIMESTAMP - INTERVAL 1 MINUTE AND m.ts < $r1::TIMESTAMP
       AND m.series_id IN (SELECT series_id FROM picked)
-
     UNION ALL
     SELECT h.series_id, epoch_us(h.ts), epoch_us(h.ts) + 3600000000, h.delta, h.seconds, h.idle_seconds,
            epoch_us($h0::TIMESTAMP), epoch_us($h1::TIMESTAMP)
