@@ -51,6 +51,7 @@ class TwinGatewayLog:
         n = len(user)
         itl = np.where((generated > 1) & (tpot > 0), tpot, np.nan)  # NaN: none (a None in the record)
         ttft, e2e = np.maximum(first - arrival, 0.0), np.maximum(finish - arrival, 0.0)
+        tokens = {k: a.astype(np.int64) for k, a in (("prompt", prompt), ("cached", cached), ("generated", generated))}
         names = [user_names(u) for u in user.tolist()]
         users = [u for u, _, _ in names]
         seqs = range(self.seq + 1, self.seq + n + 1)
@@ -66,9 +67,9 @@ class TwinGatewayLog:
             "stream": [True] * n,
             "status": [200] * n,
             "outcome": ["ok"] * n,
-            "prompt_tokens": prompt.astype(np.int64).tolist(),
-            "cached_prompt_tokens": cached.astype(np.int64).tolist(),
-            "generated_tokens": generated.astype(np.int64).tolist(),
+            "prompt_tokens": tokens["prompt"].tolist(),
+            "cached_prompt_tokens": tokens["cached"].tolist(),
+            "generated_tokens": tokens["generated"].tolist(),
             "ttft_seconds": ttft.tolist(),
             "itl_mean_seconds": _none_for_nan(itl),
             "itl_max_seconds": [None] * n,
@@ -81,8 +82,7 @@ class TwinGatewayLog:
         if tuple(columns) != RECORD_KEYS:
             raise AssertionError(f"the twin's records are not RequestRecord's: {list(columns)} vs {RECORD_KEYS}")
         self.records.extend(dict(zip(RECORD_KEYS, row, strict=True)) for row in zip(*columns.values(), strict=True))
-        ints = (prompt.astype(np.int64), cached.astype(np.int64), generated.astype(np.int64))
-        self.metrics.observe_ok(users, *ints, ttft, itl, e2e)
+        self.metrics.observe_ok(users, tokens["prompt"], tokens["cached"], tokens["generated"], ttft, itl, e2e)
 
     def page(self, after: int, limit: int) -> dict[str, object]:
         oldest = self.seq - len(self.records) + 1 if self.records else None
