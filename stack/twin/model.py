@@ -82,16 +82,18 @@ class RackModel:
         self.now = start
         topo, wl = profile.topology, profile.workload
         m = profile.model
+        # Each pool's engines in one block of state (series = the engine's index in the pool), its
+        # instances views of their rows: a pass updates every instance of a pool at once.
+        self.prefill_pool, self.decode_pool = (
+            InstanceStats.new(role, role, gpus, m.max_model_len, profile.custom_histogram_buckets, start)
+            for role, gpus in (("prefill", topo.prefill_gpus), ("decode", topo.decode_gpus))
+        )
         self.prefill = [
-            InstanceStats.new(
-                f"prefill-{i}", "prefill", topo.prefill_dp, m.max_model_len, profile.custom_histogram_buckets, start
-            )
+            self.prefill_pool.rows(f"prefill-{i}", topo.prefill_dp, i * topo.prefill_dp)
             for i in range(topo.prefill_instances)
         ]
         self.decode = [
-            InstanceStats.new(
-                f"decode-{i}", "decode", topo.decode_dp, m.max_model_len, profile.custom_histogram_buckets, start
-            )
+            self.decode_pool.rows(f"decode-{i}", topo.decode_dp, i * topo.decode_dp)
             for i in range(topo.decode_instances)
         ]
         self.router = RouterStats(
@@ -99,6 +101,7 @@ class RackModel:
             decode_urls or [f"decode-{i}" for i in range(topo.decode_instances)],
         )
         self.placements = gpu_placements(profile)
+        self._roles = np.array([p.role for p in self.placements])
         self.experts = ExpertModel(profile, np.random.default_rng([seed, 1]), start)
         self.gpus = [
             GpuStats(i, f"GPU-{seed:04x}{i:04x}-7e1d-4c2a-9b3f-{i:012x}", f"00000000:{0x10 + i % 4:02X}:00.0")
@@ -224,56 +227,51 @@ class RackModel:
             return
         self.prefill_recorded[done] = True
         pf_global = self.pf_engine[done]
-        inst_idx, eng = np.divmod(pf_global, topo.prefill_dp)
+        inst_idx = pf_global // topo.prefill_dp
         prompt, cached = self.prompt[done], self.cached[done]
         computed = prompt - cached
         queue = self.prefill_start[done] - self.arrival[done]
         service = self.prefill_end[done] - self.prefill_start[done]
         ttft = self.prefill_end[done] - self.arrival[done]
-        for i, inst in enumerate(self.prefill):
-            sel = inst_idx == i
-            if not sel.any():
-                continue
-            e = eng[sel]
-            c = inst.counters
-            for name, vals in (
-                ("prompt_tokens", prompt),
-                ("prompt_local_compute", computed),
-                ("prompt_local_cache_hit", cached),
-                ("cached_device", cached),
-                ("prefix_cache_queries", prompt),
-                ("prefix_cache_hits", cached),
-            ):
-                np.add.at(c[name], e, vals[sel])
-            np.add.at(c["generation_tokens"], e, 1)
-            np.add.at(c["success_length"], e, 1)
-            np.add.at(
-                c["estimated_flops"], e, 2e9 * m.active_params_billion * computed[sel] * m.prefill_layers / m.num_layers
-            )
-            np.add.at(c["estimated_read_bytes"], e, prompt[sel] * m.kv_bytes_per_token)
-            np.add.at(c["estimated_write_bytes"], e, computed[sel] * m.kv_bytes_per_token)
-            h = inst.histograms
-            h["vllm:request_prompt_tokens"].observe(e, prompt[sel])
-            h["vllm:request_prefill_kv_computed_tokens"].observe(e, computed[sel])
-            h["vllm:iteration_tokens_total"].observe(e, computed[sel])
-            ones, zeros = np.ones(sel.sum()), np.zeros(sel.sum())
-            for fam in (
-                "vllm:request_generation_tokens",
-                "vllm:request_max_num_generation_tokens",
-                "vllm:request_params_n",
-                "vllm:request_params_max_tokens",
-            ):
-                h[fam].observe(e, ones)  # a prefill request asks for max_tokens 1 and gets one token
-            h["vllm:request_num_preemptions"].observe(e, zeros)
-            h["vllm:time_to_first_token_seconds"].observe(e, ttft[sel])
-            h["vllm:request_time_per_output_token_seconds"].observe(e, zeros)
-            h["vllm:e2e_request_latency_seconds"].observe(e, ttft[sel])
-            h["vllm:request_queue_time_seconds"].observe(e, queue[sel])
-            h["vllm:request_inference_time_seconds"].observe(e, service[sel])
-            h["vllm:request_prefill_time_seconds"].observe(e, service[sel])
-            self._step_phases(inst, e, service[sel], 1.0)
-            h["vllm:request_decode_time_seconds"].observe(e, zeros)
-            inst.http_requests += sel.sum()
+        e, c, h = pf_global, self.prefill_pool.counters, self.prefill_pool.histograms
+        for name, vals in (
+            ("prompt_tokens", prompt),
+            ("prompt_local_compute", computed),
+            ("prompt_local_cache_hit", cached),
+            ("cached_device", cached),
+            ("prefix_cache_queries", prompt),
+            ("prefix_cache_hits", cached),
+        ):
+            np.add.at(c[name], e, vals)
+        np.add.at(c["generation_tokens"], e, 1)
+        np.add.at(c["success_length"], e, 1)
+        np.add.at(c["estimated_flops"], e, 2e9 * m.active_params_billion * computed * m.prefill_layers / m.num_layers)
+        np.add.at(c["estimated_read_bytes"], e, prompt * m.kv_bytes_per_token)
+        np.add.at(c["estimated_write_bytes"], e, computed * m.kv_bytes_per_token)
+        h["vllm:request_prompt_tokens"].observe(e, prompt)
+        h["vllm:request_prefill_kv_computed_tokens"].observe(e, computed)
+        h["vllm:iteration_tokens_total"].observe(e, computed)
+        ones, zeros = np.ones(done.size), np.zeros(done.size)
+        for fam in (
+            "vllm:request_generation_tokens",
+            "vllm:request_max_num_generation_tokens",
+            "vllm:request_params_n",
+            "vllm:request_params_max_tokens",
+        ):
+            h[fam].observe(e, ones)  # a prefill request asks for max_tokens 1 and gets one token
+        h["vllm:request_num_preemptions"].observe(e, zeros)
+        h["vllm:time_to_first_token_seconds"].observe(e, ttft)
+        h["vllm:request_time_per_output_token_seconds"].observe(e, zeros)
+        h["vllm:e2e_request_latency_seconds"].observe(e, ttft)
+        h["vllm:request_queue_time_seconds"].observe(e, queue)
+        h["vllm:request_inference_time_seconds"].observe(e, service)
+        h["vllm:request_prefill_time_seconds"].observe(e, service)
+        self._phases(self.prefill_pool, e, service, 1.0)
+        h["vllm:request_decode_time_seconds"].observe(e, zeros)
+        for inst, n in zip(self.prefill, np.bincount(inst_idx, minlength=len(self.prefill)), strict=True):
+            if n:
+                self._api_output(inst, float(n))
+                inst.http_requests += n
         self.totals["prompt_tokens"] += prompt.sum()
         # KV hand-over to the least loaded decode rank (the decode instance's DP balancer).
         n_dc = topo.decode_gpus
@@ -299,19 +297,12 @@ class RackModel:
             failed = (self.fault_rng.random(done.size) < fm.failure_share[dc]).astype(float)
             xfer = xfer * (1.0 + failed)
         self.kv_ready[done] = self.prefill_end[done] + xfer
-        dinst, deng = np.divmod(dc, topo.decode_dp)
-        blocks = np.ceil(prompt / BLOCK_TOKENS)
-        for i, inst in enumerate(self.decode):
-            sel = dinst == i
-            if not sel.any():
-                continue
-            e = deng[sel]
-            h = inst.histograms
-            h["vllm:nixl_xfer_time_seconds"].observe(e, xfer[sel])
-            h["vllm:nixl_post_time_seconds"].observe(e, np.full(sel.sum(), perf.kv_transfer_latency_seconds * 0.4))
-            h["vllm:nixl_bytes_transferred"].observe(e, kv_bytes[sel])
-            h["vllm:nixl_num_descriptors"].observe(e, blocks[sel])
-            np.add.at(inst.counters["nixl_failed_transfers"], e, failed[sel])
+        h = self.decode_pool.histograms
+        h["vllm:nixl_xfer_time_seconds"].observe(dc, xfer)
+        h["vllm:nixl_post_time_seconds"].observe(dc, np.full(done.size, perf.kv_transfer_latency_seconds * 0.4))
+        h["vllm:nixl_bytes_transferred"].observe(dc, kv_bytes)
+        h["vllm:nixl_num_descriptors"].observe(dc, np.ceil(prompt / BLOCK_TOKENS))
+        np.add.at(self.decode_pool.counters["nixl_failed_transfers"], dc, failed)
         self._router_requests(done, pf_global, self.dc_engine[done], xfer)
 
     def _router_requests(
@@ -389,7 +380,8 @@ class RackModel:
             self.step_carry[i] += steps
             whole = float(np.floor(self.step_carry[i]))
             self.step_carry[i] -= whole
-            self._step_phases(inst, np.arange(inst.dp), np.full(inst.dp, step), whole)  # all ranks step together
+            self._phases(inst, np.arange(inst.dp), np.full(inst.dp, step), whole)  # all ranks step together
+            self._api_output(inst, whole * inst.dp)
             eng_batch = batch[i * topo.decode_dp : (i + 1) * topo.decode_dp]
             busy = np.flatnonzero(eng_batch > 0)
             inst.histograms["vllm:iteration_tokens_total"].observe(busy, eng_batch[busy], steps)
@@ -412,9 +404,8 @@ class RackModel:
         for i, inst in enumerate(self.decode):
             inst.counters["num_preemptions"] += whole[i * dp : (i + 1) * dp]
 
-    def _step_phases(self, inst: InstanceStats, engines: np.ndarray, step: np.ndarray, weight: float) -> None:
-        """The plugin's view of `weight` engine steps of `step` seconds on each of `engines`; the
-        API server handles each step's outputs once."""
+    def _phases(self, stats: InstanceStats, engines: np.ndarray, step: np.ndarray, weight: float) -> None:
+        """The plugin's view of `weight` engine steps of `step` seconds on each of `engines`."""
         o = self.profile.overhead
         shares = {
             "schedule": o.schedule_fraction,
@@ -423,11 +414,14 @@ class RackModel:
             "update": o.update_fraction,
             "forward": o.forward_fraction(),
         }
-        inst.phases["step"].observe(engines, step, weight)
+        stats.phases["step"].observe(engines, step, weight)
         for phase, share in shares.items():
-            inst.phases[phase].observe(engines, step * share, weight)
+            stats.phases[phase].observe(engines, step * share, weight)
+
+    def _api_output(self, inst: InstanceStats, steps: float) -> None:
+        """The instance's API server handles each of `steps` engine steps' outputs once."""
         jitter = float(np.exp(self.overhead_rng.normal(0.0, 0.25)))
-        inst.api_output.observe(0, o.api_output_seconds * jitter, weight * len(engines))
+        inst.api_output.observe(0, self.profile.overhead.api_output_seconds * jitter, steps)
 
     def _finish_decode(self, agents: np.ndarray, finish: np.ndarray) -> None:
         topo, wl = self.profile.topology, self.profile.workload
@@ -437,39 +431,35 @@ class RackModel:
         first = self.first_token[agents]
         decode_time = np.maximum(finish - first, 0.0)
         tpot = np.where(n_out > 1, decode_time / np.maximum(n_out - 1, 1), 0.0)
-        dinst, deng = np.divmod(self.dc_engine[agents], topo.decode_dp)
+        e, c, h = self.dc_engine[agents], self.decode_pool.counters, self.decode_pool.histograms
         stopped = self.stopped[agents]
-        for i, inst in enumerate(self.decode):
-            sel = dinst == i
-            if not sel.any():
-                continue
-            e = deng[sel]
-            c, h = inst.counters, inst.histograms
-            for name in (
-                "prompt_tokens",
-                "prompt_external_kv_transfer",
-                "cached_p2p",
-                "external_prefix_cache_queries",
-                "external_prefix_cache_hits",
-            ):
-                np.add.at(c[name], e, prompt[sel])
-            np.add.at(c["success_stop"], e, stopped[sel])
-            np.add.at(c["success_length"], e, ~stopped[sel])
-            h["vllm:request_prompt_tokens"].observe(e, prompt[sel])
-            h["vllm:request_prefill_kv_computed_tokens"].observe(e, prompt[sel])
-            h["vllm:request_generation_tokens"].observe(e, n_out[sel])
-            h["vllm:request_max_num_generation_tokens"].observe(e, np.full(sel.sum(), 16384.0))
-            h["vllm:request_params_max_tokens"].observe(e, np.full(sel.sum(), 16384.0))
-            h["vllm:request_params_n"].observe(e, np.ones(sel.sum()))
-            h["vllm:request_num_preemptions"].observe(e, np.zeros(sel.sum()))
-            h["vllm:time_to_first_token_seconds"].observe(e, first[sel] - arrive[sel])
-            h["vllm:request_time_per_output_token_seconds"].observe(e, tpot[sel])
-            h["vllm:e2e_request_latency_seconds"].observe(e, finish[sel] - arrive[sel])
-            h["vllm:request_queue_time_seconds"].observe(e, self.kv_ready[agents][sel] - arrive[sel])
-            h["vllm:request_inference_time_seconds"].observe(e, finish[sel] - self.kv_ready[agents][sel])
-            h["vllm:request_prefill_time_seconds"].observe(e, first[sel] - self.kv_ready[agents][sel])
-            h["vllm:request_decode_time_seconds"].observe(e, decode_time[sel])
-            inst.http_requests += sel.sum()
+        for name in (
+            "prompt_tokens",
+            "prompt_external_kv_transfer",
+            "cached_p2p",
+            "external_prefix_cache_queries",
+            "external_prefix_cache_hits",
+        ):
+            np.add.at(c[name], e, prompt)
+        np.add.at(c["success_stop"], e, stopped)
+        np.add.at(c["success_length"], e, ~stopped)
+        kv_ready = self.kv_ready[agents]
+        h["vllm:request_prompt_tokens"].observe(e, prompt)
+        h["vllm:request_prefill_kv_computed_tokens"].observe(e, prompt)
+        h["vllm:request_generation_tokens"].observe(e, n_out)
+        h["vllm:request_max_num_generation_tokens"].observe(e, np.full(agents.size, 16384.0))
+        h["vllm:request_params_max_tokens"].observe(e, np.full(agents.size, 16384.0))
+        h["vllm:request_params_n"].observe(e, np.ones(agents.size))
+        h["vllm:request_num_preemptions"].observe(e, np.zeros(agents.size))
+        h["vllm:time_to_first_token_seconds"].observe(e, first - arrive)
+        h["vllm:request_time_per_output_token_seconds"].observe(e, tpot)
+        h["vllm:e2e_request_latency_seconds"].observe(e, finish - arrive)
+        h["vllm:request_queue_time_seconds"].observe(e, kv_ready - arrive)
+        h["vllm:request_inference_time_seconds"].observe(e, finish - kv_ready)
+        h["vllm:request_prefill_time_seconds"].observe(e, first - kv_ready)
+        h["vllm:request_decode_time_seconds"].observe(e, decode_time)
+        for inst, n in zip(self.decode, np.bincount(e // topo.decode_dp, minlength=len(self.decode)), strict=True):
+            inst.http_requests += n
         chat = self.user[agents] % 10 < 7
         r = self.router
         assert r.duration is not None
@@ -527,32 +517,40 @@ class RackModel:
             r.pending_decode_requests[url] = float(waiting_dc[s].sum())
 
     def _hardware(self, dt: float) -> None:
-        topo = self.profile.topology
+        """Every GPU's power, utilisation, memory and energy over the last `dt` seconds, at once."""
+        topo, role = self.profile.topology, self._roles
         idle, peak = topo.gpu_power_idle_watts, topo.gpu_power_max_watts
-        weights_mib = 0.55 * topo.gpu_memory_mib
+        prefill, decode = role == "prefill", role == "decode"
+        busy = np.zeros(len(role))
+        intensity = np.zeros(len(role))
+        kv = np.zeros(len(role))
+        busy[prefill] = np.minimum(self.prefill_busy_seconds / dt, 1.0)
+        intensity[prefill] = busy[prefill] * 0.85
+        kv[prefill] = np.concatenate([s.gauges["kv_cache_usage"] for s in self.prefill])
+        busy[decode] = 1.0 if self.decode_batch.sum() > 0 else 0.0  # ranks step together
         bmax = max(self.decode_batch.max(initial=0), 1.0)
-        for p, g in zip(self.placements, self.gpus):
-            if p.role == "prefill":
-                i = p.instance * topo.prefill_dp + p.engine
-                busy = min(self.prefill_busy_seconds[i] / dt, 1.0)
-                intensity = busy * 0.85
-                kv = self.prefill[p.instance].gauges["kv_cache_usage"][p.engine]
-            elif p.role == "decode":
-                i = p.instance * topo.decode_dp + p.engine
-                busy = 1.0 if self.decode_batch.sum() > 0 else 0.0  # ranks step together
-                intensity = busy * (0.35 + 0.5 * self.decode_batch[i] / bmax)
-                kv = self.decode[p.instance].gauges["kv_cache_usage"][p.engine]
-            else:
-                busy = intensity = kv = 0.0
-            noise = self.rng.normal(0, 0.01)
-            g.util = float(np.clip(100 * busy - abs(noise) * 100, 0, 100))
-            g.tensor_active = float(np.clip(intensity * 0.8 + noise, 0, 1))
-            g.dram_active = float(np.clip(intensity * 0.6 + noise, 0, 1))
-            g.power_watts = float(idle + (peak - idle) * np.clip(intensity + noise, 0, 1))
-            g.energy_mj += g.power_watts * dt * 1000.0
-            g.fb_used_mib = float(weights_mib + 0.4 * topo.gpu_memory_mib * kv)
-            g.temp_c = float(28 + 0.035 * g.power_watts)
-            g.nvlink_bytes += intensity * 4e11 * dt
+        intensity[decode] = busy[decode] * (0.35 + 0.5 * self.decode_batch / bmax)
+        kv[decode] = np.concatenate([s.gauges["kv_cache_usage"] for s in self.decode])
+        noise = self.rng.normal(0, 0.01, len(role))  # one draw per GPU, in order
+        util = np.clip(100 * busy - abs(noise) * 100, 0, 100)
+        power = idle + (peak - idle) * np.clip(intensity + noise, 0, 1)
+        columns = (
+            util,
+            np.clip(intensity * 0.8 + noise, 0, 1),
+            np.clip(intensity * 0.6 + noise, 0, 1),
+            power,
+            power * dt * 1000.0,
+            0.55 * topo.gpu_memory_mib + 0.4 * topo.gpu_memory_mib * kv,
+            28 + 0.035 * power,
+            intensity * 4e11 * dt,
+        )
+        for g, (u, tensor, dram, watts, joules, fb, temp, nvlink) in zip(
+            self.gpus, zip(*(c.tolist() for c in columns)), strict=True
+        ):
+            g.util, g.tensor_active, g.dram_active, g.power_watts = u, tensor, dram, watts
+            g.energy_mj += joules
+            g.fb_used_mib, g.temp_c = fb, temp
+            g.nvlink_bytes += nvlink
         self.prefill_busy_seconds[:] = 0.0
 
 

@@ -259,6 +259,24 @@ class InstanceStats:
             phases={p: Histogram.zeros(STEP_BUCKETS, dp) for p in (*STEP_PHASES, "step")},
         )
 
+    def rows(self, name: str, dp: int, first: int) -> InstanceStats:
+        """An instance whose `dp` engines are this one's engines `first` on: its counters, gauges and
+        histograms are views of these, so the model can update a whole pool's instances at once."""
+
+        def part(h: Histogram) -> Histogram:
+            return Histogram(h.bounds, h.counts[first : first + dp], h.sums[first : first + dp])
+
+        return InstanceStats(
+            name=name,
+            role=self.role,
+            dp=dp,
+            histograms={fam: part(h) for fam, h in self.histograms.items()},
+            counters={c: a[first : first + dp] for c, a in self.counters.items()},
+            gauges={g: a[first : first + dp] for g, a in self.gauges.items()},
+            created=self.created,
+            phases={p: part(h) for p, h in self.phases.items()},
+        )
+
 
 @dataclass
 class RouterStats:
