@@ -83,12 +83,20 @@ def test_a_memory_limit_holds_for_writer_and_readers_and_cannot_be_lifted_by_sql
     wh.close()
 
 
+def test_a_checkpoint_threshold_is_the_writers_and_the_readers(tmp_path):
+    wh = Warehouse(tmp_path / "m.duckdb", checkpoint_threshold="256MB")
+    assert wh.write(lambda con: con.sql("SELECT current_setting('checkpoint_threshold')").fetchone()[0]) == "244.1 MiB"
+    assert wh.query_df("SELECT current_setting('checkpoint_threshold') AS c")["c"][0] == "244.1 MiB"
+    wh.close()
+
+
+@pytest.mark.parametrize("setting", ["memory_limit", "checkpoint_threshold"])
 @pytest.mark.parametrize("bad", ["lots", "4", "-1GB", "1GB; DROP TABLE samples", "50%"])
-def test_a_bad_memory_limit_is_refused_before_the_file_is_touched(tmp_path, bad):
+def test_a_bad_size_is_refused_before_the_file_is_touched(tmp_path, setting, bad):
     from warehouse.db import WarehouseError
 
     with pytest.raises(WarehouseError, match="give a size such as"):
-        Warehouse(tmp_path / "m.duckdb", memory_limit=bad)
+        Warehouse(tmp_path / "m.duckdb", **{setting: bad})
     assert not (tmp_path / "m.duckdb").exists()
 
 
