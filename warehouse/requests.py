@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -122,16 +123,16 @@ def _plain_columns(records: list[Any], after: int) -> dict[str, Any] | None:
     """A page's records as columns (seq, then _COLUMNS) when each is one _record_row takes as it is
     (no repair, no refusal) and their seqs rise from after `after`; None otherwise, for the record
     by record reading to say what is wrong. The same rows, column by column: each check is
-    _record_row's, over a column at once."""
+    _record_row's, over a column at once (a column's types checked as the set of them)."""
     if not all(type(r) is dict for r in records):
         return None
-    get = {k: [r.get(k) for r in records] for k in ("seq", *_TEXT, *_INT, "cached_prompt_tokens")}
+    get = _fields(records)
     seq = get["seq"]
-    if not _counts(seq) or (seq and (seq[0] <= after or any(a >= b for a, b in zip(seq, seq[1:], strict=False)))):
+    if not _counts(seq) or (seq and (seq[0] <= after or any(map(operator.ge, seq, seq[1:])))):
         return None
     for k in _TEXT:
         texts = get[k]
-        if not all(type(t) is str for t in texts) or max(map(len, texts), default=0) > MAX_TEXT:
+        if not _types(texts) <= {str} or max(map(len, texts), default=0) > MAX_TEXT:
             return None
         try:
             "".join(texts).encode("utf-8")  # valid UTF-8 throughout: nothing to repair
@@ -139,21 +140,29 @@ def _plain_columns(records: list[Any], after: int) -> dict[str, Any] | None:
             return None
     if not all(_counts(get[k]) for k in _INT) or max(get["status"], default=0) > 999:
         return None
-    cached = get["cached_prompt_tokens"]
-    if any(c is not None and (type(c) is not int or not 0 <= c <= p) for c, p in zip(cached, get["prompt_tokens"])):
+    cached, prompt = get["cached_prompt_tokens"], get["prompt_tokens"]
+    if _types(cached) <= {int}:
+        if min(cached, default=0) < 0 or any(map(operator.gt, cached, prompt)):
+            return None
+    elif any(c is not None and (type(c) is not int or not 0 <= c <= p) for c, p in zip(cached, prompt, strict=True)):
         return None
     nums: dict[str, np.ndarray] = {}
     null: dict[str, np.ndarray] = {}
     for k in ("started_at", "e2e_seconds", *_OPT_FLOAT):
-        col = [r.get(k) for r in records]
-        optional = k in _OPT_FLOAT
-        if not all(type(v) is float or type(v) is int or (optional and v is None) for v in col):
+        col = get[k]
+        types = _types(col)
+        if not types <= ({float, int, type(None)} if k in _OPT_FLOAT else {float, int}):
             return None
+        nones = col.count(None)
         try:
-            values = np.array([np.nan if v is None else v for v in col], dtype=np.float64)
+            if 0 < nones < len(col):
+                values = np.array([np.nan if v is None else v for v in col], dtype=np.float64)
+                given = np.array([v is not None for v in col], dtype=bool)  # NaN is a value, and not a finite one
+            else:  # the column given in whole, or not at all
+                values = np.array(col, dtype=np.float64) if not nones else np.full(len(col), np.nan)
+                given = np.full(len(col), not nones)
         except OverflowError:
             return None
-        given = np.array([v is not None for v in col], dtype=bool)  # NaN is a value, and not a finite one
         if not (np.isfinite(values[given]).all() and (values[given] >= 0).all()):
             return None
         nums[k], null[k] = values, ~given
@@ -163,16 +172,45 @@ def _plain_columns(records: list[Any], after: int) -> dict[str, Any] | None:
     columns: dict[str, Any] = {k: get[k] for k in ("seq", *_TEXT, *_INT)}
     columns.update({"started_at": started, "finished_at": finished, "user_id": get["user"]})
     columns["cached_prompt_tokens"] = cached
-    columns["stream"] = [bool(r.get("stream")) for r in records]
-    columns["usage_reported"] = [bool(r.get("usage_reported")) for r in records]
+    columns["stream"] = list(map(bool, get["stream"]))
+    columns["usage_reported"] = list(map(bool, get["usage_reported"]))
     columns.update({k: pa.array(nums[k], mask=null[k]) for k in _OPT_FLOAT})
     columns["e2e_seconds"] = nums["e2e_seconds"]
     return columns
 
 
+_FIELDS = (
+    "seq",
+    *_TEXT,
+    *_INT,
+    "cached_prompt_tokens",
+    "started_at",
+    "e2e_seconds",
+    *_OPT_FLOAT,
+    "stream",
+    "usage_reported",
+)
+
+
+def _fields(records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Each of _FIELDS as a column, None where a record lacks it."""
+    return {k: _field(records, k) for k in _FIELDS}
+
+
+def _field(records: list[dict[str, Any]], k: str) -> list[Any]:
+    try:
+        return list(map(operator.itemgetter(k), records))
+    except KeyError:  # a record without it
+        return [r.get(k) for r in records]
+
+
+def _types(values: list[Any]) -> set[type]:
+    return set(map(type, values))
+
+
 def _counts(values: list[Any]) -> bool:
     """Every value is a count (moemeter.columns.is_count)."""
-    return all(type(v) is int for v in values) and (not values or (min(values) >= 0 and max(values) <= MAX_COUNT))
+    return _types(values) <= {int} and (not values or (min(values) >= 0 and max(values) <= MAX_COUNT))
 
 
 LATEST_SECOND = 253402300000  # a little before 10000-01-01: later times go record by record

@@ -9,12 +9,14 @@ child simulates the next round while the parent parses and stores this one.
 
 from __future__ import annotations
 
-import pickle
+import contextlib
+import multiprocessing
 import subprocess
 import sys
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from types import TracebackType
 
 from .config import TwinProfile
@@ -60,17 +62,17 @@ class TwinRounds:
         faults: tuple[Fault, ...] = (),
         snapshot_every: int = 1,
     ) -> None:
-        # A plain child process (multiprocessing would leave its resource tracker running after it);
-        # main() imported, not run as __main__, so that both ends pickle this module's classes.
+        # A plain child process (multiprocessing's would leave its resource tracker running after
+        # it), talking over a socket pair: messages framed by their length, whatever else the child
+        # writes to its stdout. main() is imported, not run as __main__, so that both ends pickle this
+        # module's classes.
+        self._conn, child_end = multiprocessing.Pipe()
         self._child = subprocess.Popen(
-            [sys.executable, "-c", f"from {__name__} import main; main()"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            [sys.executable, "-c", f"from {__name__} import main; main({child_end.fileno()})"],
+            pass_fds=(child_end.fileno(),),
         )
-        assert self._child.stdin is not None and self._child.stdout is not None
-        self._out = self._child.stdout
-        with self._child.stdin as given:
-            pickle.dump((profile, times, seed, tick, faults, snapshot_every), given, protocol=pickle.HIGHEST_PROTOCOL)
+        child_end.close()
+        self._conn.send((profile, times, seed, tick, faults, snapshot_every))
         self._times = times
         self.targets: list[Target] = self._receive()
 
@@ -80,8 +82,8 @@ class TwinRounds:
 
     def _receive(self):  # type: ignore[no-untyped-def]
         try:
-            kind, body = pickle.load(self._out)
-        except (EOFError, pickle.UnpicklingError):
+            kind, body = self._conn.recv()
+        except (EOFError, OSError):
             code = self._child.wait(10)
             raise TwinProcessError(f"the twin's process ended early (exit code {code})") from None
         if kind == "error":
@@ -92,7 +94,7 @@ class TwinRounds:
         if self._child.poll() is None:
             self._child.terminate()
         self._child.wait(10)
-        self._out.close()
+        self._conn.close()
 
     def __enter__(self) -> TwinRounds:
         return self
@@ -103,14 +105,13 @@ class TwinRounds:
         self.close()
 
 
-def main() -> None:
-    """The child: the twin warmed up to the first time, then a round per time, sent on stdout."""
-    profile, times, seed, tick, faults, snapshot_every = pickle.load(sys.stdin.buffer)
-    out = sys.stdout.buffer
+def main(fd: int) -> None:
+    """The child: the twin warmed up to the first time, then a round per time, sent on `fd`."""
+    conn = Connection(fd)
+    profile, times, seed, tick, faults, snapshot_every = conn.recv()
 
     def send(kind: str, body: object) -> None:
-        pickle.dump((kind, body), out, protocol=pickle.HIGHEST_PROTOCOL)
-        out.flush()
+        conn.send((kind, body))
 
     try:
         twin = Twin(profile, seed=seed, start=times[0] - WARMUP_SECONDS, tick=tick, faults=faults)
@@ -126,7 +127,8 @@ def main() -> None:
             page = feed.page(after, len(feed.records))
             after = int(page["next"])  # type: ignore[call-overload]
             send("round", Round(at, pages, snaps, page))
-    except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C reaches the process group; the parent went away
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the parent says so
         pass
     except BaseException:
-        send("error", traceback.format_exc())
+        with contextlib.suppress(OSError):  # unless the parent is gone
+            send("error", traceback.format_exc())

@@ -215,7 +215,7 @@ FIELDS = ["seq", *rec(0).to_json()]
 
 @st.composite
 def feed_pages(draw) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
-    """Records as a gateway writes them, some with a field set to something odd."""
+    """Records as a gateway writes them, some with a field set to something odd or left out."""
     records = []
     for i in range(1, draw(st.integers(0, 6)) + 1):
         r = {
@@ -224,6 +224,8 @@ def feed_pages(draw) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
         }
         if draw(st.booleans()):
             r[draw(st.sampled_from(FIELDS))] = draw(ODD_VALUES | st.text(max_size=3))
+        if draw(st.integers(0, 4)) == 0:
+            del r[draw(st.sampled_from(FIELDS))]  # a record without one of its fields
         records.append(r)
     return records
 
