@@ -619,6 +619,42 @@ SECTIONS = {
 }
 
 
+TARGETS = (
+    # (what, section, how the figure is read from it, at most)
+    ("raw storage, bytes per scraped sample", "storage", lambda r: r["raw_bytes_per_sample"], 3.0),
+    (
+        "ingest CPU per sample, metrics alone, x Prometheus's",
+        "vs_prometheus",
+        lambda r: r["metrics_only_over_prometheus_cpu_per_sample"],
+        2.0,
+    ),
+    (
+        "slowest page's p95 at 24 h, seconds",
+        "history",
+        lambda r: max(v for k, v in r["pages"].items() if k.endswith("_24h_p95_seconds")),
+        0.3,
+    ),
+    ("a day fast-forwarded at 60 s, minutes", "history", lambda r: r["wall_seconds"] / 60, 20.0),
+)
+"""The storage and ingest targets (docs/operations.md), each read from its section's last result."""
+
+
+def targets(result: dict[str, Any]) -> list[str]:
+    """A line per target: the figure, the bound, met or not, and which run measured it."""
+    lines = []
+    for what, name, read, bound in TARGETS:
+        section = result.get(name)
+        if section is None or (name == "history" and section.get("span") != "24h"):
+            lines.append(f"{what}: not measured (run `python -m benchmarks.run {name}`)")
+            continue
+        figure = read(section)
+        verdict = "met" if figure <= bound else "NOT met"
+        lines.append(
+            f"{what}: {figure:.3g} (at most {bound:g}: {verdict}) - {section['commit']}, {section['measured_at']}"
+        )
+    return lines
+
+
 def main() -> None:
     names = sys.argv[1:] or list(SECTIONS)
     unknown = [n for n in names if n not in SECTIONS]
@@ -638,6 +674,7 @@ def main() -> None:
             result[name] = {**measured, **section}
             path.write_text(json.dumps(result, indent=2) + "\n")
             print(json.dumps({name: result[name]}, indent=2), flush=True)
+    print("\n".join(["targets:", *targets(result)]))
 
 
 if __name__ == "__main__":

@@ -20,13 +20,13 @@ import pyarrow as pa
 
 from moemeter.columns import MAX_COUNT, clean_text, is_count
 from moemeter.errors import MoemeterError
+from stack.gateway.records import SCHEMA, ColumnPage
 
 from .db import insert_arrow, record_rejected
 from .slo import ensure_slo_sheet, slo_params
 from .sql import sql
 
 log = logging.getLogger(__name__)
-SCHEMA = "moemeter.requests/1"
 MAX_TEXT = 1024  # the gateway cuts user names to 256 characters; anything this long is not a record
 _TEXT = ("request_id", "user", "tenant", "model", "endpoint", "outcome")
 _INT = ("status", "prompt_tokens", "generated_tokens")
@@ -119,14 +119,12 @@ def _finite(v: float) -> bool:
         return False
 
 
-def _plain_columns(records: list[Any], after: int) -> dict[str, Any] | None:
-    """A page's records as columns (seq, then _COLUMNS) when each is one _record_row takes as it is
-    (no repair, no refusal) and their seqs rise from after `after`; None otherwise, for the record
-    by record reading to say what is wrong. The same rows, column by column: each check is
-    _record_row's, over a column at once (a column's types checked as the set of them)."""
-    if not all(type(r) is dict for r in records):
-        return None
-    get = _fields(records)
+def _plain_columns(get: dict[str, list[Any]], after: int) -> dict[str, Any] | None:
+    """A page's records, given as their fields' columns (_fields), as the table's columns (seq, then
+    _COLUMNS) when each is one _record_row takes as it is (no repair, no refusal) and their seqs
+    rise from after `after`; None otherwise, for the record by record reading to say what is wrong.
+    The same rows, column by column: each check is _record_row's, over a column at once (a column's
+    types checked as the set of them)."""
     seq = get["seq"]
     if not _counts(seq) or (seq and (seq[0] <= after or any(map(operator.ge, seq, seq[1:])))):
         return None
@@ -274,8 +272,11 @@ class RequestIngestor:
         return self._cursors[gateway]
 
     def write(self, con: duckdb.DuckDBPyConnection, gateway: str, page: Any, now: datetime) -> int:
-        """Store one feed page (inside the caller's transaction); returns records stored."""
-        if not isinstance(page, dict) or page.get("schema") != SCHEMA or not isinstance(page.get("records"), list):
+        """Store one feed page (inside the caller's transaction); returns records stored. A page is
+        its records, or (made in this process: stack.gateway.records.ColumnPage) their columns."""
+        in_columns = type(page) is ColumnPage
+        body, kind = ("fields", dict) if in_columns else ("records", list)
+        if not isinstance(page, dict) or page.get("schema") != SCHEMA or not isinstance(page.get(body), kind):
             raise FeedError(f"{gateway}: not a {SCHEMA} feed page")
         log_id = page.get("log_id")
         if not isinstance(log_id, str) or not log_id:
@@ -295,11 +296,18 @@ class RequestIngestor:
             gap = oldest - cur.seq - 1
             cur.lost += gap
             log.error("gateway %s dropped %d request records from its log before they were read", gateway, gap)
-        records = page["records"]
-        columns = _plain_columns(records, cur.seq)
-        if columns is not None:  # every record as _record_row takes it: read column by column
-            last, stored = (records[-1]["seq"], len(records)) if records else (cur.seq, 0)
+        if in_columns:
+            fields, records = page["fields"], None
         else:
+            records = page["records"]
+            fields = _fields(records) if all(type(r) is dict for r in records) else None
+        columns = _plain_columns(fields, cur.seq) if fields is not None else None
+        if columns is not None:  # every record as _record_row takes it: read column by column
+            seqs = columns["seq"]
+            last, stored = (seqs[-1], len(seqs)) if seqs else (cur.seq, 0)
+        else:
+            if records is None:
+                records = [dict(zip(fields, row, strict=True)) for row in zip(*fields.values(), strict=True)]
             last, stored, columns = self._one_by_one(gateway, cur, records, now, con)
         if stored:
             ensure_slo_sheet(con, now)  # the first records are held to the default sheet unless one was loaded

@@ -6,19 +6,15 @@ from __future__ import annotations
 import functools
 import uuid
 from collections import deque
-from dataclasses import fields
-from itertools import islice
 from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
 from stack.gateway.metrics import GatewayMetrics
-from stack.gateway.records import SCHEMA, RequestRecord
+from stack.gateway.records import RECORD_KEYS, SCHEMA, ColumnPage
 
 USERS_PER_TENANT = 15
-RECORD_KEYS = ("seq", *(f.name for f in fields(RequestRecord)))
-"""A feed record's keys, in order: its sequence number, then RequestRecord's fields."""
 
 
 class TwinGatewayLog:
@@ -28,7 +24,12 @@ class TwinGatewayLog:
         # numbers passed the old cursor (seen: a Users page whose last request was 7 h old).
         self.log_id = f"twin-seed-{seed}-{uuid.uuid4().hex[:12]}"
         self.model = model
-        self.records: deque[dict[str, object]] = deque(maxlen=keep)
+        self.keep = keep
+        # The records kept, as the columns each batch came in (RECORD_KEYS -> a list each), oldest
+        # first: a record is a dict only in a page that asks for it (a day's fast-forward makes
+        # 65 M of them and reads them as columns).
+        self._batches: deque[dict[str, list[Any]]] = deque()
+        self.oldest = 1  # the seq of the oldest record kept
         self.seq = 0
         self.metrics = GatewayMetrics()
         self.registry = CollectorRegistry(auto_describe=False)
@@ -46,8 +47,7 @@ class TwinGatewayLog:
         tpot: np.ndarray,
     ) -> None:
         """One record per finished request, as RequestRecord(...).to_json() would give it, built
-        column by column (a day's fast-forward makes 65 M of them: record by record, the twin spent
-        a third of its time here)."""
+        column by column (record by record, the twin spent a third of its time here)."""
         n = len(user)
         itl = np.where((generated > 1) & (tpot > 0), tpot, np.nan)  # NaN: none (a None in the record)
         ttft, e2e = np.maximum(first - arrival, 0.0), np.maximum(finish - arrival, 0.0)
@@ -81,21 +81,57 @@ class TwinGatewayLog:
         }
         if tuple(columns) != RECORD_KEYS:
             raise AssertionError(f"the twin's records are not RequestRecord's: {list(columns)} vs {RECORD_KEYS}")
-        self.records.extend(dict(zip(RECORD_KEYS, row, strict=True)) for row in zip(*columns.values(), strict=True))
+        if n:
+            self._batches.append(columns)
+        self._forget(self.seq - self.keep + 1)
         self.metrics.observe_ok(users, tokens["prompt"], tokens["cached"], tokens["generated"], ttft, itl, e2e)
 
+    def __len__(self) -> int:
+        """The records kept."""
+        return self.seq - self.oldest + 1
+
+    def _forget(self, oldest: int) -> None:
+        """Keep the records from seq `oldest` on."""
+        while self._batches and self.oldest < oldest:
+            first = self._batches[0]
+            drop = min(oldest - self.oldest, len(first["seq"]))
+            if drop == len(first["seq"]):
+                self._batches.popleft()
+            else:
+                self._batches[0] = {k: col[drop:] for k, col in first.items()}
+            self.oldest += drop
+
+    def _fields(self, first: int, stop: int) -> dict[str, list[Any]]:
+        """The columns of the records with seq in [first, stop)."""
+        out: dict[str, list[Any]] = {k: [] for k in RECORD_KEYS}
+        for batch in self._batches:
+            at = batch["seq"][0]
+            lo, hi = max(first - at, 0), min(stop - at, len(batch["seq"]))
+            if lo < hi:
+                for k, col in batch.items():
+                    out[k] += col[lo:hi]
+        return out
+
     def page(self, after: int, limit: int) -> dict[str, object]:
-        oldest = self.seq - len(self.records) + 1 if self.records else None
-        start = max(after - (oldest or 0) + 1, 0) if oldest else 0
-        rows = list(islice(self.records, start, start + limit))  # a deque's [i] walks from its nearer end
+        """The feed's page: the records with seq > after that are kept, at most `limit`."""
+        first = max(after + 1, self.oldest)
+        fields = self._fields(first, first + limit)
+        rows = [dict(zip(RECORD_KEYS, row, strict=True)) for row in zip(*fields.values(), strict=True)]
         return {
             "schema": SCHEMA,
             "log_id": self.log_id,
-            "oldest": oldest,
+            "oldest": self.oldest if len(self) else None,
             "records": rows,
             "next": rows[-1]["seq"] if rows else after,
-            "more": start + limit < len(self.records),
+            "more": first + limit <= self.seq,
         }
+
+    def column_page(self, after: int) -> ColumnPage:
+        """Every record with seq > after that is kept, as columns (for the fast-forward)."""
+        first = max(after + 1, self.oldest)
+        fields = self._fields(first, self.seq + 1)
+        page = {"schema": SCHEMA, "log_id": self.log_id, "oldest": self.oldest if len(self) else None}
+        return ColumnPage(page, fields=fields, next=max(self.seq, after), more=False)
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()

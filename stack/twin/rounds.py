@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
 
+from stack.gateway.records import ColumnPage
+
 from .config import TwinProfile
 from .faults import Fault
 from .server import WARMUP_SECONDS, Twin
@@ -45,7 +47,7 @@ class Round:
     at: float
     pages: dict[str, str]  # endpoint -> its /metrics text
     snapshots: dict[str, dict[str, object]]  # endpoint -> its expert snapshot, on the rounds that pull them
-    feed: dict[str, object]  # the gateway feed's page of records new since the round before
+    feed: ColumnPage  # the gateway feed's records new since the round before
 
 
 class TwinRounds:
@@ -124,7 +126,7 @@ def main(fd: int) -> None:
         for k, at in enumerate(times):
             pages = twin.pages(at)
             snaps = {name: take() for name, take in snapshots.items()} if k % snapshot_every == 0 else {}
-            page = feed.page(after, len(feed.records))
+            page = feed.column_page(after)
             after = int(page["next"])  # type: ignore[call-overload]
             send("round", Round(at, pages, snaps, page))
     except KeyboardInterrupt:  # Ctrl-C reaches the whole process group; the parent says so

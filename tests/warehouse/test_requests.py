@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stack.gateway.records import RecordLog, RequestRecord
+from stack.gateway.records import RECORD_KEYS, ColumnPage, RecordLog, RequestRecord
 from warehouse import requests as requests_module
 from warehouse.db import apply_migrations
 from warehouse.read import micros
@@ -230,15 +230,21 @@ def feed_pages(draw) -> list[dict[str, object]]:  # type: ignore[no-untyped-def]
     return records
 
 
-def stored(records: list[dict[str, object]], plain: bool) -> object:
-    """What writing one page of these records leaves: the requests, the cursor and the refusals."""
+def stored(records: list[dict[str, object]], plain: bool, in_columns: bool = False) -> object:
+    """What writing one page of these records leaves: the requests, the cursor and the refusals.
+    `in_columns`: the page made in process, its records as columns (a record without a field has
+    None there)."""
     c = duckdb.connect()
     apply_migrations(c)
+    page: dict[str, object] = {"schema": "moemeter.requests/1", "log_id": "A", "records": records}
+    if in_columns:
+        page = ColumnPage(page, fields={k: [r.get(k) for r in records] for k in RECORD_KEYS})
+        del page["records"]
     with pytest.MonkeyPatch.context() as m:
         if not plain:
             m.setattr(requests_module, "_plain_columns", lambda *a: None)  # record by record
         try:
-            RequestIngestor().write(c, "gw", {"schema": "moemeter.requests/1", "log_id": "A", "records": records}, T0)
+            RequestIngestor().write(c, "gw", page, T0)
         except FeedError as exc:
             return str(exc)
     return [c.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ("requests", "request_feeds", "rejected")]
@@ -247,14 +253,32 @@ def stored(records: list[dict[str, object]], plain: bool) -> object:
 @settings(max_examples=200, deadline=None)
 @given(feed_pages())
 def test_a_page_read_column_by_column_stores_what_reading_it_record_by_record_stores(records) -> None:
-    assert stored(records, plain=True) == stored(records, plain=False)
+    by_record = stored(records, plain=False)
+    assert stored(records, plain=True) == by_record
+    # a page made in this process, given as columns: the same, whichever way it is read
+    assert stored(records, plain=True, in_columns=True) == by_record
+    assert stored(records, plain=False, in_columns=True) == by_record
+
+
+def test_columns_are_read_only_from_a_page_made_in_this_process() -> None:
+    """A page from the network is JSON: plain dicts. Its "fields" are not read, whatever they hold."""
+    good = [{"seq": 1, **rec(1).to_json()}]
+    fields = {k: [r.get(k) for r in good] for k in RECORD_KEYS}
+    c = duckdb.connect()
+    apply_migrations(c)
+    page = {"schema": "moemeter.requests/1", "log_id": "A", "records": [], "fields": fields}
+    assert RequestIngestor().write(c, "gw", page, T0) == 0
+    with pytest.raises(FeedError, match="not a moemeter.requests/1 feed page"):
+        RequestIngestor().write(c, "gw", {k: v for k, v in page.items() if k != "records"}, T0)
+    assert c.execute("SELECT count(*) FROM requests").fetchone() == (0,)
 
 
 def test_a_gateways_page_is_read_column_by_column() -> None:
     records = [{"seq": i, **rec(i, started_at=EPOCH0 + i / 3).to_json()} for i in range(1, 50)]
-    columns = requests_module._plain_columns(records, 0)
+    fields = requests_module._fields(records)
+    columns = requests_module._plain_columns(fields, 0)
     assert columns is not None and list(columns["seq"]) == list(range(1, 50))
-    assert requests_module._plain_columns(records, 1) is None  # a record stored already: one by one
+    assert requests_module._plain_columns(fields, 1) is None  # a record stored already: one by one
 
 
 @settings(max_examples=2000, deadline=None)

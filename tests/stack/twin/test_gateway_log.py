@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 
 from stack.gateway.metrics import GatewayMetrics
-from stack.gateway.records import RequestRecord
+from stack.gateway.records import ColumnPage, RequestRecord
 from stack.twin.gateway_log import TwinGatewayLog
 from warehouse.db import apply_migrations
 from warehouse.requests import RequestIngestor
 
 
-def one_request(log: TwinGatewayLog, user: int) -> None:
-    t = 1_796_000_000.0
-    a = np.array
-    log.add(a([user]), a([t]), a([t + 0.1]), a([t + 1.0]), a([100]), a([50]), a([20]), a([0.005]))
+def one_request(log: TwinGatewayLog, user: int, n: int = 1) -> None:
+    """`n` requests of `user` (a batch, as the twin's finished requests of a tick come)."""
+    t = np.full(n, 1_796_000_000.0)
+    log.add(np.full(n, user), t, t + 0.1, t + 1.0, np.full(n, 100), np.full(n, 50), np.full(n, 20), np.full(n, 0.005))
 
 
 def test_a_restarted_twin_is_a_new_log_and_none_of_its_records_is_skipped():
@@ -39,11 +39,14 @@ def test_a_restarted_twin_is_a_new_log_and_none_of_its_records_is_skipped():
     assert users == ["user-0000", "user-0001", "user-0002", "user-0007"]
 
 
-def test_a_page_holds_the_records_after_the_cursor_that_the_log_still_keeps():
+@pytest.mark.parametrize("batch", [1, 3, 5])
+def test_a_page_holds_the_records_after_the_cursor_that_the_log_still_keeps(batch):
     log = TwinGatewayLog(seed=0, model="m", keep=10)
-    for u in range(25):
-        one_request(log, u)  # records 16..25 kept
-    for after in (0, 10, 15, 16, 20, 24, 25):
+    assert log.page(0, 5) == {**log.page(0, 5), "oldest": None, "records": [], "next": 0, "more": False}
+    for u in range(0, 25, batch):
+        one_request(log, u, min(batch, 25 - u))  # records 16..25 kept
+    assert len(log) == 10
+    for after in (0, 10, 15, 16, 20, 24, 25, 30):
         for limit in (1, 3, 10, 50):
             page = log.page(after, limit)
             seqs = [r["seq"] for r in page["records"]]  # type: ignore[attr-defined]
@@ -51,6 +54,13 @@ def test_a_page_holds_the_records_after_the_cursor_that_the_log_still_keeps():
             assert seqs == want, (after, limit)
             assert page["oldest"] == 16 and page["next"] == (want[-1] if want else after)
             assert page["more"] == (max(after + 1, 16) + limit <= 25)
+        # the fast-forward's page: every record kept after the cursor, as columns
+        whole = log.page(after, 100)
+        columns = log.column_page(after)
+        assert type(columns) is ColumnPage and columns["more"] is False
+        assert {k: v for k, v in columns.items() if k != "fields"} == {k: v for k, v in whole.items() if k != "records"}
+        fields = columns["fields"]
+        assert [dict(zip(fields, row, strict=True)) for row in zip(*fields.values(), strict=True)] == whole["records"]  # type: ignore[union-attr]
 
 
 def test_a_batch_of_records_and_its_metrics_are_those_of_the_gateways_request_by_request_path():
