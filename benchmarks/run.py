@@ -292,6 +292,7 @@ def bench_history(tmp: Path) -> dict[str, object]:
         "samples": ff["samples"],
         "db_megabytes": ff["db_megabytes"],
         "peak_rss_megabytes": ff["peak_rss_megabytes"],
+        "twin_peak_rss_megabytes": ff["twin_peak_rss_megabytes"],
     }
     with duckdb.connect(str(db), read_only=True) as con:
         for table in (

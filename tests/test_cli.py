@@ -170,7 +170,7 @@ def test_fast_forward_writes_history_through_the_ingest_path(tmp_path, capsys):
     out, err = capsys.readouterr()
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["samples"] > 7 * 39_000
-    assert summary["db_megabytes"] > 0 and summary["peak_rss_megabytes"] > 0
+    assert summary["db_megabytes"] > 0 and summary["peak_rss_megabytes"] > 0 and summary["twin_peak_rss_megabytes"] > 0
     assert "fast-forward: 0.5 min of 0.5 min written (100%)" in err  # progress, on stderr
     assert (
         main(

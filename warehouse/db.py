@@ -158,18 +158,22 @@ class Warehouse:
         read_only: str | None = None,
         memory_limit: str | None = None,
         checkpoint_threshold: str | None = None,
+        threads: int | None = None,
     ) -> None:
         """`read_only`: open without writing, for a file that cannot be written (the reason why);
         every write then fails at once and /health says so. `memory_limit` (e.g. "4GB"): DuckDB's
         buffer pool for the writer and every reader together (DuckDB's default: 80% of RAM); past
         it, DuckDB evicts cached blocks and spills large queries to disk. `checkpoint_threshold`
-        (a size): how large the write-ahead log grows before DuckDB checkpoints (its default 16 MB)."""
+        (a size): how large the write-ahead log grows before DuckDB checkpoints (its default 16 MB).
+        `threads`: DuckDB's worker threads (its default: one per core)."""
         self.path = str(path)
         for what, size in (("memory limit", memory_limit), ("checkpoint threshold", checkpoint_threshold)):
             if size is not None and not MEMORY_LIMIT.fullmatch(size.strip()):
                 raise WarehouseError(f"{what} {size!r}: give a size such as 512MB, 4GB or 2GiB")
         self.read_only, self._memory_limit, self._lock_down = read_only, memory_limit, lock_down
-        self._checkpoint_threshold = checkpoint_threshold
+        if threads is not None and threads < 1:
+            raise WarehouseError(f"threads {threads}: give at least 1")
+        self._checkpoint_threshold, self._threads = checkpoint_threshold, threads
         try:
             self._con = self._connect(locked=False)
         except duckdb.Error as exc:
@@ -196,6 +200,8 @@ class Warehouse:
         con = duckdb.connect(self.path, read_only=self.read_only is not None)
         if self._memory_limit is not None:
             con.execute(f"SET memory_limit = '{self._memory_limit.strip()}'")
+        if self._threads is not None:
+            con.execute(f"SET threads = {int(self._threads)}")
         if self._checkpoint_threshold is not None:
             con.execute(f"SET checkpoint_threshold = '{self._checkpoint_threshold.strip()}'")
         if locked and self._lock_down:

@@ -83,11 +83,14 @@ def test_a_memory_limit_holds_for_writer_and_readers_and_cannot_be_lifted_by_sql
     wh.close()
 
 
-def test_a_checkpoint_threshold_is_the_writers_and_the_readers(tmp_path):
-    wh = Warehouse(tmp_path / "m.duckdb", checkpoint_threshold="256MB")
-    assert wh.write(lambda con: con.sql("SELECT current_setting('checkpoint_threshold')").fetchone()[0]) == "244.1 MiB"
-    assert wh.query_df("SELECT current_setting('checkpoint_threshold') AS c")["c"][0] == "244.1 MiB"
+def test_a_checkpoint_threshold_and_threads_are_the_writers_and_the_readers(tmp_path):
+    wh = Warehouse(tmp_path / "m.duckdb", checkpoint_threshold="256MB", threads=1)
+    settings = "SELECT current_setting('checkpoint_threshold') AS c, current_setting('threads') AS t"
+    assert wh.write(lambda con: con.sql(settings).fetchone()) == ("244.1 MiB", 1)
+    assert wh.query_df(settings).to_dict("records") == [{"c": "244.1 MiB", "t": 1}]
     wh.close()
+    with pytest.raises(WarehouseError, match="threads 0: give at least 1"):
+        Warehouse(tmp_path / "t.duckdb", threads=0)
 
 
 @pytest.mark.parametrize("setting", ["memory_limit", "checkpoint_threshold"])
