@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
 
+from moemeter.errors import MoemeterError
 from stack.gateway.records import ColumnPage
 
 from .config import TwinProfile
@@ -26,7 +27,7 @@ from .faults import Fault
 from .server import WARMUP_SECONDS, Twin
 
 
-class TwinProcessError(RuntimeError):
+class TwinProcessError(MoemeterError, RuntimeError):
     """The twin's process failed (its traceback is the message) or ended early."""
 
 
