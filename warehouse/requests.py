@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from moemeter.columns import MAX_COUNT, clean_text, is_count
 from moemeter.errors import MoemeterError
-from stack.gateway.records import SCHEMA, ColumnPage
+from stack.gateway.records import SCHEMA, ColumnPage, records_of
 
 from .db import insert_arrow, record_rejected
 from .slo import ensure_slo_sheet, slo_params
@@ -307,7 +307,7 @@ class RequestIngestor:
             last, stored = (seqs[-1], len(seqs)) if seqs else (cur.seq, 0)
         else:
             if records is None:
-                records = [dict(zip(fields, row, strict=True)) for row in zip(*fields.values(), strict=True)]
+                records = records_of(fields)
             last, stored, columns = self._one_by_one(gateway, cur, records, now, con)
         if stored:
             ensure_slo_sheet(con, now)  # the first records are held to the default sheet unless one was loaded

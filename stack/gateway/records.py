@@ -17,6 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 SCHEMA = "moemeter.requests/1"
@@ -78,6 +79,11 @@ class ColumnPage(dict[str, object]):
     columns, one list per key of RECORD_KEYS under "fields", instead of a list of records under
     "records". The warehouse reads it with the same checks as records; a page read from the network
     is never one (JSON gives plain dicts)."""
+
+
+def records_of(fields: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The records whose fields these columns are, each a dict with the columns' keys in order."""
+    return [dict(zip(fields, row, strict=True)) for row in zip(*fields.values(), strict=True)]
 
 
 class RecordLog:

@@ -12,7 +12,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
 from stack.gateway.metrics import GatewayMetrics
-from stack.gateway.records import RECORD_KEYS, SCHEMA, ColumnPage
+from stack.gateway.records import RECORD_KEYS, SCHEMA, ColumnPage, records_of
 
 USERS_PER_TENANT = 15
 
@@ -115,8 +115,7 @@ class TwinGatewayLog:
     def page(self, after: int, limit: int) -> dict[str, object]:
         """The feed's page: the records with seq > after that are kept, at most `limit`."""
         first = max(after + 1, self.oldest)
-        fields = self._fields(first, first + limit)
-        rows = [dict(zip(RECORD_KEYS, row, strict=True)) for row in zip(*fields.values(), strict=True)]
+        rows = records_of(self._fields(first, first + limit))
         return {
             "schema": SCHEMA,
             "log_id": self.log_id,
