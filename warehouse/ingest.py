@@ -111,6 +111,7 @@ class _Raw:
 
     ts: datetime | None = None
     targets: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # name -> its row (first and last seen now)
+    seen: list[str] = field(default_factory=list)  # targets stored as they are: their last_seen alone moves to ts
     scrapes: list[tuple[Any, ...]] = field(default_factory=list)
     samples: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # ids, values, NULL
     increments: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
@@ -130,6 +131,8 @@ class _Raw:
                 """ON CONFLICT (name) DO UPDATE SET url = excluded.url, role = excluded.role, gpus = excluded.gpus,
                    stack = excluded.stack, hostname = excluded.hostname, last_seen = excluded.last_seen""",
             )
+        if self.seen:  # one column updated: a tenth of the upsert's CPU
+            con.execute("UPDATE targets SET last_seen = ? WHERE list_contains(?, name)", [self.ts, self.seen])
         if self.scrapes:
             names = ["ts", "target", "up", "duration_seconds", "samples", "bytes", "error"]
             types = [pa.timestamp("us"), pa.string(), _BOOL, _F64, pa.int32(), _I64, pa.string()]
@@ -143,6 +146,7 @@ class _Raw:
             columns = {"delta": pa.array(delta), "seconds": pa.array(seconds), "reset": pa.array(reset)}
             self._append(con, "increments", ids, columns)
         self.targets.clear()
+        self.seen.clear()
         self.scrapes.clear()
         self.samples.clear()
         self.increments.clear()
@@ -223,6 +227,7 @@ class Ingestor:
         # monotonic); kept for stored series only, so a target inventing labels adds none
         self._seen_as: dict[str, dict[tuple[str, tuple[tuple[str, str], ...], str, str], tuple[int, bool]]] = {}
         self._mapped: dict[str, _Mapped] = {}  # per target, its last page's layout, mapped
+        self._targets: dict[str, tuple[Any, ...]] = {}  # per target, its url, role, gpus, stack, hostname as stored
         self._longest = 0.0  # the longest interval of any stored increment
         self._loaded = False
         self.rollups = Rollups(retention)
@@ -239,6 +244,8 @@ class Ingestor:
         self._last_us[last["series_id"]] = last["us"]
         self._last_v[last["series_id"]] = last["value"]
         self._longest = float(con.execute("SELECT coalesce(max(seconds), 0) FROM longest_interval").fetchall()[0][0])
+        rows = con.execute("SELECT name, url, role, gpus, stack, hostname FROM targets").fetchall()
+        self._targets = {name: tuple(about) for name, *about in rows}
         self._loaded = True
 
     def _grow(self, last_id: int) -> None:
@@ -299,7 +306,12 @@ class Ingestor:
             self._load(con)
         self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
         t = batch.target
-        raw.targets[t.name] = (t.name, t.url, t.role, t.gpus, t.stack, t.hostname, batch.ts, batch.ts)
+        about = (t.url, t.role, t.gpus, t.stack, t.hostname)
+        if self._targets.get(t.name) == about:
+            raw.seen.append(t.name)
+        else:
+            raw.targets[t.name] = (t.name, *about, batch.ts, batch.ts)
+            self._targets[t.name] = about  # a rolled-back round leaves the collector a fresh Ingestor
         raw.scrapes.append(
             (batch.ts, t.name, batch.up, batch.duration_seconds, len(batch.samples), batch.bytes, batch.error)
         )

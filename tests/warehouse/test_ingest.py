@@ -91,6 +91,24 @@ def test_an_ingestor_restarted_on_the_same_file_continues_without_double_countin
     assert increments(c, "vllm:generation_tokens_total") == [(60.0, False)]
 
 
+def test_a_targets_row_keeps_its_first_sight_and_follows_its_last_scrape_and_its_latest_address(con):
+    """A target's row is written whole when the target is new or changed (another url, role...) and
+    only its last_seen moves otherwise, by a writer that runs on or by one restarted on the file."""
+    moved = TargetInfo("decode-0", "http://y/metrics", "prefill", 8, "test", "host-b")
+    other = TargetInfo("decode-1", "http://z/metrics", "decode", 64, "test")
+    first, restarted = Ingestor(), Ingestor()
+    rounds = [(first, TARGET), (first, TARGET), (Ingestor(), TARGET), (restarted, moved), (restarted, moved)]
+    for i, (ing, target) in enumerate([*rounds, (restarted, other)]):
+        ingest(con, ing, page(100 + i), T0 + timedelta(seconds=5 * i), target)
+    rows = con.execute(
+        "SELECT name, url, role, gpus, hostname, first_seen, last_seen FROM targets ORDER BY 1"
+    ).fetchall()
+    assert rows == [
+        ("decode-0", "http://y/metrics", "prefill", 8, "host-b", T0, T0 + timedelta(seconds=20)),
+        ("decode-1", "http://z/metrics", "decode", 64, "", T0 + timedelta(seconds=25), T0 + timedelta(seconds=25)),
+    ]
+
+
 def test_histogram_buckets_count_and_sum_get_increases_gauges_do_not(con, capture):
     ing = Ingestor()
     text = capture("vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt")
