@@ -2,9 +2,9 @@
 
 Raw samples roll up into per-minute rows once a later minute arrives, minutes into hours once a
 later hour arrives; gauges as mean and max. Counter increments roll up from the raw rows into
-the minute and hour tables at once, as each minute closes, split by the wall time their
-intervals cover (warehouse/sql/roll_increments.sql), and the roll's minute rows summed into six
-minutes, so anything computed from a rollup reconciles exactly with the raw counters, over any
+the minute table as each minute closes, split by the wall time their intervals cover
+(warehouse/sql/roll_increments.sql), and the roll's minute rows summed into six minutes and into
+hours at once (a minute lies in one of each), so anything computed from a rollup reconciles exactly with the raw counters, over any
 window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute and six-minute
 rows after `minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
 """
@@ -122,13 +122,15 @@ def compact_minutes(con: duckdb.DuckDBPyConnection, start: datetime, until: date
     _compact(con, {"increments_1m": PER_SERIES, "pool_histograms_1m": PER_POOL}, start, until)
 
 
-SIX_FROM_MINUTES = (
-    "SELECT time_bucket(INTERVAL 6 MINUTE, ts) AS ts, series_id, sum(delta) AS delta, sum(seconds) AS seconds, "
-    "sum(idle_seconds) AS idle_seconds, sum(resets)::INTEGER AS resets"
-)
-"""Six-minute rows from minute rows (FROM and GROUP BY ALL to follow): a raw row's shares of the
-minutes of a six-minute period add up to its share of the period, its reset to the period its
-scrape closed (migration 019 fills the table from the minutes the same way)."""
+def from_minutes(width: str) -> str:
+    """Rows of `width` (an interval that a minute divides: six minutes, an hour) from minute rows
+    (FROM and GROUP BY ALL to follow): a raw row's shares of the minutes of a period add up to its
+    share of the period, its reset to the period its scrape closed (migration 019 fills the
+    six-minute table from the minutes the same way)."""
+    return (
+        f"SELECT time_bucket(INTERVAL {width}, ts) AS ts, series_id, sum(delta) AS delta, sum(seconds) AS seconds, "
+        "sum(idle_seconds) AS idle_seconds, sum(resets)::INTEGER AS resets"
+    )
 
 
 def _store_rolled(con: duckdb.DuckDBPyConnection, table: str, pools: str) -> None:
@@ -202,22 +204,21 @@ class Rollups:
         until: datetime,
     ) -> None:
         width = f"INTERVAL {int(unit.total_seconds())} SECOND"
-        if inc == "increments":  # raw increments, split by wall time, into the minute and hour tables
+        if inc == "increments":  # raw increments split by wall time into minutes, and those minutes summed
+            con.execute(  # per six minutes and per hour, which they nest in
+                "CREATE OR REPLACE TEMP TABLE rolled AS " + sql("roll_increments"),
+                {"from": start, "until": until, "unit_us": 60_000_000},
+            )
+            _store_rolled(con, "increments_1m", "pool_histograms_1m")
+            con.execute("ALTER TABLE rolled RENAME TO rolled_minutes")
             for table, pools, period in (
-                ("increments_1m", "pool_histograms_1m", 60),
-                ("increments_1h", "pool_histograms_1h", 3600),
+                ("increments_6m", "pool_histograms_6m", "6 MINUTE"),
+                ("increments_1h", "pool_histograms_1h", "1 HOUR"),
             ):
-                con.execute(
-                    "CREATE OR REPLACE TEMP TABLE rolled AS " + sql("roll_increments"),
-                    {"from": start, "until": until, "unit_us": period * 1_000_000},
-                )
+                con.execute(f"CREATE TEMP TABLE rolled AS {from_minutes(period)} FROM rolled_minutes GROUP BY ALL")
                 _store_rolled(con, table, pools)
-                if period == 60:  # and those minutes summed per six minutes, which they nest in
-                    con.execute("ALTER TABLE rolled RENAME TO rolled_minutes")
-                    con.execute(f"CREATE TEMP TABLE rolled AS {SIX_FROM_MINUTES} FROM rolled_minutes GROUP BY ALL")
-                    con.execute("DROP TABLE rolled_minutes")
-                    _store_rolled(con, "increments_6m", "pool_histograms_6m")
                 con.execute("DROP TABLE rolled")
+            con.execute("DROP TABLE rolled_minutes")
         if smp == "samples":
             values = "avg(x.value), max(x.value), count(x.value)"
             kinds = f"AND s.kind IN {GAUGE_KINDS}"

@@ -1,4 +1,4 @@
--- Raw increments with ts in [$from, $until), split by $unit_us periods (a minute or an hour):
+-- Raw increments with ts in [$from, $until), split by $unit_us periods (minutes):
 -- each period gets the share of the interval (ts - seconds, ts] that lies in it, so a rollup row
 -- holds the counter's increase over its own period of wall time and sums over periods are exact
 -- (docs/definitions.md, Windows). Interval seconds and idle seconds (those of intervals in which
