@@ -3,9 +3,9 @@
 Raw samples roll up into per-minute rows once a later minute arrives, minutes into hours once a
 later hour arrives; gauges as mean and max. Counter increments roll up from the raw rows into
 the minute table as each minute closes, split by the wall time their intervals cover
-(warehouse/sql/roll_increments.sql), and the roll's minute rows summed into six minutes and into
-hours at once (a minute lies in one of each), so anything computed from a rollup reconciles exactly with the raw counters, over any
-window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute and six-minute
+(warehouse/sql/roll_increments.sql), and the roll's minute rows are summed into six minutes and
+into hours at once (a minute lies in one of each), so anything computed from a rollup reconciles
+exactly with the raw counters, over any window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute and six-minute
 rows after `minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
 """
 
