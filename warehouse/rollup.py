@@ -5,8 +5,9 @@ later hour arrives; gauges as mean and max. Counter increments roll up from the 
 the minute table as each minute closes, split by the wall time their intervals cover
 (warehouse/sql/roll_increments.sql), and the roll's minute rows are summed into six minutes and
 into hours at once (a minute lies in one of each), so anything computed from a rollup reconciles
-exactly with the raw counters, over any window (warehouse/read.py). Retention then drops raw rows after `raw_days`, minute and six-minute
-rows after `minute_days` and hour rows after `hour_days` — never a row that is not rolled up yet.
+exactly with the raw counters, over any window (warehouse/read.py). Retention then drops raw rows
+after `raw_days`, minute and six-minute rows after `minute_days` and hour rows after `hour_days` —
+never a row that is not rolled up yet.
 """
 
 from __future__ import annotations
