@@ -141,7 +141,8 @@ NIXL_ALERTS = {  # counter -> (alert, what), as in the Prometheus pack (warehous
     "vllm:nixl_num_kv_expired_reqs_total": ("NIXLExpiredKV", "requests' KV blocks expired before decode read them"),
 }
 NIXL_MINUTES = 5.0  # the pack's increase(...[5m]) > 0
-WAITING_MEAN = "2min"  # the pack's avg_over_time(vllm:num_requests_waiting[2m])
+WAITING_MEAN = "2min"  # the pack's avg_over_time(vllm:num_requests_waiting[2m]), judged once it spans 2 min
+LOOKBACK = "5min"  # Prometheus's lookback for an instant selector (`x offset 2m` reads the sample before)
 STEP_MEAN = "5min"  # the pack's rate(moemeter_step_seconds_sum[5m]) / rate(..._count[5m])
 PREEMPTION_RATE_MINUTES = 10.0  # the pack's rate(vllm:num_preemptions_total[10m])
 PREEMPTING_MINUTES = 5.0  # ...held this long
@@ -170,18 +171,24 @@ def _held(g: pd.DataFrame, holds: np.ndarray, minutes: float) -> pd.Timestamp | 
     return since if since is not None and g["ts"].iloc[-1] - since >= pd.Timedelta(minutes=minutes) else None
 
 
+def _by_group_in_time(df: pd.DataFrame, keys: list[str], span: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' order by group of `keys`, then time, then row, and a sort key along it that keeps
+    the groups far enough apart for a search `span` ns back in time never to reach another."""
+    code = df.groupby(keys, sort=False).ngroup().to_numpy(dtype=np.int64)
+    ts = df["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    order = np.lexsort((np.arange(len(ts)), ts, code))
+    t = ts[order] - ts.min()
+    return order, code[order] * (int(t.max()) + span + 1) + t
+
+
 def _trailing(df: pd.DataFrame, keys: list[str], column: str, window: str, how: str) -> pd.Series:
     """Per group of `keys`: `column`'s sum or mean over each row's trailing `window` (t - window, t],
     as Prometheus's range functions read it (pandas' time-based rolling, for every group at once);
     NaN where the window holds no value."""
     if df.empty:
         return pd.Series(dtype=float, index=df.index)
-    code = df.groupby(keys, sort=False).ngroup().to_numpy(dtype=np.int64)
-    ts = df["ts"].to_numpy(dtype="datetime64[ns]").astype(np.int64)
     span = pd.Timedelta(window).value
-    order = np.lexsort((np.arange(len(ts)), ts, code))  # by group, then time, then row
-    t = ts[order] - ts.min()
-    key = code[order] * (int(t.max()) + span + 1) + t  # the groups far enough apart never to meet
+    order, key = _by_group_in_time(df, keys, span)
     first = np.searchsorted(key, key - span, side="right")  # the first row after t - window
     values = df[column].to_numpy(dtype=float)[order]
     seen = ~np.isnan(values)
@@ -193,6 +200,20 @@ def _trailing(df: pd.DataFrame, keys: list[str], column: str, window: str, how: 
     out = np.empty(len(result))
     out[order] = result
     return pd.Series(out, index=df.index)
+
+
+def _seen_before(df: pd.DataFrame, keys: list[str], window: str) -> np.ndarray:
+    """Per row: whether its group of `keys` has a row at most LOOKBACK before t - window, the
+    sample Prometheus's `x offset window` reads at t (its instant selectors look back that far)."""
+    if df.empty:
+        return np.zeros(0, dtype=bool)
+    span, lookback = pd.Timedelta(window).value, pd.Timedelta(LOOKBACK).value
+    order, key = _by_group_in_time(df, keys, span + lookback)
+    before = np.searchsorted(key, key - span, side="right") - 1  # the last row at or before t - window
+    seen = (before >= 0) & (key - key[np.maximum(before, 0)] <= span + lookback)  # and not another group's
+    out = np.empty(len(seen), dtype=bool)
+    out[order] = seen
+    return out
 
 
 def evaluate_engines(
@@ -309,6 +330,9 @@ def _stragglers(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
     out = []
     w = signals.dropna(subset=["waiting"]).reset_index(drop=True)
     w["mean"] = _trailing(w, ENGINE, "waiting", WAITING_MEAN, "mean")
+    # a mean over less than its window is a moment's queue: judged once the engine was scraped
+    # WAITING_MEAN before (the pack's `and on (...) vllm:num_requests_waiting offset 2m`)
+    w.loc[~_seen_before(w, ENGINE, WAITING_MEAN), "mean"] = np.nan
     median = w.groupby(["role", "ts"])["mean"].transform("median")
     w["holds"] = (w["mean"] > rules.straggler_factor * median) & (w["mean"] >= rules.straggler_min_waiting)
     for key, g in w.groupby(ENGINE, sort=True):

@@ -131,7 +131,11 @@ def _slo(r: AlertRules, c: SloClass) -> dict[str, object]:
 
 
 def _engines(r: AlertRules) -> dict[str, object]:
-    waiting = f"sum by ({ENGINE}) (avg_over_time(vllm:num_requests_waiting[2m]))"  # a moment's queue is no straggler
+    # a moment's queue is no straggler: the 2-min mean, of an engine scraped for those 2 minutes
+    waiting = (
+        f"sum by ({ENGINE}) (avg_over_time(vllm:num_requests_waiting[2m]))"
+        f" and on ({ENGINE}) vllm:num_requests_waiting offset 2m"
+    )
     step = (
         f"sum by ({ENGINE}) (rate(moemeter_step_seconds_sum[5m]))"
         f" / sum by ({ENGINE}) (rate(moemeter_step_seconds_count[5m]))"

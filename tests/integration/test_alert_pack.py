@@ -17,6 +17,7 @@ from moemeter.cli import main
 from stack.ready import scaled
 from stack.twin.server import write_targets
 from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus
+from warehouse.alerts import AlertRules
 
 pytestmark = pytest.mark.integration
 STRAGGLER, FAILING, SATURATED = "7", "5", "3"
@@ -76,7 +77,7 @@ def alerts(url: str) -> dict[str, list[dict[str, str]]]:
 
 def test_the_injected_faults_raise_their_alerts_on_their_engines_only(prometheus):
     expected = ("DPEngineStraggler", "NIXLFailedTransfers", "KVCacheSaturated", "EnginePreempting")
-    within = scaled(240)
+    within = scaled(360)  # a queue is judged on 2 minutes of scrapes: the straggler is pending after that
     deadline = time.monotonic() + within
     seen: dict[str, list[dict[str, str]]] = {}
     while time.monotonic() < deadline:
@@ -91,7 +92,14 @@ def test_the_injected_faults_raise_their_alerts_on_their_engines_only(prometheus
         return sorted((m["role"], m.get("engine", "")) for m in seen[name])
 
     assert engines("DPEngineStraggler") == [("decode", STRAGGLER)], seen["DPEngineStraggler"]
-    assert engines("KVCacheSaturated") == [("decode", SATURATED)]
+    # A healthy engine's cache touches 95% at a scrape now and then (the twin's decode engines run
+    # about 63% full; one or another passed 95% at 1 to 7 of 479 1-s ticks, for at most 3 s): pending,
+    # which the rule's 5-min `for` is there to absorb. Only the saturated engine's stays over the line.
+    assert ("decode", SATURATED) in engines("KVCacheSaturated")
+    assert all(m["alertstate"] == "pending" for m in seen["KVCacheSaturated"] if m.get("engine") != SATURATED)
+    held = f"max by (role, engine) (min_over_time(vllm:kv_cache_usage_perc[1m])) > {AlertRules().kv_usage_max:g}"
+    full = httpx.get(prometheus + "/api/v1/query", params={"query": held}).json()["data"]["result"]
+    assert sorted((r["metric"]["role"], r["metric"]["engine"]) for r in full) == [("decode", SATURATED)]
     assert engines("EnginePreempting") == [("decode", SATURATED)]
     # per instance, and without `for`: firing at once, on decode-0 alone
     assert [(m["role"], m["alertstate"]) for m in seen["NIXLFailedTransfers"]] == [("decode", "firing")]
