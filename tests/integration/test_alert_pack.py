@@ -1,7 +1,8 @@
 """The alert pack end to end: the twin carries a straggler, failing NIXL transfers and a full KV
 cache on named decode engines; a real Prometheus scrapes it through the file_sd file `moemeter
 rules --sd-out` writes and evaluates the pack. Its own ALERTS series must name those engines and
-no other (pending while an alert's `for` runs, firing after)."""
+no other (pending while an alert's `for` runs, firing after), but for a healthy engine's KV cache
+passing the line for a moment: pending, never held."""
 
 from __future__ import annotations
 
