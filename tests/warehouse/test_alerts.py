@@ -108,9 +108,12 @@ def test_a_dp_straggler_is_judged_on_its_2_minute_mean_against_the_pools_median(
     # engine 1 waits 20 (median of 2, 2, 2, 20 is 2: 20 > 3 x 2 and >= 4) for 8 min: its 2-min mean
     # is judged once the engine was scraped 2 min before (the pack's `offset 2m`), held 5 min from then
     assert fired(signals(8, waiting={1: 20.0})) == [("DPEngineStraggler", "decode decode-0 engine 1")]
-    assert fired(signals(7, waiting={1: 20.0})) == [("DPEngineStraggler", "decode decode-0 engine 1")]
     [f] = evaluate_engines(AlertRules(), signals(7, waiting={1: 20.0}), NO_NIXL, NO_SCRAPES)
-    assert f.since == NOW - pd.Timedelta(minutes=5)
+    assert (f.rule, f.subject, f.since) == (
+        "DPEngineStraggler",
+        "decode decode-0 engine 1",
+        NOW - pd.Timedelta(minutes=5),
+    )
     # judged for 4.5 min, not held 5 min yet; a mean of its first scrapes alone is the moment's queue
     # (seen in the alert pack's run on the twin: one engine's 18, the rest idle, at the first scrape)
     assert fired(signals(6.5, waiting={1: 20.0})) == []
