@@ -4,9 +4,19 @@ what it is fed with them again (a feed may come from an older gateway, or anythi
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TypeGuard
 
 MAX_COUNT = 2**63 - 1  # BIGINT's largest value; a larger token count is not a count
+MAX_REQUEST_TOKENS = 2**31 - 1
+"""The most tokens one request's prompt or output may count. A request's tokens fit its model's
+context window (max_model_len), and the longest any served model has is DeepSeek-V4's 1,048,576:
+this leaves 2,048 times that, and keeps sums safe: a BIGINT holds the sum of 2^32 such requests,
+an hour of 1.2 million requests a second."""
+MAX_AHEAD = timedelta(minutes=5)
+"""How far past the writer's own clock a time from a source may lie (clocks of hosts a rack's
+NTP keeps within milliseconds; five minutes forgives a bad one). Anything later is refused: a
+time from data never moves a watermark, retention or "now" past the clock."""
 
 
 def clean_text(text: str) -> str:
@@ -21,3 +31,8 @@ def clean_text(text: str) -> str:
 def is_count(value: object) -> TypeGuard[int]:
     """A non-negative integer (not a bool) that fits a BIGINT."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def is_token_count(value: object) -> TypeGuard[int]:
+    """A count of one request's tokens: a non-negative integer of at most MAX_REQUEST_TOKENS."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REQUEST_TOKENS

@@ -11,14 +11,14 @@ import math
 import operator
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
-from moemeter.columns import MAX_COUNT, clean_text, is_count
+from moemeter.columns import MAX_AHEAD, MAX_COUNT, MAX_REQUEST_TOKENS, clean_text, is_count, is_token_count
 from moemeter.errors import MoemeterError
 from stack.gateway.records import SCHEMA, ColumnPage, records_of
 
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 MAX_TEXT = 1024  # the gateway cuts user names to 256 characters; anything this long is not a record
 _TEXT = ("request_id", "user", "tenant", "model", "endpoint", "outcome")
 _INT = ("status", "prompt_tokens", "generated_tokens")
+_TOKENS = ("prompt_tokens", "generated_tokens")  # bounded by one request's (MAX_REQUEST_TOKENS)
 _OPT_FLOAT = (
     "ttft_seconds",
     "itl_mean_seconds",
@@ -53,9 +54,10 @@ class Cursor:
     rejected: int = 0
 
 
-def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
+def _record_row(r: Any, repaired: Counter[str], latest: datetime) -> tuple[Any, ...]:
     """One record as a row (columns after gateway and ingested_at), or ValueError saying what is wrong.
-    Text that is not valid UTF-8 is stored with U+FFFD in place, counted in `repaired`."""
+    Text that is not valid UTF-8 is stored with U+FFFD in place, counted in `repaired`. A record
+    that finished after `latest` (the collector's clock and MAX_AHEAD) has not happened yet."""
     if not isinstance(r, dict):
         raise ValueError("not an object")
     text: dict[str, str] = {}
@@ -68,8 +70,10 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
     for k in _INT:
         if not is_count(r.get(k)) or (k == "status" and r[k] > 999):
             raise ValueError(f"{k} must be a non-negative integer that fits its column")
+        if k in _TOKENS and not is_token_count(r[k]):
+            raise ValueError(f"{k} is over {MAX_REQUEST_TOKENS:,}, more than one request can hold")
     cached = r.get("cached_prompt_tokens")
-    if cached is not None and (not is_count(cached) or cached > r["prompt_tokens"]):
+    if cached is not None and (not is_token_count(cached) or cached > r["prompt_tokens"]):
         raise ValueError("cached_prompt_tokens must be null or an integer within prompt_tokens")
     nums: dict[str, float | None] = {}
     for k in ("started_at", "e2e_seconds", *_OPT_FLOAT):
@@ -86,6 +90,8 @@ def _record_row(r: Any, repaired: Counter[str]) -> tuple[Any, ...]:
         finished = datetime.fromtimestamp(t0 + e2e, UTC).replace(tzinfo=None)
     except (OverflowError, OSError, ValueError) as exc:
         raise ValueError("started_at and e2e_seconds must name a time a timestamp holds") from exc
+    if finished > latest:
+        raise ValueError(f"finished at {finished:%Y-%m-%d %H:%M:%S}, after the collector's clock: not yet happened")
     repaired.update(f"{k} is not valid UTF-8: stored with U+FFFD in place" for k in _TEXT if text[k] is not r[k])
     return (
         text["request_id"],
@@ -119,7 +125,7 @@ def _finite(v: float) -> bool:
         return False
 
 
-def _plain_columns(get: dict[str, list[Any]], after: int) -> dict[str, Any] | None:
+def _plain_columns(get: dict[str, list[Any]], after: int, latest: datetime) -> dict[str, Any] | None:
     """A page's records, given as their fields' columns (_fields), as the table's columns (seq, then
     _COLUMNS) when each is one _record_row takes as it is (no repair, no refusal) and their seqs
     rise from after `after`; None otherwise, for the record by record reading to say what is wrong.
@@ -138,9 +144,11 @@ def _plain_columns(get: dict[str, list[Any]], after: int) -> dict[str, Any] | No
             return None
     if not all(_counts(get[k]) for k in _INT) or max(get["status"], default=0) > 999:
         return None
+    if max((max(get[k], default=0) for k in _TOKENS), default=0) > MAX_REQUEST_TOKENS:
+        return None
     cached, prompt = get["cached_prompt_tokens"], get["prompt_tokens"]
     if _types(cached) <= {int}:
-        if min(cached, default=0) < 0 or any(map(operator.gt, cached, prompt)):
+        if min(cached, default=0) < 0 or any(map(operator.gt, cached, prompt)):  # prompt is bounded
             return None
     elif any(c is not None and (type(c) is not int or not 0 <= c <= p) for c, p in zip(cached, prompt, strict=True)):
         return None
@@ -165,7 +173,7 @@ def _plain_columns(get: dict[str, list[Any]], after: int) -> dict[str, Any] | No
             return None
         nums[k], null[k] = values, ~given
     started, finished = _micros(nums["started_at"]), _micros(nums["started_at"] + nums["e2e_seconds"])
-    if started is None or finished is None:
+    if started is None or finished is None or (len(finished) and finished.max() > (latest - _EPOCH) // _MICROSECOND):
         return None
     columns: dict[str, Any] = {k: get[k] for k in ("seq", *_TEXT, *_INT)}
     columns.update({"started_at": started, "finished_at": finished, "user_id": get["user"]})
@@ -211,6 +219,7 @@ def _counts(values: list[Any]) -> bool:
     return _types(values) <= {int} and (not values or (min(values) >= 0 and max(values) <= MAX_COUNT))
 
 
+_EPOCH, _MICROSECOND = datetime(1970, 1, 1), timedelta(microseconds=1)
 LATEST_SECOND = 253402300000  # a little before 10000-01-01: later times go record by record
 
 
@@ -301,7 +310,8 @@ class RequestIngestor:
         else:
             records = page["records"]
             fields = _fields(records) if all(type(r) is dict for r in records) else None
-        columns = _plain_columns(fields, cur.seq) if fields is not None else None
+        latest = now + MAX_AHEAD  # a record finished after this has not happened yet
+        columns = _plain_columns(fields, cur.seq, latest) if fields is not None else None
         if columns is not None:  # every record as _record_row takes it: read column by column
             seqs = columns["seq"]
             last, stored = (seqs[-1], len(seqs)) if seqs else (cur.seq, 0)
@@ -348,7 +358,7 @@ class RequestIngestor:
                 raise FeedError(f"{gateway}: record sequence numbers go back from {last} to {seq}")
             last = seq
             try:
-                rows.append((seq, *_record_row(r, repaired)))
+                rows.append((seq, *_record_row(r, repaired, now + MAX_AHEAD)))
             except ValueError as exc:
                 cur.rejected += 1
                 refused[f"{exc}: record refused"] += 1

@@ -276,9 +276,9 @@ def test_columns_are_read_only_from_a_page_made_in_this_process() -> None:
 def test_a_gateways_page_is_read_column_by_column() -> None:
     records = [{"seq": i, **rec(i, started_at=EPOCH0 + i / 3).to_json()} for i in range(1, 50)]
     fields = requests_module._fields(records)
-    columns = requests_module._plain_columns(fields, 0)
+    columns = requests_module._plain_columns(fields, 0, T0 + timedelta(hours=1))
     assert columns is not None and list(columns["seq"]) == list(range(1, 50))
-    assert requests_module._plain_columns(fields, 1) is None  # a record stored already: one by one
+    assert requests_module._plain_columns(fields, 1, T0 + timedelta(hours=1)) is None  # a record stored already: one by one
 
 
 @settings(max_examples=2000, deadline=None)
