@@ -18,12 +18,14 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
+from moemeter.columns import MAX_AHEAD
 from moemeter.contract import POOLS, TargetInfo
+from moemeter.errors import MoemeterError
 from warehouse.db import REASON_CHARS, Warehouse, record_rejected, storage_problem
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.requests import FeedError, RequestIngestor
-from warehouse.rollup import Retention
+from warehouse.rollup import Retention, Rollups
 
 from . import DEFAULT_INTERVAL
 from .experts import NOT_READY, SnapshotResult, fetch_snapshot
@@ -47,13 +49,19 @@ class CollectorHealth:
     targets_not_stored: int = 0  # target-rounds refused alone while the rest of their round was stored
     refused: int = 0  # samples, records and snapshots refused or repaired (the `rejected` table has each)
     starting: str = ""  # what collection waits for before its first round ("" once it runs)
+    rollups_failing_since: str = ""  # ISO time the roll-ups first failed in the current run of failures
+    rollup_error: str = ""  # why the last roll-up failed (rounds are still stored, raw)
 
     @property
     def ok(self) -> bool:
-        return not self.failing_since
+        return not self.failing_since and not self.rollups_failing_since
 
     def as_json(self) -> dict[str, object]:
         return {"ok": self.ok, **self.__dict__}
+
+
+class RoundNotStored(MoemeterError, RuntimeError):
+    """Nothing of a round could be stored, target by target either: the round failed."""
 
 
 def _now_iso() -> str:
@@ -76,7 +84,7 @@ class Collector:
         self.interval = interval
         self.timeout = timeout if timeout is not None else max(0.5, interval * 0.8)
         self.retention = retention or Retention()
-        self.ingestor = Ingestor(self.retention)
+        self.ingestor = Ingestor(self.retention, roll=False)  # rolled up apart: self._roll
         self.expert_ingestor = ExpertIngestor()
         self.request_ingestor = RequestIngestor()
         self.pages: dict[str, PageCache] = {}  # each target's scrape cache
@@ -131,7 +139,8 @@ class Collector:
         snapshots: list[SnapshotResult] | None = None,
         feeds: list[FeedResult] | None = None,
     ) -> int:
-        """Store one round; returns samples stored. Raises only when nothing of it could be stored."""
+        """Store one round, then roll up what it closed; returns samples stored. Raises only when
+        nothing of the round could be stored (a roll-up that fails is reported, not raised)."""
         snapshots, feeds = snapshots or [], feeds or []
         ts = batches[0].ts if batches else utc_now()
         try:
@@ -147,7 +156,28 @@ class Collector:
             n = self._store_apart(ts, batches, snapshots, feeds)
         self.health.rounds += 1
         self.health.failing_since = ""
+        self._roll(max((b.ts for b in batches), default=ts))
         return n
+
+    def _roll(self, ts: datetime) -> None:
+        """Roll up the minutes and hours before `ts` in a transaction of their own: a roll-up that
+        fails leaves the rows raw, to be rolled up by a later round, and says so on /health."""
+        rollups, h = self.ingestor.rollups, self.health
+        latest = utc_now() + MAX_AHEAD
+        try:
+            self.warehouse.write_stored(lambda con: rollups.advance(con, min(ts, latest)), "the roll-ups")
+        except Exception as exc:
+            self.ingestor.rollups = Rollups(self.retention)  # its watermarks again from rollup_state
+            if storage_problem(exc) is not None:
+                return  # the writer reports a full or read-only disk itself
+            h.rollup_error = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+            if not h.rollups_failing_since:
+                h.rollups_failing_since = _now_iso()
+                log.error("roll-ups failed: %s; rounds are stored raw and rolled up once it passes", exc)
+            return
+        if h.rollups_failing_since:
+            log.warning("roll-ups resumed after failing since %s", h.rollups_failing_since)
+        h.rollups_failing_since = h.rollup_error = ""
 
     def _write(
         self,
@@ -189,8 +219,9 @@ class Collector:
     def _store_apart(
         self, ts: datetime, batches: list[ScrapeBatch], snapshots: list[SnapshotResult], feeds: list[FeedResult]
     ) -> int:
-        """The round again, one transaction per target: a bad input is refused alone."""
-        n = 0
+        """The round again, one transaction per target: a bad input is refused alone. Raises
+        RoundNotStored when no target's input could be stored."""
+        n, stored_any = 0, False
         for b in batches:
             name = b.target.name
             job = partial(
@@ -204,6 +235,7 @@ class Collector:
                 stored, refused = self.warehouse.write_stored(job, f"{name}'s round")
                 n += stored
                 self.health.refused += refused
+                stored_any = True
                 continue
             except Exception as exc:
                 self._forget()
@@ -222,6 +254,8 @@ class Collector:
             except Exception as exc:
                 self._forget()
                 log.error("%s: could not even store why its round was refused: %s", name, exc)
+        if not stored_any:
+            raise RoundNotStored(f"no target's input of the round at {ts:%Y-%m-%d %H:%M:%S} could be stored")
         return n
 
     def _note(self, con, batch: ScrapeBatch, why: Counter[str]) -> None:  # type: ignore[no-untyped-def]
@@ -233,7 +267,8 @@ class Collector:
         """After a rolled-back transaction: forget what the ingestors believe was stored, so they
         reload series, last values and feed cursors from the database."""
         limits = self.ingestor.max_series, self.ingestor.max_new_series
-        self.ingestor, self.expert_ingestor = Ingestor(self.retention, *limits), ExpertIngestor()
+        self.ingestor = Ingestor(self.retention, *limits, roll=False)
+        self.expert_ingestor = ExpertIngestor()
         self.request_ingestor = RequestIngestor()
 
     def _round_failed(self, exc: BaseException) -> None:
@@ -276,11 +311,26 @@ class Collector:
         if start > end:
             return []
         try:
-            batches = pull_range(http_get(self.prometheus, self.timeout * 4), targets, start, end, self.interval)
+            pulled = pull_range(http_get(self.prometheus, self.timeout * 4), targets, start, end, self.interval)
         except PromAPIError as exc:
             return [ScrapeBatch(t, end, False, 0.0, error=f"prometheus API: {exc}") for t in targets]
         self._pulled_until = start + step * int((end - start) / step)  # the last evaluation point asked for
-        return batches
+        if pulled.refused:
+            self._note_refused(pulled.refused, "prometheus")
+        return pulled.batches
+
+    def _note_refused(self, refused: dict[str, Counter[str]], kind: str) -> None:
+        """Store and count what a source sent that was refused before it reached a round."""
+        for name, why in refused.items():
+            log.warning("%s: %s", name, "; ".join(f"{n:,} {reason}" for reason, n in why.items()))
+        now = utc_now()
+
+        def note(con) -> None:  # type: ignore[no-untyped-def]
+            for name, why in refused.items():
+                record_rejected(con, now, name, kind, why)
+
+        self.warehouse.write_stored(note, "the refused points")
+        self.health.refused += sum(sum(why.values()) for why in refused.values())
 
     async def round(self, fetch: Fetch) -> list[ScrapeBatch]:
         targets = self.refresh_targets()

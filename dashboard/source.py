@@ -137,6 +137,12 @@ def collector_warning(health: dict[str, Any] | None) -> str | None:
     """The banner while the collector's rounds fail although the writer writes (a bad round, not a disk)."""
     if not health or health.get("ok", True):
         return None
+    if not health.get("failing_since") and health.get("rollups_failing_since"):
+        return (
+            f"The roll-ups fail since {health['rollups_failing_since']} UTC: rounds are stored, but minutes "
+            "and hours are not rolled up, so hourly pages and reports stop at that time. "
+            f"Its last error: {health.get('rollup_error')}"
+        )
     return (
         f"The collector's rounds fail since {health.get('failing_since')} UTC "
         f"({health.get('rounds_failed')} failed since it started): new data is not being stored. "

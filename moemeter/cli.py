@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -788,20 +789,27 @@ def cmd_pull(args: argparse.Namespace) -> int:
     """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
     from collectors.promapi import http_get, pull_range
     from collectors.targets import load_targets
+    from warehouse.db import record_rejected
     from warehouse.ingest import Ingestor
 
     targets = load_targets(args.targets)
     start, end = _parse_time(args.from_), _parse_time(args.to)
     if end <= start:
         raise CliError("--to must be after --from")
-    batches = pull_range(http_get(args.prometheus), targets, start, end, args.step)
+    if start > (now := datetime.now(UTC).replace(tzinfo=None)):
+        raise CliError(f"--from {start:%Y-%m-%d %H:%M:%S} is after this host's clock ({now:%Y-%m-%d %H:%M:%S} UTC)")
+    pulled = pull_range(http_get(args.prometheus), targets, start, min(end, now), args.step)
     wh = _open_warehouse(args.db)
     ingestor = Ingestor()
     try:
-        n = wh.write(lambda con: ingestor.write_all(con, batches), timeout=None)
+        n = wh.write(lambda con: ingestor.write_all(con, pulled.batches), timeout=None)
+        for name, why in pulled.refused.items():
+            wh.write(partial(record_rejected, ts=now, target=name, kind="prometheus", reasons=why))
     finally:
         wh.close()
-    print(f"pulled {n} samples in {len(batches)} target-steps from {args.prometheus} into {args.db}")
+    print(f"pulled {n} samples in {len(pulled.batches)} target-steps from {args.prometheus} into {args.db}")
+    for name, why in sorted(pulled.refused.items()):
+        print(f"  {name}: " + "; ".join(f"{n:,} {reason}" for reason, n in why.items()))
     return 0
 
 

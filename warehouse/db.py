@@ -266,6 +266,8 @@ class Warehouse:
         problem = storage_problem(exc)
         if problem is None:
             log.error("warehouse write failed: %s", exc)
+            if not self.health.ok:  # while the disk fails, a write that fails otherwise is as lost
+                self.health.failed_writes += 1
             return
         h, now = self.health, time.monotonic()
         if h.ok:

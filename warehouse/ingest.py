@@ -21,7 +21,7 @@ import json
 import logging
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +30,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from moemeter.columns import MAX_AHEAD
 from moemeter.contract import Layout, Page, Sample, TargetInfo
 
 from .db import insert_arrow, record_rejected
@@ -214,7 +215,12 @@ class Ingestor:
         retention: Retention | None = None,
         max_series: int = MAX_SERIES_PER_TARGET,
         max_new_series: int = MAX_NEW_SERIES_PER_ROUND,
+        clock: Callable[[], datetime] | None = None,
+        roll: bool = True,
     ) -> None:
+        """`clock`: the writer's own time, naive UTC (a batch later than it by MAX_AHEAD is refused);
+        `roll`: advance the rollups as batches of a new minute come (the collector rolls them up in
+        a transaction of their own instead, so a roll-up that fails costs no round)."""
         self._ids: dict[int, int] = {}  # series key -> series id, of every stored series
         self._next_id = _next_ids(0)
         self._new: list[_NewSeries] = []  # first seen in the round being written
@@ -231,6 +237,8 @@ class Ingestor:
         self._longest = 0.0  # the longest interval of any stored increment
         self._loaded = False
         self.rollups = Rollups(retention)
+        self.clock = clock or _utc_now
+        self.roll = roll
         self.max_series, self.max_new_series = max_series, max_new_series
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -304,8 +312,16 @@ class Ingestor:
     def _write(self, con: duckdb.DuckDBPyConnection, batch: ScrapeBatch, raw: _Raw) -> int:
         if not self._loaded:
             self._load(con)
-        self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
         t = batch.target
+        if batch.ts > (now := self.clock()) + MAX_AHEAD:  # its time would move watermarks and retention
+            why = (
+                f"a batch at {batch.ts:%Y-%m-%d %H:%M:%S}, after the writer's clock ({now:%Y-%m-%d %H:%M:%S}): refused"
+            )
+            log.warning("%s: %s", t.name, why)
+            record_rejected(con, now, t.name, "scrape", Counter({why: max(len(batch.samples), 1)}))
+            return 0
+        if self.roll:
+            self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
         about = (t.url, t.role, t.gpus, t.stack, t.hostname)
         if self._targets.get(t.name) == about:
             raw.seen.append(t.name)
@@ -456,6 +472,10 @@ class Ingestor:
         if le is not None and le_value is None:
             labels["le"] = le
         return (sid, target, s.name, s.family, s.kind, json.dumps(labels, sort_keys=True), engine, le_value, key)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _started(value: float) -> int | None:

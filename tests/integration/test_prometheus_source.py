@@ -130,7 +130,7 @@ def test_query_range_gives_the_same_series_and_kinds_as_a_scrape(prometheus):
     url, targets_file, _ = prometheus
     targets = load_targets(targets_file)
     end = datetime.now(UTC).replace(tzinfo=None)
-    batches = pull_range(http_get(url), targets, end - timedelta(seconds=8), end, 2.0)
+    batches = pull_range(http_get(url), targets, end - timedelta(seconds=8), end, 2.0).batches
     decode = [b for b in batches if b.target.name == "decode-0"]
     assert len(decode) >= 3, target_health(url)
     # The hottest experts' labels change from one step window to the next; all else is fixed.

@@ -1,0 +1,140 @@
+"""Hostile cases of a collector round: a gateway record whose counts no request can hold, or
+that finishes in the future, is refused alone; a roll-up that fails costs no round; a round none
+of whose targets could be stored is a failed round on /health and the banner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from collectors.parse import parse_page
+from collectors.requests import FeedResult
+from collectors.service import Collector, RoundNotStored
+from dashboard.source import collector_warning
+from moemeter.columns import MAX_REQUEST_TOKENS
+from moemeter.contract import TargetInfo
+from stack.gateway.records import SCHEMA, RequestRecord
+from warehouse.api import LocalQuery
+from warehouse.cost import user_tokens
+from warehouse.db import Warehouse
+from warehouse.ingest import ScrapeBatch
+from warehouse.rollup import Rollups
+
+DECODE = TargetInfo("decode-0", "http://decode-0/metrics", "decode", 1)
+GATEWAY = TargetInfo("gateway", "http://gateway/metrics", "gateway", 0)
+HOUR0 = (datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=3)).replace(minute=50, second=0, microsecond=0)
+
+
+def record(seq: int, at: datetime, **kw: object) -> dict[str, object]:
+    r = RequestRecord(
+        request_id=f"r{seq}",
+        started_at=(at - datetime(1970, 1, 1)).total_seconds(),
+        user="alice",
+        tenant="acme",
+        model="m",
+        endpoint="completions",
+        stream=False,
+        status=200,
+        outcome="ok",
+        prompt_tokens=100,
+        cached_prompt_tokens=0,
+        generated_tokens=10,
+        e2e_seconds=0.5,
+        usage_reported=True,
+    )
+    return {"seq": seq, **{**r.to_json(), **kw}}
+
+
+def page(*records: dict[str, object]) -> dict[str, object]:
+    return {"schema": SCHEMA, "log_id": "L", "records": list(records)}
+
+
+def decode_batch(at: datetime, value: float) -> ScrapeBatch:
+    text = f"# TYPE vllm:generation_tokens counter\nvllm:generation_tokens_total {value}\n# TYPE g gauge\ng {value}\n"
+    return ScrapeBatch(DECODE, at, True, 0.01, parse_page(text.encode()))
+
+
+def gateway_batch(at: datetime) -> ScrapeBatch:
+    return ScrapeBatch(GATEWAY, at, True, 0.01, parse_page(b"# TYPE up gauge\nup 1\n"))
+
+
+@pytest.fixture
+def collector(tmp_path):
+    (tmp_path / "t.json").write_text("[]")
+    wh = Warehouse(tmp_path / "w.duckdb")
+    yield Collector(wh, tmp_path / "t.json", interval=60.0)
+    wh.close()
+
+
+def test_a_record_with_more_tokens_than_a_request_holds_is_refused_and_rounds_go_on(collector) -> None:
+    c, wh = collector, collector.warehouse
+    huge = record(2, HOUR0, prompt_tokens=2**62)
+    over = record(3, HOUR0, generated_tokens=MAX_REQUEST_TOKENS + 1)
+    c.store([gateway_batch(HOUR0)], feeds=[FeedResult(GATEWAY, [page(record(1, HOUR0), huge, over, record(4, HOUR0))])])
+    for k in range(1, 16):  # a quarter of an hour, across the hour's end: the hourly roll-up runs
+        at = HOUR0 + timedelta(minutes=k)
+        c.store([gateway_batch(at), decode_batch(at, 10 * k)])
+    assert c.health.ok and c.health.rounds == 16 and c.health.rounds_failed == 0
+    assert wh.query_df("SELECT count(*) AS n FROM scrapes WHERE target = 'decode-0'")["n"][0] == 15
+    refused = wh.query_df("SELECT reason, count FROM rejected WHERE kind = 'request' ORDER BY reason").values.tolist()
+    assert refused == [
+        ["generated_tokens is over 2,147,483,647, more than one request can hold: record refused", 1],
+        ["prompt_tokens is over 2,147,483,647, more than one request can hold: record refused", 1],
+    ]
+    hourly = wh.query_df("SELECT sum(requests) AS n, sum(prompt_tokens) AS p FROM requests_1h")
+    assert hourly.values.tolist() == [[2, 200]]  # the two plausible records, rolled up
+    with wh.cursor() as cur:
+        users = user_tokens(LocalQuery(cur), HOUR0 - timedelta(hours=1), HOUR0 + timedelta(hours=1))
+    assert int(users["prompt_tokens"].sum()) == 200
+
+
+def test_a_record_that_finishes_after_the_collectors_clock_is_refused(collector) -> None:
+    c, wh = collector, collector.warehouse
+    future = record(2, HOUR0 + timedelta(days=40))
+    c.store([gateway_batch(HOUR0)], feeds=[FeedResult(GATEWAY, [page(record(1, HOUR0), future)])])
+    assert wh.query_df("SELECT request_id FROM requests")["request_id"].tolist() == ["r1"]
+    reason = wh.query_df("SELECT reason FROM rejected WHERE kind = 'request'")["reason"][0]
+    assert "after the collector's clock: not yet happened" in reason
+    assert wh.query_df("SELECT seq FROM request_feeds")["seq"][0] == 2  # read past: not asked for again
+
+
+def test_a_failing_roll_up_costs_no_round_and_is_said(collector, monkeypatch) -> None:
+    c, wh = collector, collector.warehouse
+    advance = Rollups.advance
+
+    def broken(self, con, now):  # named fake: a roll-up failing for a reason no input provokes now
+        raise RuntimeError("named fake: a roll-up that fails")
+
+    c.store([decode_batch(HOUR0, 0)])
+    monkeypatch.setattr(Rollups, "advance", broken)
+    for k in range(1, 6):
+        c.store([decode_batch(HOUR0 + timedelta(minutes=k), 10 * k)])
+    assert wh.query_df("SELECT count(*) AS n FROM scrapes")["n"][0] == 6  # every round stored
+    h = c.health.as_json()
+    assert not h["ok"] and h["rollups_failing_since"] and "a roll-up that fails" in str(h["rollup_error"])
+    assert h["rounds_failed"] == 0 and h["rounds"] == 6
+    assert "roll-ups fail since" in (collector_warning(h) or "")
+    assert wh.query_df("SELECT count(*) AS n FROM samples_1m")["n"][0] == 0
+    monkeypatch.setattr(Rollups, "advance", advance)
+    c.store([decode_batch(HOUR0 + timedelta(minutes=6), 60)])
+    assert c.health.ok and collector_warning(c.health.as_json()) is None
+    minutes = wh.query_df("SELECT DISTINCT ts FROM samples_1m ORDER BY ts")["ts"].tolist()
+    assert minutes == [HOUR0 + timedelta(minutes=k) for k in range(6)]  # the minutes it missed, rolled up now
+
+
+def test_a_round_none_of_whose_targets_is_stored_is_a_failed_round(collector, monkeypatch) -> None:
+    c, wh = collector, collector.warehouse
+    c.store([decode_batch(HOUR0, 0)])
+
+    def broken(con, ts, *a, **kw):  # named fake: every target's input breaks the round
+        raise ValueError("named fake: nothing of this round can be stored")
+
+    monkeypatch.setattr(c, "_write", broken)
+    monkeypatch.setattr(c, "_note", broken)
+    with pytest.raises(RoundNotStored, match="no target's input"):
+        c.store([decode_batch(HOUR0 + timedelta(minutes=1), 10)])
+    assert wh.query_df("SELECT count(*) AS n FROM scrapes")["n"][0] == 1  # the round before it, alone
+    c._round_failed(RoundNotStored("x"))  # what the run loop does with it
+    assert not c.health.as_json()["ok"] and c.health.rounds_failed == 1
+    assert "rounds fail since" in (collector_warning(c.health.as_json()) or "")
