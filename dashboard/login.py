@@ -15,6 +15,7 @@ import streamlit as st
 LOGIN_ENV = "MOEMETER_DASHBOARD_LOGIN"
 AUTH_KEYS = ("redirect_uri", "cookie_secret", "client_id", "client_secret", "server_metadata_url")
 MIN_COOKIE_SECRET = 32  # characters; Streamlit signs the sign-in cookie with it (an empty one lets anyone forge it)
+MIN_COOKIE_SECRET_SYMBOLS = 12  # distinct characters in it; token_urlsafe(32)'s 43 hold about 32
 
 
 def required() -> bool:
@@ -43,13 +44,23 @@ def config_problem(files: list[Path]) -> str | None:
     if missing:
         return f"[auth] lacks {', '.join(missing)}"
     values = {**{k: v for p in providers for k, v in p.items()}, **auth}
+    not_text = sorted(k for k in AUTH_KEYS if k in values and not isinstance(values[k], str))
+    if not_text:  # a list of one-character strings passed a length check, and Streamlit signed with one
+        return f"[auth] {', '.join(not_text)} must be a string (in quotes), not a {type(values[not_text[0]]).__name__}"
     empty = sorted(k for k, v in values.items() if not isinstance(v, dict) and not str(v).strip())
     if empty:
         return f"[auth] has empty {', '.join(empty)}"
-    if len(str(auth.get("cookie_secret", ""))) < MIN_COOKIE_SECRET:
+    secret = str(auth.get("cookie_secret", ""))
+    make = "make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    if len(secret) < MIN_COOKIE_SECRET:
         return (
             f"[auth] cookie_secret is shorter than {MIN_COOKIE_SECRET} characters: anyone who guesses it can "
-            "sign cookies as any user (make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            f"sign cookies as any user ({make})"
+        )
+    if len(set(secret)) < MIN_COOKIE_SECRET_SYMBOLS:
+        return (
+            f"[auth] cookie_secret repeats a few characters ({len(set(secret))} distinct): it is guessed as easily "
+            f"as a short one ({make})"
         )
     return None
 

@@ -63,7 +63,8 @@ def test_configuration_is_checked_without_echoing_secrets(tmp_path):
     f.write_text(AUTH)
     assert login.config_problem([f]) is None
     provider = (
-        "[auth]\nredirect_uri = 'x'\ncookie_secret = '" + "y" * 32 + "'\n[auth.google]\n" + AUTH.split("\n", 3)[3]
+        "[auth]\nredirect_uri = 'x'\ncookie_secret = 'kq3Vb0hM2yRr7WcXfN9sE4tLpA6uJdZg'\n[auth.google]\n"
+        + AUTH.split("\n", 3)[3]
     )
     f.write_text(provider)
     assert login.config_problem([f]) is None  # a named provider holds the client keys
