@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collectors import DEFAULT_INTERVAL
+from moemeter.columns import MAX_AHEAD
 from moemeter.errors import MoemeterError
 
 if TYPE_CHECKING:
@@ -544,6 +545,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     except ExpositionError as exc:
         raise CliError(f"{args.file}: {exc}") from exc
     at = _parse_time(args.at)
+    if at > (now := datetime.now(UTC).replace(tzinfo=None)) + MAX_AHEAD:
+        raise CliError(f"--at {at:%Y-%m-%d %H:%M:%S} is after this host's clock ({now:%Y-%m-%d %H:%M:%S} UTC)")
     target = TargetInfo(args.target, f"file://{Path(args.file).resolve()}", args.role, args.gpus, args.stack)
     wh = _open_warehouse(args.db)
     try:

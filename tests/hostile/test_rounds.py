@@ -138,3 +138,32 @@ def test_a_round_none_of_whose_targets_is_stored_is_a_failed_round(collector, mo
     c._round_failed(RoundNotStored("x"))  # what the run loop does with it
     assert not c.health.as_json()["ok"] and c.health.rounds_failed == 1
     assert "rounds fail since" in (collector_warning(c.health.as_json()) or "")
+
+
+def test_a_batch_after_the_writers_clock_is_refused_whatever_its_source(tmp_path) -> None:
+    import duckdb
+
+    from warehouse.db import apply_migrations
+    from warehouse.ingest import Ingestor
+
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    apply_migrations(con)
+    ing = Ingestor(clock=lambda: HOUR0)
+    assert ing.write(con, decode_batch(HOUR0, 1)) == 2
+    assert ing.write(con, decode_batch(HOUR0 + timedelta(days=40), 2)) == 0
+    assert con.execute("SELECT count(*) FROM scrapes").fetchone() == (1,)
+    assert con.execute("SELECT max(through) FROM rollup_state").fetchone()[0] <= HOUR0  # type: ignore[index]
+    (reason,) = con.execute("SELECT reason FROM rejected WHERE kind = 'scrape'").fetchone()  # type: ignore[misc]
+    assert "after the writer's clock" in reason
+    assert ing.write(con, decode_batch(HOUR0 + timedelta(seconds=5), 3)) == 2  # later readings are not "late"
+
+
+def test_an_offline_ingest_in_the_future_is_refused(tmp_path, capsys) -> None:
+    from moemeter.cli import main
+
+    page = tmp_path / "page.txt"
+    page.write_text("# TYPE g gauge\ng 1\n")
+    at = (datetime.now(UTC) + timedelta(days=40)).strftime("%Y-%m-%dT%H:%M:%S")
+    db = tmp_path / "w.duckdb"
+    assert main(["ingest", "--file", str(page), "--target", "x", "--at", at, "--db", str(db)]) != 0
+    assert "is after this host's clock" in capsys.readouterr().err and not db.exists()
