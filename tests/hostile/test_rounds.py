@@ -167,3 +167,24 @@ def test_an_offline_ingest_in_the_future_is_refused(tmp_path, capsys) -> None:
     db = tmp_path / "w.duckdb"
     assert main(["ingest", "--file", str(page), "--target", "x", "--at", at, "--db", str(db)]) != 0
     assert "is after this host's clock" in capsys.readouterr().err and not db.exists()
+
+
+def test_while_the_disk_fails_every_lost_write_is_counted(tmp_path) -> None:
+    wh = Warehouse(tmp_path / "w.duckdb")
+    errors = [
+        OSError("IO Error: No space left on device (named fake: a full disk)"),
+        RuntimeError("named fake: a write failing otherwise on the full disk (the next round's message)"),
+        RuntimeError("named fake: and again"),
+    ]
+    for exc in errors:
+
+        def fail(con, exc=exc):  # type: ignore[no-untyped-def]
+            raise exc
+
+        with pytest.raises(type(exc)):
+            wh.write(fail)
+    h = wh.health.as_json()
+    assert not h["ok"] and h["problem"] == "disk full" and h["failed_writes"] == 3
+    wh.write(lambda con: None)
+    assert wh.health.ok and wh.health.failed_writes == 0
+    wh.close()
