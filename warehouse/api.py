@@ -7,14 +7,18 @@ POST /query {"sql": "...", "params": [...] or {...}, "format": "arrow"|"json"}: 
 list for `?` placeholders, an object for `$name` ones), run through
 warehouse.readonly (read-only transaction, parse-tree check, limits) on a reader cursor.
 Answers: 200 with the result; 400 a refused or failed statement (the message names the
-construct); 408 a request body not received in time; 411/413 a body without a length or over
-the limit, or a result over the limit; 503 with Retry-After while `max_concurrent` statements
-run and the queue wait passed; 504 a statement stopped at the time limit. GET /health answers
-{"ok": ..., "writer": {...}, "collector": {...}, "lake": {...}}: whether writes succeed, and if not
-since when, why (disk full, read-only) and how many rounds were lost; under `serve --lake`, the
-rack's watermark in the lake and the publisher's last failure; how many rounds the collector stored,
-failed, stored target by target, and how many inputs it refused. `ok` is false while writes or
-rounds fail; /health still answers 200 then (queries do), and never waits for a query.
+construct), or a column of a type that cannot be sent (the message names it); 408 a request body
+not received in time; 411/413 a body without a length or over the limit, or a result over the
+limit; 503 with Retry-After while `max_concurrent` statements run and the queue wait passed; 504 a
+statement stopped at the time limit. Either format's answer is written batch by batch while the
+statement holds its slot, counted against `max_result_bytes` as it grows (refused there, never
+built whole first), and sent within the same time limit; the slot is released once it is sent.
+GET /health answers {"ok": ..., "writer": {...}, "collector": {...}, "lake": {...}}: whether writes
+succeed, and if not since when, why (disk full, read-only) and how many rounds were lost; under
+`serve --lake`, the rack's watermark in the lake and the publisher's last failure; how many rounds
+the collector stored, failed, stored target by target, and how many inputs it refused. `ok` is
+false while writes or rounds fail; /health still answers 200 then (queries do), and never waits for
+a query.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from datetime import time as dtime
@@ -56,6 +60,9 @@ from .readonly import (
     QueryRefused,
     QueryTimeout,
     QueryTooLarge,
+    ResultStream,
+    mib,
+    open_read,
     run_read,
 )
 
@@ -64,6 +71,10 @@ MAX_REQUEST_BYTES = 1 << 20
 BODY_SECONDS = 10.0  # a request body must arrive within this (a slow client holds a thread no longer)
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 TOKEN_ENV = "MOEMETER_API_TOKEN"
+# A batch becomes JSON this many values at a time (fewer where its Arrow is over SLICE_BYTES): the
+# Python objects of a JSON answer in the making never hold more (100 columns: 655 rows).
+VALUES_PER_SLICE = 65_536
+SLICE_BYTES = 1 << 20
 MIN_TOKEN_CHARS = 16  # from the environment or a file alike
 __all__ = [
     "QueryClient",
@@ -123,7 +134,7 @@ def _textual(t: pa.DataType) -> pa.DataType:
     return t
 
 
-def _column_values(name: str, col: pa.ChunkedArray) -> list[Any]:
+def _column_values(name: str, col: pa.Array | pa.ChunkedArray) -> list[Any]:
     try:
         return [_json_value(v) for v in col.to_pylist()]
     except (OverflowError, ValueError, pa.ArrowException):  # e.g. 'infinity' or a year past 9999: as text
@@ -136,11 +147,99 @@ def _column_values(name: str, col: pa.ChunkedArray) -> list[Any]:
         ) from exc
 
 
+def _json_rows(names: list[str], columns: list[pa.Array] | list[pa.ChunkedArray]) -> list[list[Any]]:
+    """Rows of JSON values, columns kept apart by position (two columns of one name both arrive)."""
+    values = [_column_values(n, c) for n, c in zip(names, columns, strict=True)]
+    return [list(r) for r in zip(*values, strict=True)] if values else []
+
+
 def table_to_json(tbl: pa.Table) -> dict[str, Any]:
-    """Columns kept apart by position (two columns of one name both arrive)."""
-    columns = [_column_values(n, c) for n, c in zip(tbl.column_names, tbl.columns, strict=True)]
-    rows = [list(r) for r in zip(*columns, strict=True)] if columns else []
+    """A whole table as the query API's JSON answer (the API itself writes it batch by batch)."""
+    rows = _json_rows(tbl.column_names, tbl.columns)
     return {"columns": tbl.column_names, "types": [str(t) for t in tbl.schema.types], "rows": rows}
+
+
+def _slices(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    per = VALUES_PER_SLICE // max(1, batch.num_columns)
+    if batch.nbytes > SLICE_BYTES:
+        per = min(per, batch.num_rows * SLICE_BYTES // batch.nbytes)
+    per = max(1, per)
+    for start in range(0, batch.num_rows, per):
+        yield batch.slice(start, per)
+
+
+def json_chunks(stream: ResultStream) -> Generator[bytes]:
+    """The JSON answer, {"columns", "types", "rows"}, as bytes, a slice of a batch at a time."""
+    head = json.dumps({"columns": stream.schema.names, "types": [str(t) for t in stream.schema.types]})
+    yield (head[:-1] + ', "rows": [').encode()
+    sep = ""
+    for batch in stream:
+        for piece in _slices(batch):
+            rows = _json_rows(stream.schema.names, piece.columns)
+            if rows:
+                yield (sep + json.dumps(rows, allow_nan=False)[1:-1]).encode()
+                sep = ", "
+            stream.check()  # a slow serialisation stops at the time limit too
+    yield b"]}"
+
+
+class _Sink:
+    """Where the Arrow IPC writer puts its bytes, taken as they come."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(data)
+        self.chunks.append(chunk)
+        return len(chunk)
+
+    def flush(self) -> None:
+        pass
+
+    def take(self) -> list[bytes]:
+        """What was written since, as one chunk (a batch's many small writes, one send)."""
+        out, self.chunks = self.chunks, []
+        return [b"".join(out)] if out else []
+
+
+def arrow_chunks(stream: ResultStream) -> Generator[bytes]:
+    """The Arrow IPC stream as bytes, a batch at a time."""
+    sink = _Sink()
+    with pa.ipc.new_stream(sink, stream.schema) as writer:
+        yield from sink.take()
+        for batch in stream:
+            writer.write_batch(batch)
+            yield from sink.take()
+    yield from sink.take()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A 200 reply's body, written whole within the result limit (so held in memory up to
+    `max_result_bytes`, and its status can still be an error until then), sent by `deadline`."""
+
+    chunks: list[bytes]
+    content_type: str
+    deadline: float  # time.monotonic(): the statement's time limit, which covers sending
+
+
+def _collect(chunks: Generator[bytes], cap: int, over: str, hint: str = "") -> list[bytes]:
+    """The answer's chunks, refused as soon as they add up to more than `cap` bytes."""
+    out, size = [], 0
+    try:
+        for chunk in chunks:
+            size += len(chunk)
+            if size > cap:
+                raise QueryTooLarge(
+                    f"{over} is over {mib(cap)}, the limit; add a LIMIT, a filter or an aggregate{hint}"
+                )
+            out.append(chunk)
+    finally:
+        chunks.close()  # a refused answer ends its statement now
+    return out
 
 
 def _peer_gone(sock: socket.socket) -> bool:
@@ -160,6 +259,7 @@ class _Refusal(Exception):
 
 class _Handler(BaseHTTPRequestHandler):
     server: QueryServer
+    _sending = False  # a 200's status line is out: an error can no longer be answered
     protocol_version = "HTTP/1.1"  # keep-alive: a page's queries share one connection
     default_request_version = "HTTP/1.0"  # a garbled request line still gets a status line, not HTTP/0.9 bare HTML
     disable_nagle_algorithm = True  # else headers and body in two writes wait ~40 ms for a delayed ACK
@@ -257,9 +357,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/query":
             self._error(404, "POST /query")
             return
+        self._sending = False
         try:
             sql, params, fmt = self._read_request()
-            body, content_type = self.server.answer(sql, params, fmt, gone=lambda: _peer_gone(self.connection))
+            self.server.answer(sql, params, fmt, self._send_answer, gone=lambda: _peer_gone(self.connection))
         except _Refusal as exc:
             self._error(exc.status, str(exc), exc.headers)
         except ClientGone:
@@ -268,9 +369,40 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(exc.status, str(exc))
         except Exception as exc:  # never a dropped connection: the client gets the reason
             log.exception("query api: unexpected error")
-            self._error(500, f"internal error: {type(exc).__name__}: {exc}")
-        else:
-            self._reply(200, body, content_type)
+            if self._sending:  # its status line is out: the connection is all there is to end
+                self.close_connection = True
+            else:
+                self._error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    def _send_answer(self, answer: Answer) -> None:
+        """The 200 reply, sent by the answer's deadline; past it, or once the client is gone,
+        the connection is closed mid-body (its status cannot change any more)."""
+        if time.monotonic() >= answer.deadline:
+            raise QueryTimeout(f"the query ran past the {self.server.limits.timeout_seconds:g} s limit and was stopped")
+        self._sending = True
+        try:
+            self.connection.settimeout(answer.deadline - time.monotonic())
+            self.send_response(200)
+            self.send_header("Content-Type", answer.content_type)
+            self.send_header("Content-Length", str(sum(len(c) for c in answer.chunks)))
+            self.end_headers()
+            for chunk in answer.chunks:
+                left = answer.deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.connection.settimeout(left)
+                self.wfile.write(chunk)
+        except OSError as exc:  # TimeoutError included
+            self.close_connection = True
+            log.warning(
+                "query api: an answer of %s was not sent within the %g s limit or the client left (%s); "
+                "connection closed",
+                mib(sum(len(c) for c in answer.chunks)),
+                self.server.limits.timeout_seconds,
+                type(exc).__name__,
+            )
+        finally:
+            self.connection.settimeout(self.timeout)
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         log.debug("query api: " + format, *args)
@@ -326,8 +458,9 @@ class QueryServer(ThreadingHTTPServer):
             out["lake"] = self.lake()
         return out
 
-    def answer(self, sql: str, params: Params, fmt: str, gone: Any = None) -> tuple[bytes, str]:
-        """The reply body and its type for one statement, or a QueryError."""
+    def answer(self, sql: str, params: Params, fmt: str, send: Callable[[Answer], None], gone: Any = None) -> None:
+        """Run one statement and `send` its answer, both within one concurrency slot and the
+        statement's time limit; or raise a QueryError (nothing sent)."""
         wait = _limits.QUEUE_SECONDS
         if not self._slots.acquire(timeout=wait):
             raise _Refusal(
@@ -338,24 +471,19 @@ class QueryServer(ThreadingHTTPServer):
         with self._count:
             self.running += 1
         try:
-            with self.warehouse.cursor() as cur:
-                tbl = run_read(cur, sql, params, self.limits, gone)
+            deadline = time.monotonic() + self.limits.timeout_seconds
+            cap = self.limits.max_result_bytes
+            with self.warehouse.cursor() as cur, open_read(cur, sql, params, self.limits, gone, deadline) as stream:
+                if fmt == "json":
+                    body = _collect(json_chunks(stream), cap, "the JSON answer", " (or ask for format arrow: smaller)")
+                    answer = Answer(body, "application/json", deadline)
+                else:
+                    answer = Answer(_collect(arrow_chunks(stream), cap, "the result"), ARROW_STREAM, deadline)
+            send(answer)
         finally:
             with self._count:
                 self.running -= 1
             self._slots.release()
-        if fmt == "json":
-            body = json.dumps(table_to_json(tbl), allow_nan=False).encode()
-            if len(body) > self.limits.max_result_bytes:
-                raise QueryTooLarge(
-                    f"the JSON answer is {len(body) / 2**20:,.0f} MiB; the limit is "
-                    f"{self.limits.max_result_bytes / 2**20:,.0f} MiB (Arrow is smaller)"
-                )
-            return body, "application/json"
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, tbl.schema) as writer:
-            writer.write_table(tbl)
-        return sink.getvalue().to_pybytes(), ARROW_STREAM
 
     @property
     def url(self) -> str:

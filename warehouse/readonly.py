@@ -12,13 +12,19 @@ lake reader) call it; none runs user SQL another way. Two guards, each enough al
    CTEs (so `WITH x AS (DELETE ... RETURNING *)`); any table function not in
    `TABLE_FUNCTIONS` (no `query()`, `read_blob()`, `checkpoint()`, file or network readers);
    the scalar functions DuckDB marks VOLATILE that change state or wait (`nextval`,
-   `setseed`, `sleep_ms`, ...).
+   `setseed`, `sleep_ms`, ...); every catalog view, table function or scalar function in
+   `EXPOSING` that shows settings, file paths, secrets or logs (`pg_settings`,
+   `current_setting()`, `duckdb_databases()`'s `path`, ...).
 
 Bounded: a statement is refused before planning past `Limits.max_sql_chars`, its tree past
 `max_tree_nodes` nodes, `max_relations` table references or `max_selects` SELECTs (planning
 memory is outside DuckDB's buffer pool: 8,000 `UNION ALL`s took 1.9 GB); the query is
 interrupted on the server at `timeout_seconds`, or as soon as `gone()` says its client left;
-its result is read in batches and refused past `max_result_rows` or `max_result_bytes`.
+its result is read in batches (`open_read`: at most `VALUES_PER_BATCH` values each, however wide
+the result) and refused past `max_result_rows`; `run_read` also refuses it past `max_result_bytes`
+of Arrow, and the query API past that many bytes of its answer, as it is written. A column of a
+type the Arrow export cannot carry, or carries only as DuckDB's internal bytes (`UNSENDABLE`), is
+refused by name before any row is read.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
@@ -49,7 +56,6 @@ TABLE_FUNCTIONS = frozenset(
         "json_tree",
         "duckdb_columns",
         "duckdb_constraints",
-        "duckdb_databases",
         "duckdb_functions",
         "duckdb_indexes",
         "duckdb_keywords",
@@ -60,6 +66,28 @@ TABLE_FUNCTIONS = frozenset(
         "pragma_table_info",
         "pragma_version",
         "pragma_database_size",
+    }
+)
+# Catalog views, table functions and scalar functions that show the warehouse's settings (the
+# database file's directory in temp_directory, extension and secret directories), attached
+# databases' file paths (duckdb_databases' `path`), secrets or logs: refused wherever named.
+EXPOSING = frozenset(
+    {
+        "pg_settings",
+        "duckdb_settings",
+        "current_setting",
+        "duckdb_databases",
+        "pragma_database_list",
+        "duckdb_secrets",
+        "which_secret",
+        "duckdb_extensions",
+        "duckdb_temporary_files",
+        "duckdb_logs",
+        "duckdb_log_contexts",
+        "duckdb_logs_parsed",
+        "duckdb_variables",
+        "duckdb_external_file_cache",
+        "duckdb_profiling_settings",
     }
 )
 # VOLATILE functions that only read or compute: every other VOLATILE one is refused.
@@ -83,6 +111,14 @@ TABLE_REFS = frozenset(
     {"BASE_TABLE", "SUBQUERY", "JOIN", "TABLE_FUNCTION", "EXPRESSION_LIST", "EMPTY", "PIVOT", "SHOW_REF"}
 )
 ROWS_PER_BATCH = 65_536
+VALUES_PER_BATCH = 1 << 20  # a wide result is read in fewer rows a batch: 100 columns, 10,485 rows
+# DuckDB types the Arrow export refuses (VARIANT), or sends as DuckDB's internal bytes, which no
+# client can read ('0101'::BIT arrives as the bytes 04 f5): refused, with the column named.
+UNSENDABLE = {
+    "variant": "DuckDB cannot export it as Arrow",
+    "bit": "it would arrive as DuckDB's internal bytes",
+    "bignum": "it would arrive as DuckDB's internal bytes",
+}
 # Settings for every connection readers use: no file or network access from SQL, no Python
 # variable read as a table, and no SQL can change a setting afterwards.
 LOCKED_DOWN = {"enable_external_access": False, "python_enable_replacements": False}
@@ -203,6 +239,8 @@ def _check_tree(tree: dict[str, Any], limits: Limits) -> None:
         elif "sample" in item and "alias" in item and "class" not in item:  # a table reference
             if kind not in TABLE_REFS:
                 raise QueryRefused(f"table reference of type {kind} is not allowed")
+            if kind == "BASE_TABLE":
+                _refuse_exposing(str(item.get("table_name", "")))
             relations += kind not in ("JOIN", "EMPTY")
             if relations > limits.max_relations:
                 raise QueryTooLarge(
@@ -211,15 +249,77 @@ def _check_tree(tree: dict[str, Any], limits: Limits) -> None:
                 )
             if kind == "TABLE_FUNCTION":
                 name = str((item.get("function") or {}).get("function_name", "")).lower()
+                _refuse_exposing(name, "()")
                 if name not in TABLE_FUNCTIONS:
                     raise QueryRefused(
                         f"table function {name}() is not allowed: readers may call {', '.join(sorted(TABLE_FUNCTIONS))}"
                     )
         elif item.get("class") == "FUNCTION":
             name = str(item.get("function_name", "")).lower()
+            _refuse_exposing(name, "()")
             if name in _refused_scalars:
                 raise QueryRefused(f"function {name}() is not allowed: it changes state or waits")
         stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+
+
+def _refuse_exposing(name: str, suffix: str = "") -> None:
+    if name.lower() in EXPOSING:
+        raise QueryRefused(
+            f"{name}{suffix} is not allowed: it shows the warehouse's settings, file paths, secrets or "
+            "logs, which readers may not see; the tables, views and duckdb_tables() are open"
+        )
+
+
+class ResultStream:
+    """A statement's result as it is read: its `schema`, then its record batches (iterate once),
+    each counted against the row limit. `check()` raises once the time limit passed or the
+    client left, for a caller that works between batches (serialising them)."""
+
+    def __init__(
+        self, reader: pa.RecordBatchReader, limits: Limits, deadline: float, why: list[str], columns: str
+    ) -> None:
+        self.schema: pa.Schema = reader.schema
+        self.deadline = deadline  # time.monotonic() by which the statement and its answer are done
+        self._reader, self._limits, self._why, self._columns = reader, limits, why, columns
+
+    def check(self) -> None:
+        if self._why == ["gone"]:
+            raise ClientGone("the client left; its query was stopped")
+        if self._why or time.monotonic() >= self.deadline:
+            raise QueryTimeout(f"the query ran past the {self._limits.timeout_seconds:g} s limit and was stopped")
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        rows = 0
+        while True:
+            self.check()
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                return
+            except (OSError, NotImplementedError, pa.ArrowException) as exc:
+                # DuckDB's errors while the result streams arrive through Arrow's C stream as OSError
+                self.check()  # interrupted at the time limit or for a client that left
+                raise _streaming_error(exc, self._columns) from exc
+            rows += batch.num_rows
+            if rows > self._limits.max_result_rows:
+                raise QueryTooLarge(
+                    f"the result is over {self._limits.max_result_rows:,} rows; add a LIMIT, a filter or an aggregate"
+                )
+            yield batch
+
+
+def _streaming_error(exc: BaseException, columns: str) -> QueryError:
+    text = str(exc)
+    if text.startswith("Out of Memory Error"):
+        return QueryTooLarge(f"the query needs more memory than the warehouse may use: {text}")
+    if text.startswith("Not implemented Error") or isinstance(exc, NotImplementedError):
+        return QueryRefused(f"the result cannot be sent ({text}); cast the column of that type to VARCHAR ({columns})")
+    return QueryRefused(f"query failed: {text}")
+
+
+def mib(n: int) -> str:
+    """Bytes as MiB for a message: 4 MiB, 0.0625 MiB."""
+    return f"{n / 2**20:,.4g} MiB"
 
 
 def run_read(
@@ -231,10 +331,29 @@ def run_read(
 ) -> pa.Table:
     """Check `sql`, then run it on `con` (a cursor of the caller's own) in a read-only
     transaction that is always rolled back, within `limits`; `gone()` is asked every 0.1 s
-    whether the client left. Raises a QueryError subclass for every refusal."""
+    whether the client left. The whole result as one table, refused past `max_result_bytes`
+    of Arrow. Raises a QueryError subclass for every refusal."""
     limits = limits or Limits()
     check_read_only(sql, limits)
     return _run_guarded(con, sql, params, limits, gone)
+
+
+@contextmanager
+def open_read(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: Params | None = None,
+    limits: Limits | None = None,
+    gone: Callable[[], bool] | None = None,
+    deadline: float | None = None,
+) -> Iterator[ResultStream]:
+    """`run_read` for a caller that turns the result into something else batch by batch (the
+    query API's answer), holding no more than one batch of it: the statement stays open, within
+    its time limit (or `deadline`, a time.monotonic()), for as long as the block runs."""
+    limits = limits or Limits()
+    check_read_only(sql, limits)
+    with _guarded(con, sql, params, limits, gone, deadline) as stream:
+        yield stream
 
 
 def _run_guarded(
@@ -242,13 +361,53 @@ def _run_guarded(
 ) -> pa.Table:
     """Guard 1 alone: the read-only, rolled-back transaction and the limits (tests call it
     without guard 2 to show it holds by itself)."""
+    with _guarded(con, sql, params, limits, gone) as stream:
+        batches, size = [], 0
+        for batch in stream:
+            size += batch.nbytes
+            if size > limits.max_result_bytes:
+                raise QueryTooLarge(
+                    f"the result is over {mib(limits.max_result_bytes)}; add a LIMIT, a filter or an aggregate"
+                )
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=stream.schema)
+
+
+def _type_ids(t: Any) -> Iterator[str]:
+    """The ids of a DuckDB type and of every type nested in it (list, struct, map, union, array)."""
+    yield t.id
+    if t.id in ("list", "struct", "map", "union", "array"):
+        for _, child in t.children:
+            if isinstance(child, duckdb.sqltypes.DuckDBPyType):
+                yield from _type_ids(child)
+
+
+def _refuse_unsendable(description: list[Any]) -> None:
+    for column, t, *_ in description:
+        why = next((UNSENDABLE[i] for i in _type_ids(t) if i in UNSENDABLE), None)
+        if why:
+            raise QueryRefused(
+                f"column {column!r} is {t}, which cannot be sent ({why}); cast it to VARCHAR or to a "
+                f"plain type in the SELECT (CAST({column} AS VARCHAR))"
+            )
+
+
+@contextmanager
+def _guarded(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    params: Params | None,
+    limits: Limits,
+    gone: Callable[[], bool] | None,
+    deadline: float | None = None,
+) -> Iterator[ResultStream]:
     lock, running, why = threading.Lock(), threading.Event(), []
     finished = threading.Event()
+    end = time.monotonic() + limits.timeout_seconds if deadline is None else deadline
 
     def watch() -> None:
-        deadline = time.monotonic() + limits.timeout_seconds
-        while not finished.wait(max(0.0, min(0.1, deadline - time.monotonic()))):
-            reason = "timeout" if time.monotonic() >= deadline else "gone" if gone is not None and gone() else None
+        while not finished.wait(max(0.0, min(0.1, end - time.monotonic()))):
+            reason = "timeout" if time.monotonic() >= end else "gone" if gone is not None and gone() else None
             if reason:
                 with lock:  # interrupt only while the statement runs, never a later one
                     if running.is_set():
@@ -257,39 +416,37 @@ def _run_guarded(
                 return
 
     con.execute("BEGIN TRANSACTION READ ONLY")
+    reader: pa.RecordBatchReader | None = None
     watcher = threading.Thread(target=watch, name="query-watch", daemon=True)
     running.set()
     watcher.start()
     try:
         # execute, not con.sql: given parameters, con.sql runs the statement at once into a result
         # it then scans again to stream it (a day's 310k rows of rank tokens: 0.34 s, then 0.6 s more)
-        reader = con.execute(sql, params or None).to_arrow_reader(ROWS_PER_BATCH)
-        batches, rows, size = [], 0, 0
-        for batch in reader:
-            rows, size = rows + batch.num_rows, size + batch.nbytes
-            if rows > limits.max_result_rows or size > limits.max_result_bytes:
-                raise QueryTooLarge(
-                    f"the result is over {limits.max_result_rows:,} rows or "
-                    f"{limits.max_result_bytes / 2**20:,.0f} MiB; add a LIMIT, a filter or "
-                    "an aggregate"
-                )
-            batches.append(batch)
-        return pa.Table.from_batches(batches, schema=reader.schema)
+        con.execute(sql, params or None)
+        description = con.description or []
+        _refuse_unsendable(description)
+        columns = ", ".join(f"{c!r} {t}" for c, t, *_ in description)[:500]
+        try:
+            reader = con.to_arrow_reader(min(ROWS_PER_BATCH, max(2_048, VALUES_PER_BATCH // max(1, len(description)))))
+        except (OSError, NotImplementedError) as exc:  # e.g. a type DuckDB cannot export, not in UNSENDABLE yet
+            raise _streaming_error(exc, columns) from exc
+        yield ResultStream(reader, limits, end, why, columns)
     except duckdb.InterruptException as exc:
-        if why == ["timeout"]:
-            raise QueryTimeout(f"the query ran past the {limits.timeout_seconds:g} s limit and was stopped") from exc
-        raise ClientGone("the client left; its query was stopped") from exc
+        if why == ["gone"]:
+            raise ClientGone("the client left; its query was stopped") from exc
+        raise QueryTimeout(f"the query ran past the {limits.timeout_seconds:g} s limit and was stopped") from exc
     except duckdb.OutOfMemoryException as exc:
         raise QueryTooLarge(f"the query needs more memory than the warehouse may use: {exc}") from exc
     except duckdb.Error as exc:
         raise QueryRefused(f"query failed: {exc}") from exc
-    except pa.ArrowException as exc:
-        raise QueryRefused(f"the result cannot be sent as Arrow: {exc}") from exc
     finally:
         with lock:
             running.clear()
         finished.set()
         watcher.join()
+        if reader is not None:  # a result left unread (refused past a limit) is released here
+            reader.close()
         try:
             con.execute("ROLLBACK")
         except duckdb.Error:  # nothing to roll back
