@@ -154,6 +154,7 @@ class CostReport:
             },
             "users": [
                 {
+                    "tenant": r["tenant"],
                     "user": r["user"],
                     "requests": int(r["requests"]),
                     "prompt_tokens": int(r["prompt_tokens"]),
@@ -168,7 +169,7 @@ class CostReport:
         return out
 
     def as_csv(self) -> str:
-        """`moemeter report cost --csv`: a row per pool, the total, and a row per user."""
+        """`moemeter report cost --csv`: a row per pool, the total, and a row per user (its tenant last)."""
         data, out = self.as_json(), io.StringIO()
         w = csv.writer(out)
         w.writerow(
@@ -182,6 +183,7 @@ class CostReport:
                 "cached_prompt_tokens",
                 "generated_tokens",
                 "usd_per_mtok",
+                "tenant",
             ]
         )
         pf, dc, tot = data["pools"]["prefill"], data["pools"]["decode"], data["total"]
@@ -236,6 +238,7 @@ class CostReport:
                     u["cached_prompt_tokens"],
                     u["generated_tokens"],
                     "",
+                    u["tenant"],
                 ]
             )
         return out.getvalue()
@@ -265,9 +268,9 @@ class CostReport:
             ),
         ]
         if d["users"]:
-            lines.append("users (top 20 by cost):")
+            lines.append("users (top 20 by cost; each user of its tenant):")
             lines += [
-                f"  {u['user']:<24} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
+                f"  {u['user']:<24} of {u['tenant']:<16} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
                 f"{u['generated_tokens']:>10,} generated"
                 for u in d["users"][:20]
             ]
@@ -325,7 +328,7 @@ def revenue(sheet: PriceSheet, tokens: pd.DataFrame, start: datetime) -> float |
 
 
 def user_tokens(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
-    """Per user: requests, prompt, cached prompt and generated tokens of the requests that finished
+    """Per user (tenant and user: a user is named within its tenant): requests, prompt, cached prompt and generated tokens of the requests that finished
     in the window (its whole hours from the hourly sums, the edges from the records)."""
     return run(q, "cost_users", {"start": start, "end": end, **request_window(start, end)})
 
@@ -341,7 +344,8 @@ def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd
     u["cost_usd"] = ((u["computed_prompt_tokens"] / comp * prefill_cost) if comp else 0.0) + (
         (u["generated_tokens"] / gen * decode_cost) if gen else 0.0
     )
-    return u.sort_values(["cost_usd", "user"], ascending=[False, True]).reset_index(drop=True)
+    keys = [k for k in ("tenant", "user") if k in u]
+    return u.sort_values(["cost_usd", *keys], ascending=[False, *[True] * len(keys)]).reset_index(drop=True)
 
 
 def cost_report(

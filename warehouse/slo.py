@@ -6,11 +6,16 @@ A class has targets for time to first token (`ttft_ms`), mean inter-token latenc
 `tokens_per_second_per_user`, its inverse) and end-to-end latency (`e2e_ms`), any of them; an
 objective (the share of requests that must meet every target, e.g. 0.99) over a period
 (`period_days`, 30 unless said). One class is the default: requests of users and tenants assigned
-to none. A user's own assignment wins over their tenant's. Loading a sheet into the warehouse
-(`moemeter slo load`) only adds versions: an entry already stored with other values is refused, and
-so is a new entry effective before the newest request stored (it would change attainment already
-rolled up), so past attainment never changes. The default sheet is stored with the first request
-records when none was loaded before. Every mistake is refused with the file and line of its entry.
+to none. A user is a user of a tenant (the gateway's `user` field names a user within the API
+key's tenant): a user's assignment names both, `user = "alice"` and `tenant = "acme"`, and one
+without a tenant (a sheet written before tenants) names that user of the tenant "anonymous", the
+requests without a key. A user's own assignment wins over their tenant's. A request's own targets
+(the gateway's SLO headers) only tighten its class's, unless the class says `own_targets = true`.
+Loading a sheet into the warehouse (`moemeter slo load`) only adds versions: an entry already
+stored with other values is refused, and so is a new entry effective before the newest request
+stored (it would change attainment already rolled up), so past attainment never changes. The
+default sheet is stored with the first request records when none was loaded before. Every mistake
+is refused with the file and line of its entry.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import duckdb
 
 from moemeter.errors import MoemeterError
+from stack.gateway.keys import ANONYMOUS
 from stack.gateway.records import SERVER_FAULTS
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
@@ -40,6 +46,7 @@ CLASS_KEYS = {
     "objective",
     "period_days",
     "default",
+    "own_targets",
     "source",
 }
 
@@ -59,6 +66,7 @@ class SloClass:
     period_days: float
     default: bool
     source: str = ""
+    own_targets: bool = False  # a request's own targets may loosen this class's, not only tighten them
 
     def met(self, ttft: float | None, itl: float | None, e2e: float | None) -> bool:
         """Whether a request met every target this class sets. A target the request has no
@@ -73,8 +81,14 @@ class SloClass:
 class Assignment:
     effective: datetime
     kind: str  # "user" | "tenant"
-    name: str
-    slo_class: str
+    name: str  # the user (of `tenant`), or the tenant
+    slo_class: str | None  # None (stored by migration 020 only): no class of its own from then on
+    tenant: str = ""  # a user's tenant; for a tenant's assignment, the tenant (the name)
+
+    @property
+    def who(self) -> str:
+        """How messages name it: tenant/user, or the tenant."""
+        return f"{self.tenant}/{self.name}" if self.kind == "user" else self.name
 
 
 @dataclass(frozen=True)
@@ -107,7 +121,7 @@ class SloSheet:
         for kind, who in (("user", user), ("tenant", tenant)):
             chosen = None
             for a in sorted(self.assignments, key=lambda a: a.effective):
-                if a.kind == kind and a.name == who and a.effective <= t:
+                if a.kind == kind and a.name == who and a.tenant == tenant and a.effective <= t:
                     chosen = a.slo_class
             if chosen is not None:
                 return self.class_at(chosen, t) or self.default_at(t)
@@ -150,6 +164,9 @@ def _class(entry: dict[str, Any], where: str) -> SloClass:
     default = entry.get("default", False)
     if not isinstance(default, bool):
         raise SloSheetError(f"{where}: default must be true or false, got {default!r}")
+    own = entry.get("own_targets", False)
+    if not isinstance(own, bool):
+        raise SloSheetError(f"{where}: own_targets must be true or false, got {own!r}")
     return SloClass(
         name,
         when(entry.get("effective"), where, SloSheetError),
@@ -160,21 +177,28 @@ def _class(entry: dict[str, Any], where: str) -> SloClass:
         period,
         default,
         str(entry.get("source") or ""),
+        own,
     )
 
 
 def _assignment(entry: dict[str, Any], where: str, classes: set[str]) -> Assignment:
+    """A tenant's assignment (`tenant`), or a user's (`user` and the user's `tenant`; a user without
+    a tenant is the user of that name in the tenant "anonymous", the requests without a key)."""
     known(entry, {"effective", "user", "tenant", "class"}, where, SloSheetError)
-    kinds = [k for k in ("user", "tenant") if k in entry]
-    if len(kinds) != 1:
-        raise SloSheetError(f"{where}: an assignment names one user or one tenant, got {kinds or 'neither'}")
+    if "user" not in entry and "tenant" not in entry:
+        raise SloSheetError(f"{where}: an assignment names a user (and the user's tenant) or a tenant, got neither")
     slo_class = _name(entry, "class", where)
     if slo_class not in classes:
         raise SloSheetError(f"{where}: no class {slo_class!r} in this sheet; it has {', '.join(sorted(classes))}")
-    who = entry[kinds[0]]
-    if not isinstance(who, str) or not who:
-        raise SloSheetError(f"{where}: {kinds[0]} must be a non-empty string, got {who!r}")
-    return Assignment(when(entry.get("effective"), where, SloSheetError), kinds[0], who, slo_class)
+    for key in ("user", "tenant"):
+        who = entry.get(key, ANONYMOUS)
+        if not isinstance(who, str) or not who:
+            raise SloSheetError(f"{where}: {key} must be a non-empty string, got {who!r}")
+    effective = when(entry.get("effective"), where, SloSheetError)
+    tenant = entry.get("tenant", ANONYMOUS)
+    if "user" in entry:
+        return Assignment(effective, "user", entry["user"], slo_class, tenant)
+    return Assignment(effective, "tenant", tenant, slo_class, tenant)
 
 
 def parse_slo_sheet(text: str, origin: str = "SLO sheet") -> SloSheet:
@@ -202,10 +226,8 @@ def parse_slo_sheet(text: str, origin: str = "SLO sheet") -> SloSheet:
     for i, entry in enumerate(data.get("assign", [])):
         where = entry_at(origin, "assign", assign_lines, i)
         a = _assignment(entry, where, names)
-        if any((o.kind, o.name, o.effective) == (a.kind, a.name, a.effective) for o in assignments):
-            raise SloSheetError(
-                f"{where}: {a.kind} {a.name!r} is assigned twice effective {a.effective:%Y-%m-%d %H:%M}"
-            )
+        if any((o.kind, o.tenant, o.name, o.effective) == (a.kind, a.tenant, a.name, a.effective) for o in assignments):
+            raise SloSheetError(f"{where}: {a.kind} {a.who!r} is assigned twice effective {a.effective:%Y-%m-%d %H:%M}")
         assignments.append(a)
     return SloSheet(str(data.get("name", Path(origin).stem)), tuple(classes), tuple(assignments))
 
@@ -220,7 +242,7 @@ def default_slo_sheet() -> SloSheet:
 
 
 # --------------------------------------------------------------------------- storage
-_CLASS_COLUMNS = ("ttft_seconds", "itl_seconds", "e2e_seconds", "objective", "period_days", "is_default")
+_CLASS_COLUMNS = ("ttft_seconds", "itl_seconds", "e2e_seconds", "objective", "period_days", "is_default", "own_targets")
 
 
 NEWEST_REQUEST_SQL = """SELECT greatest((SELECT max(finished_at) FROM requests),
@@ -253,7 +275,7 @@ def _past(sheet: SloSheet, what: str, effective: datetime, newest: datetime | No
 def _store(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime, newest: datetime | None) -> int:
     added = 0
     for c in sheet.classes:
-        values = [c.ttft_seconds, c.itl_seconds, c.e2e_seconds, c.objective, c.period_days, c.default]
+        values = [c.ttft_seconds, c.itl_seconds, c.e2e_seconds, c.objective, c.period_days, c.default, c.own_targets]
         row = con.execute(
             f"SELECT {', '.join(_CLASS_COLUMNS)} FROM slo_classes WHERE class = ? AND effective = ?",
             [c.name, c.effective],
@@ -266,32 +288,36 @@ def _store(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime, newes
         if not row:
             _past(sheet, f"class {c.name!r}", c.effective, newest)
             con.execute(
-                "INSERT INTO slo_classes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO slo_classes (effective, class, {', '.join(_CLASS_COLUMNS)}, sheet, source, loaded_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [c.effective, c.name, *values, sheet.name, c.source, now],
             )
             added += 1
     for a in sheet.assignments:
         row = con.execute(
-            "SELECT class FROM slo_assignments WHERE kind = ? AND name = ? AND effective = ?",
-            [a.kind, a.name, a.effective],
+            "SELECT class FROM slo_assignments WHERE kind = ? AND tenant = ? AND name = ? AND effective = ?",
+            [a.kind, a.tenant, a.name, a.effective],
         ).fetchall()
         if row and row[0][0] != a.slo_class:
             raise SloSheetError(
-                f"{sheet.name}: {a.kind} {a.name!r} is already in class {row[0][0]!r} from "
+                f"{sheet.name}: {a.kind} {a.who!r} is already in class {row[0][0]!r} from "
                 f"{a.effective:%Y-%m-%d %H:%M}; add an assignment with a later effective time"
             )
         if not row:
-            _past(sheet, f"the assignment of {a.kind} {a.name!r}", a.effective, newest)
+            _past(sheet, f"the assignment of {a.kind} {a.who!r}", a.effective, newest)
             con.execute(
-                "INSERT INTO slo_assignments VALUES (?, ?, ?, ?, ?, ?)",
-                [a.effective, a.kind, a.name, a.slo_class, sheet.name, now],
+                "INSERT INTO slo_assignments (effective, kind, tenant, name, class, sheet, loaded_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [a.effective, a.kind, a.tenant, a.name, a.slo_class, sheet.name, now],
             )
             added += 1
     return added
 
 
 STORED_CLASSES_SQL = f"SELECT class, effective, {', '.join(_CLASS_COLUMNS)} FROM slo_classes ORDER BY class, effective"
-STORED_ASSIGNMENTS_SQL = "SELECT effective, kind, name, class FROM slo_assignments ORDER BY kind, name, effective"
+STORED_ASSIGNMENTS_SQL = (
+    "SELECT effective, kind, name, class, tenant FROM slo_assignments ORDER BY kind, tenant, name, effective"
+)
 
 
 def stored_slo_sheet(classes: list[tuple[Any, ...]], assignments: list[tuple[Any, ...]]) -> SloSheet | None:
@@ -302,11 +328,17 @@ def stored_slo_sheet(classes: list[tuple[Any, ...]], assignments: list[tuple[Any
     return SloSheet(
         "warehouse",
         tuple(
-            SloClass(name, _naive(eff), ttft, itl, e2e, float(obj), float(days), bool(dflt))
-            for name, eff, ttft, itl, e2e, obj, days, dflt in classes
+            SloClass(name, _naive(eff), ttft, itl, e2e, float(obj), float(days), bool(dflt), "", _flag(own))
+            for name, eff, ttft, itl, e2e, obj, days, dflt, own in classes
         ),
-        tuple(Assignment(_naive(eff), kind, name, cls) for eff, kind, name, cls in assignments),
+        tuple(Assignment(_naive(eff), kind, name, cls, tenant) for eff, kind, name, cls, tenant in assignments),
     )
+
+
+def _flag(v: Any) -> bool:
+    """A stored BOOLEAN as read back: NULL (a lake's rows published before the column; pandas' NA)
+    is false."""
+    return v is True or (type(v).__name__ == "bool" and bool(v))
 
 
 def _naive(v: Any) -> datetime:

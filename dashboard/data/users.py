@@ -161,7 +161,7 @@ USER_COLUMNS = [
 
 
 def users_table(q: Query, w: Window, limit: int = 50, order: str = "tokens") -> pd.DataFrame:
-    """Top users of the window: tokens, requests, errors, per-user tokens/s (mean over requests;
+    """Top users (user_id of tenant) of the window: tokens, requests, errors, per-user tokens/s (mean over requests;
     P90 slow tail from per-request rows only), TTFT. `order`: tokens | generated_tokens | requests."""
     if order not in ("tokens", "generated_tokens", "requests", "errors"):
         raise ValueError(f"cannot order users by {order!r}")
@@ -172,22 +172,24 @@ def users_table(q: Query, w: Window, limit: int = 50, order: str = "tokens") -> 
     return df.reindex(columns=USER_COLUMNS)
 
 
-def find_users(q: Query, text: str, limit: int = 50) -> list[str]:
-    """User ids containing `text` (case-insensitive), most active first, from all the history kept."""
+def find_users(q: Query, text: str, limit: int = 50) -> list[tuple[str, str]]:
+    """(tenant, user id) of the users whose id or tenant contains `text` (case-insensitive), by user
+    id, from all the history kept. A user is named within its tenant: two tenants' users of one
+    name are two users."""
     df = run(q, "users_find", {"text": text, "limit": limit})
-    return [str(u) for u in df["user_id"]]
+    return [(str(t), str(u)) for t, u in zip(df["tenant"], df["user_id"])]
 
 
-def user_history(q: Query, w: Window, user: str) -> pd.DataFrame:
-    """bucket, requests, errors, prompt_tokens, generated_tokens, tps_mean for one user."""
+def user_history(q: Query, w: Window, tenant: str, user: str) -> pd.DataFrame:
+    """bucket, requests, errors, prompt_tokens, generated_tokens, tps_mean for one user of a tenant."""
     if hourly(w):
-        return run(q, "users_history_hourly", {**_hours(w), "user": user})
-    return run(q, "users_history", {**_span(w), "user": user})
+        return run(q, "users_history_hourly", {**_hours(w), "tenant": tenant, "user": user})
+    return run(q, "users_history", {**_span(w), "tenant": tenant, "user": user})
 
 
-def user_requests(q: Query, user: str, end: datetime, limit: int = 200) -> pd.DataFrame:
-    """The user's latest requests (kept for the raw retention), newest first."""
-    return run(q, "users_requests", {"user": user, "end": end, "limit": limit})
+def user_requests(q: Query, tenant: str, user: str, end: datetime, limit: int = 200) -> pd.DataFrame:
+    """The latest requests of a user of a tenant (kept for the raw retention), newest first."""
+    return run(q, "users_requests", {"tenant": tenant, "user": user, "end": end, "limit": limit})
 
 
 def latest_request_time(q: Query) -> datetime | None:

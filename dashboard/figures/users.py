@@ -77,8 +77,10 @@ def tps_over_time_figure(over: pd.DataFrame) -> go.Figure:
 
 
 def top_users_figure(table: pd.DataFrame) -> go.Figure:
-    """Stacked bars of prompt (computed, cached) and generated tokens for the top users."""
+    """Stacked bars of prompt (computed, cached) and generated tokens for the top users, each named
+    with its tenant when the table has one (two tenants' users of one name are two bars)."""
     t = table.iloc[::-1]
+    who = t["user_id"] + " (" + t["tenant"] + ")" if "tenant" in t else t["user_id"]
     computed = computed_tokens(t["prompt_tokens"], t["cached_prompt_tokens"])
     fig = go.Figure()
     for values, name, color in (
@@ -86,7 +88,7 @@ def top_users_figure(table: pd.DataFrame) -> go.Figure:
         (t["cached_prompt_tokens"], "prompt, cached", "#aec7e8"),
         (t["generated_tokens"], "generated", POOL_COLORS["decode"]),
     ):
-        fig.add_trace(go.Bar(y=t["user_id"], x=values, name=name, orientation="h", marker_color=color))
+        fig.add_trace(go.Bar(y=who, x=values, name=name, orientation="h", marker_color=color))
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="tokens")
     return _layout(fig, "Top users by tokens", height=max(300, 22 * len(t) + 90))

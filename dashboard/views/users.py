@@ -22,14 +22,14 @@ def _fmt(value: float, digits: int = 0, unit: str = "") -> str:
 
 
 def _user_costs(start, end):  # type: ignore[no-untyped-def]
-    """user_id, cost_usd for the window from the cost model; None when the pools counted nothing."""
+    """tenant, user_id, cost_usd for the window from the cost model; None when the pools counted nothing."""
     from dashboard.data import cost
 
     try:
         r = cost.cost_report(query, cost.pools(query, start, end), start, end)
     except (cost.NoData, ValueError):
         return None
-    return r.users[["user", "cost_usd"]].rename(columns={"user": "user_id"})
+    return r.users[["tenant", "user", "cost_usd"]].rename(columns={"user": "user_id"})
 
 
 def render() -> None:
@@ -75,12 +75,12 @@ def render() -> None:
     order = st.segmented_control("By", [*ORDERS, "cost"], default="tokens", key="users_order") or "tokens"
     costs = _user_costs(w.start, w.end)
     if order == "cost" and costs is not None:
-        table = data.users_table(query, w, limit=10_000).merge(costs, on="user_id", how="left")
-        table = table.sort_values(["cost_usd", "user_id"], ascending=[False, True]).head(25)
+        table = data.users_table(query, w, limit=10_000).merge(costs, on=["tenant", "user_id"], how="left")
+        table = table.sort_values(["cost_usd", "user_id", "tenant"], ascending=[False, True, True]).head(25)
     else:
         table = data.users_table(query, w, limit=25, order=ORDERS.get(order, "tokens"))
         if costs is not None:
-            table = table.merge(costs, on="user_id", how="left")
+            table = table.merge(costs, on=["tenant", "user_id"], how="left")
     st.caption(
         (
             "Cost: each user's share of the pools' cost at the price sheet (computed prompt tokens of prefill, "
@@ -106,19 +106,19 @@ def render() -> None:
     )
 
     st.subheader("One user")
-    text = st.text_input("Search users", key="user_search", placeholder="user id or part of it")
+    text = st.text_input("Search users", key="user_search", placeholder="user id or tenant, or part of one")
     if text:
         found = data.find_users(query, text)
         if not found:
             st.info(f"No user matches {text!r}.")
             return
-        user = st.selectbox("User", found, key="user_pick")
-        hist = data.user_history(query, w, user)
+        tenant, user = st.selectbox("User", found, key="user_pick", format_func=lambda tu: f"{tu[1]} (of {tu[0]})")
+        hist = data.user_history(query, w, tenant, user)
         if hist.empty:
-            st.info(f"{user} sent nothing in the last {choice}.")
+            st.info(f"{user} of {tenant} sent nothing in the last {choice}.")
         else:
-            st.plotly_chart(figures.user_history_figure(hist, user), key="user_history")
-        st.dataframe(data.user_requests(query, user, w.end), hide_index=True, key="user_requests")
+            st.plotly_chart(figures.user_history_figure(hist, f"{user} (of {tenant})"), key="user_history")
+        st.dataframe(data.user_requests(query, tenant, user, w.end), hide_index=True, key="user_requests")
 
 
 st.title("Users")

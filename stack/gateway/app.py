@@ -44,8 +44,9 @@ _RESPONSE_ID = re.compile(rb'"id": ?"((?:chatcmpl|cmpl)-[^"\\]*)"')  # the first
 SLO_TTFT_HEADER = "x-slo-ttft-ms"
 SLO_TPOT_HEADER = "x-slo-tpot-ms"
 """A request's own targets, in milliseconds (as llm-d reads x-llm-d-slo-ttft-ms and -tpot-ms): they
-are recorded with it, and its attainment is judged by them instead of its class's. TPOT, time per
-output token, is the mean inter-token latency."""
+are recorded with it, and its attainment is judged by the tighter of each and its class's (by its
+own alone where the class says own_targets: docs/definitions.md, "SLOs"). TPOT, time per output
+token, is the mean inter-token latency."""
 MAX_SLO_MS = 86_400_000.0
 
 

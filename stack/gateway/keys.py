@@ -3,7 +3,9 @@
     {"require_key": true,
      "keys": [{"sha256": "<hex of sha256(key)>", "tenant": "acme"}]}
 
-`moemeter gateway --hash-key` reads a key on stdin and prints its entry.
+`moemeter gateway --hash-key` reads a key on stdin and prints its entry. A request's user is a user
+of its key's tenant (the body's `user` names one within it), so no key can name another tenant's
+users; "anonymous", the tenant of requests without a key, is no key's tenant.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def load_keys(path: str | Path) -> Keys:
             raise KeysError(f"{p}: keys[{i}].sha256 must be 64 lowercase hex digits (a hash, not the key)")
         if not isinstance(tenant, str) or not tenant:
             raise KeysError(f"{p}: keys[{i}].tenant must be a non-empty string")
+        if tenant == ANONYMOUS:
+            raise KeysError(f"{p}: keys[{i}].tenant {ANONYMOUS!r} is the tenant of requests without a key")
         if digest in tenants:
             raise KeysError(f"{p}: keys[{i}] repeats a key already given to {tenants[digest]!r}")
         tenants[digest] = tenant

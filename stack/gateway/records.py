@@ -44,7 +44,7 @@ class RequestRecord:
 
     request_id: str  # the X-Request-Id the gateway set and passed upstream
     started_at: float
-    user: str  # the request's `user` field, else the key's tenant, else "anonymous"
+    user: str  # a user of `tenant`: the request's `user` field, else the tenant's name
     tenant: str  # the API key's tenant, else "anonymous"
     model: str
     endpoint: str  # "completions" | "chat/completions"

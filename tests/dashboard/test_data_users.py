@@ -115,11 +115,14 @@ def test_users_table_orders_and_sums(seeded) -> None:
 def test_one_users_history(seeded) -> None:
     q, rec = seeded
     u = rec.user.value_counts().index[0]
-    assert u in users.find_users(q, u[-3:]) and users.find_users(q, "no-such-user") == []
+    t = rec.tenant[rec.user == u].iloc[0]
+    assert (t, u) in users.find_users(q, u[-3:]) and users.find_users(q, "no-such-user") == []
+    assert (t, u) in users.find_users(q, t)  # a tenant's users are found by its name too
     w = Window.between(T0 - timedelta(minutes=5), T0 + timedelta(minutes=5))
-    hist = users.user_history(q, w, u)
+    hist = users.user_history(q, w, t, u)
     assert hist.requests.sum() == (rec.user == u).sum()
-    latest = users.user_requests(q, u, w.end, limit=10)
+    assert users.user_history(q, w, "another-tenant", u).empty  # the user of that name in another tenant
+    latest = users.user_requests(q, t, u, w.end, limit=10)
     assert len(latest) == 10 and latest.finished_at.is_monotonic_decreasing
 
 
@@ -157,18 +160,18 @@ def test_records_stored_after_their_hour_was_rolled_up_count_at_once_and_once() 
             on_time.itl_mean_seconds.notna().sum() + late.itl_mean_seconds.notna().sum()
         )
         assert users.users_table(q, w, limit=1000).requests.sum() == want
-        hours = users.user_history(q, w, str(late.user.iloc[0]))
+        hours = users.user_history(q, w, str(late.tenant.iloc[0]), str(late.user.iloc[0]))
         both = pd.concat([on_time, late])
         assert hours.requests.sum() == (both.user == late.user.iloc[0]).sum()
         assert hours.set_index("bucket").requests.get(T0 - timedelta(hours=1), 0) >= 1
         # The Cost page's per-user tokens read the same hourly view: every record once, edges cut exactly.
         for a, b in ((w.start, w.end), (T0 - timedelta(minutes=4, seconds=21), T0 + timedelta(hours=1, seconds=7))):
             truth = con.execute(
-                """SELECT user_id AS user, count(*) AS requests, sum(prompt_tokens) AS prompt_tokens,
+                """SELECT tenant, user_id AS user, count(*) AS requests, sum(prompt_tokens) AS prompt_tokens,
                                           coalesce(sum(cached_prompt_tokens), 0) AS cached_prompt_tokens,
                                           sum(generated_tokens) AS generated_tokens
                                    FROM requests WHERE finished_at >= ? AND finished_at < ?
-                                   GROUP BY user_id ORDER BY user_id""",
+                                   GROUP BY tenant, user_id ORDER BY tenant, user_id""",
                 [a, b],
             ).df()
             got = cost.user_tokens(q, a, b)

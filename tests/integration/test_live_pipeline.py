@@ -124,7 +124,7 @@ def test_users_page_shows_the_p90_per_user_tokens_per_second_of_the_gateway_reco
     assert not at.exception and by_cost.cost_usd.is_monotonic_decreasing
     at.text_input(key="user_search").input(top.user_id[0]).run()
     assert not at.exception
-    assert at.selectbox(key="user_pick").value == top.user_id[0]
+    assert at.selectbox(key="user_pick").value == (top.tenant[0], top.user_id[0])  # a user of its tenant
     mine = at.dataframe[1].value
     assert (
         len(mine) == wh.query_df("SELECT count(*) n FROM requests WHERE user_id = ?", [top.user_id[0]]).n[0]

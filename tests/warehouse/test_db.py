@@ -204,6 +204,7 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
         "017_pool_histograms.sql",
         "018_compact_minute_rows.sql",
         "019_six_minute_rollups.sql",
+        "020_users_within_tenants.sql",
     ]
     assert by_key(old) == kept
     n = len(kept["series"])
@@ -258,6 +259,7 @@ def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migra
         "017_pool_histograms.sql",
         "018_compact_minute_rows.sql",
         "019_six_minute_rollups.sql",
+        "020_users_within_tenants.sql",
     ]
     assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
     assert stored_readings(old, "readings") == every
@@ -294,6 +296,7 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
         "017_pool_histograms.sql",
         "018_compact_minute_rows.sql",
         "019_six_minute_rollups.sql",
+        "020_users_within_tenants.sql",
     ]
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))
@@ -342,7 +345,11 @@ def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(mo
     assert rows > 1.9 * distinct  # about two rows a minute
     sums, pools = minute_sums(old), pool_rows(old)
 
-    assert apply_migrations(old) == ["018_compact_minute_rows.sql", "019_six_minute_rollups.sql"]
+    assert apply_migrations(old) == [
+        "018_compact_minute_rows.sql",
+        "019_six_minute_rollups.sql",
+        "020_users_within_tenants.sql",
+    ]
     assert old.execute(count, [closed]).fetchall() == [(distinct, distinct)]
     assert out_of_series_order(old) == 0
     got = minute_sums(old)
@@ -390,7 +397,7 @@ def test_a_file_from_before_the_six_minute_rollups_gets_those_the_writer_keeps(t
     old = written_before(new, SIX_MINUTES, str(tmp_path / "old.duckdb"))
     assert not Holdings.of(LocalQuery(old)).sixes
 
-    assert apply_migrations(old) == ["019_six_minute_rollups.sql"]
+    assert apply_migrations(old) == ["019_six_minute_rollups.sql", "020_users_within_tenants.sql"]
     assert Holdings.of(LocalQuery(old)).sixes
     for rounds in (range(0), range(131, 195)):  # 13:10 closes 12:00: the writer compacts its six minutes
         write_rounds(new, rounds, offset=30)

@@ -1,8 +1,9 @@
 """SLO attainment, goodput, burn rates and error budget, checked against numbers computed by hand.
 
-Sheet: class `chat` (default; TTFT 1 s, ITL 20 ms, objective 0.9 over 1 day), class `batch` (e2e
-60 s, objective 0.8 over 1 day); tenant acme is in batch, its user alice in chat. Window
-12:30 .. 14:30 on 2026-11-30 (two edges and one whole hour). Requests, by finishing time:
+Sheet: class `chat` (default; TTFT 1 s, ITL 20 ms, objective 0.9 over 1 day; own_targets: a
+request's own targets may loosen it), class `batch` (e2e 60 s, objective 0.8 over 1 day); tenant
+acme is in batch, its user alice in chat. Window 12:30 .. 14:30 on 2026-11-30 (two edges and one
+whole hour). Requests, by finishing time:
 
   n  who            at     measures                                       verdict
   9  bob   (other)  12:20  ok                                             before the window
@@ -58,6 +59,7 @@ ttft_ms = 1000
 itl_ms = 20
 objective = 0.9
 period_days = 1
+own_targets = true
 
 [[class]]
 name = "batch"
@@ -74,6 +76,7 @@ class = "batch"
 [[assign]]
 effective = "2026-11-01T00:00:00Z"
 user = "alice"
+tenant = "acme"
 class = "chat"
 """
 DAY = datetime(2026, 11, 30)
@@ -287,7 +290,9 @@ def test_usd_per_good_mtok_by_hand(rack, tmp_path, capsys) -> None:
     shutil.copy(src, db)
     con = duckdb.connect(str(db))
     # dave's assignment as a sheet loaded before any record would have stored it
-    con.execute("INSERT INTO slo_assignments VALUES ('2026-11-01', 'user', 'dave', 'batch', 'test', '2026-11-01')")
+    con.execute(
+        "INSERT INTO slo_assignments VALUES ('2026-11-01', 'user', 'acme', 'dave', 'batch', 'test', '2026-11-01')"
+    )
     t = (datetime(2026, 11, 29, 11, 0) - EPOCH).total_seconds()
     more = [
         asdict(

@@ -44,6 +44,7 @@ class = "batch"
 [[assign]]
 effective = "2026-11-15T00:00:00Z"
 user = "alice"
+tenant = "acme"
 class = "chat"
 """
 
@@ -87,7 +88,8 @@ def test_the_default_sheet_parses_and_has_a_default_class():
         (("ttft_ms = 1000", "ttft_ms = -1"), "line 4 .*ttft_ms must be a finite number > 0"),
         (("tokens_per_second_per_user = 50", "tokens_per_second_per_user = 50\nitl_ms = 20"), "not both"),
         (('class = "batch"', 'class = "gold"'), "line 27 .*no class 'gold' in this sheet"),
-        (('tenant = "acme"', 'tenant = "acme"\nuser = "x"'), "one user or one tenant"),
+        (('tenant = "acme"\nclass = "batch"', 'class = "batch"'), "names a user .* or a tenant, got neither"),
+        (('user = "alice"', 'user = ""'), "user must be a non-empty string"),
         (("period_days = 7", "period_days = 7\nlatency = 3"), "unknown keys \\['latency'\\]"),
         (('effective = "2026-12-01T00:00:00Z"', 'effective = "December"'), "line 12 .*ISO 8601"),
         (('name = "batch"', 'name = "batch"\ndefault = true\neffective2 = 1'), "unknown keys"),
@@ -128,9 +130,9 @@ def test_load_adds_versions_and_never_changes_a_stored_one(tmp_path, capsys):
     assert main(["slo", "load", str(sheet), "--db", str(db)]) == 2
     assert "already stored with other targets" in capsys.readouterr().err
     assert stored() == before
-    sheet.write_text(SHEET.replace('user = "alice"\nclass = "chat"', 'user = "alice"\nclass = "batch"'))
+    sheet.write_text(SHEET.replace('tenant = "acme"\nclass = "chat"', 'tenant = "acme"\nclass = "batch"'))
     assert main(["slo", "load", str(sheet), "--db", str(db)]) == 2
-    assert "already in class 'chat'" in capsys.readouterr().err
+    assert "user 'acme/alice' is already in class 'chat'" in capsys.readouterr().err
     assert stored() == before
     sheet.write_text("[[class]]\nname = 1\n")
     assert main(["slo", "load", str(sheet), "--db", str(db)]) == 2

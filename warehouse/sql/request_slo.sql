@@ -1,9 +1,13 @@
 -- CTEs ending in `judged`: each request picked (those of requests_hour_where.sql, and those that
 -- finished in [$edges_start, $finished_from) or [$finished_until, $edges_end)) with the SLO class
--- it is held to and whether it met its targets (docs/definitions.md, "SLOs"): its user's assignment in
--- effect when it finished, else its tenant's, else the default class then; the class's version in
--- effect then; its own targets (x-slo-ttft-ms, x-slo-tpot-ms) in place of the class's, target by
--- target. $server_faults: the outcomes that are the server side's failure (held, never met).
+-- it is held to and whether it met its targets (docs/definitions.md, "SLOs"): the assignment of its
+-- user (of its tenant) in effect when it finished, else its tenant's, else the default class then;
+-- the class's version in effect then; its own targets (x-slo-ttft-ms, x-slo-tpot-ms), target by
+-- target, where they are tighter than the class's (anywhere if the class says own_targets); a
+-- request the client abandoned after it had missed a target is held and missed. Requests that
+-- finished before slo_rules' version 2 keep the rules they were rolled up by: own targets in place
+-- of the class's, abandoned requests not held. $server_faults: the outcomes that are the server
+-- side's failure (held, never met).
 picked AS (
     SELECT finished_at, user_id, tenant, outcome, prompt_tokens, coalesce(cached_prompt_tokens, 0) AS cached,
            generated_tokens, ttft_seconds, itl_mean_seconds, e2e_seconds, slo_ttft_seconds, slo_itl_seconds
@@ -34,8 +38,8 @@ slo_default AS (  -- from each point on: of the classes in effect, the latest th
 slo_named AS (  -- resolved once per user, tenant and epoch, not per request
     SELECT k.*, coalesce(u.class, t.class) AS assigned
     FROM (SELECT DISTINCT user_id, tenant, epoch FROM slo_epoch WHERE epoch IS NOT NULL) k
-    ASOF LEFT JOIN (SELECT name, effective, class FROM slo_assignments WHERE kind = 'user') u
-        ON u.name = k.user_id AND k.epoch >= u.effective
+    ASOF LEFT JOIN (SELECT tenant, name, effective, class FROM slo_assignments WHERE kind = 'user') u
+        ON u.tenant = k.tenant AND u.name = k.user_id AND k.epoch >= u.effective
     ASOF LEFT JOIN (SELECT name, effective, class FROM slo_assignments WHERE kind = 'tenant') t
         ON t.name = k.tenant AND k.epoch >= t.effective
 ),
@@ -43,22 +47,40 @@ slo_class_of AS (
     SELECT n.user_id, n.tenant, n.epoch, coalesce(c.class, d.class) AS slo_class,
            CASE WHEN c.class IS NULL THEN d.ttft_seconds ELSE c.ttft_seconds END AS ttft,
            CASE WHEN c.class IS NULL THEN d.itl_seconds ELSE c.itl_seconds END AS itl,
-           CASE WHEN c.class IS NULL THEN d.e2e_seconds ELSE c.e2e_seconds END AS e2e
+           CASE WHEN c.class IS NULL THEN d.e2e_seconds ELSE c.e2e_seconds END AS e2e,
+           coalesce(CASE WHEN c.class IS NULL THEN d.own_targets ELSE c.own_targets END, false) AS own_targets
     FROM slo_named n
     ASOF LEFT JOIN slo_classes c ON c.class = n.assigned AND n.epoch >= c.effective
     ASOF LEFT JOIN slo_default d ON n.epoch >= d.since
 ),
-slo_held AS (
-    SELECT r.*, k.slo_class, coalesce(r.slo_ttft_seconds, k.ttft) AS ttft_target,
-           coalesce(r.slo_itl_seconds, k.itl) AS itl_target, k.e2e AS e2e_target,
-           k.slo_class IS NOT NULL AND (r.outcome = 'ok' OR list_contains($server_faults, r.outcome)) AS held
-    FROM slo_epoch r
+slo_rules_since AS (  -- rules version 2 judges the requests that finished after this
+    SELECT coalesce(max(since), '-infinity'::TIMESTAMP) AS since FROM slo_rules WHERE version = 2
+),
+slo_targets AS (
+    SELECT r.*, k.slo_class, k.slo_class IS NOT NULL AS classed, r.finished_at > s.since AS rules_2,
+           CASE WHEN k.own_targets OR NOT rules_2 THEN coalesce(r.slo_ttft_seconds, k.ttft)
+                ELSE least(r.slo_ttft_seconds, k.ttft) END AS ttft_target,
+           CASE WHEN k.own_targets OR NOT rules_2 THEN coalesce(r.slo_itl_seconds, k.itl)
+                ELSE least(r.slo_itl_seconds, k.itl) END AS itl_target,
+           k.e2e AS e2e_target,
+           rules_2 AND r.outcome = 'client_disconnect' AS abandoned  -- before the answer was delivered
+    FROM slo_epoch r CROSS JOIN slo_rules_since s
     LEFT JOIN slo_class_of k ON k.user_id = r.user_id AND k.tenant = r.tenant AND k.epoch = r.epoch
 ),
+slo_over AS (  -- over each target: answered late, or abandoned after waiting past it (no token yet: TTFT)
+    SELECT *, (outcome = 'ok' OR abandoned)
+              AND coalesce(ttft_seconds > ttft_target, abandoned AND e2e_seconds > ttft_target, false) AS over_ttft,
+           (outcome = 'ok' OR abandoned) AND coalesce(itl_mean_seconds > itl_target, false) AS over_itl,
+           (outcome = 'ok' OR abandoned) AND coalesce(e2e_seconds > e2e_target, false) AS over_e2e
+    FROM slo_targets
+),
+slo_held AS (
+    SELECT *, classed AND (outcome = 'ok' OR list_contains($server_faults, outcome)
+                           OR (abandoned AND (over_ttft OR over_itl OR over_e2e))) AS held
+    FROM slo_over
+),
 slo_missed AS (
-    SELECT *, held AND outcome = 'ok' AND coalesce(ttft_seconds > ttft_target, false) AS missed_ttft,
-           held AND outcome = 'ok' AND coalesce(itl_mean_seconds > itl_target, false) AS missed_itl,
-           held AND outcome = 'ok' AND coalesce(e2e_seconds > e2e_target, false) AS missed_e2e
+    SELECT *, held AND over_ttft AS missed_ttft, held AND over_itl AS missed_itl, held AND over_e2e AS missed_e2e
     FROM slo_held
 ),
 judged AS (

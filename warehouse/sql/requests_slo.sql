@@ -15,7 +15,7 @@ FROM (
     UNION ALL BY NAME
     SELECT time_bucket(INTERVAL 1 HOUR, finished_at) AS ts, coalesce(slo_class, '') AS class, tenant,
            count(*) AS requests, count(*) FILTER (WHERE held) AS held, count(*) FILTER (WHERE met) AS met,
-           count(*) FILTER (WHERE held AND outcome <> 'ok') AS failed,
+           count(*) FILTER (WHERE held AND outcome <> 'ok' AND NOT abandoned) AS failed,
            count(*) FILTER (WHERE missed_ttft) AS missed_ttft, count(*) FILTER (WHERE missed_itl) AS missed_itl,
            count(*) FILTER (WHERE missed_e2e) AS missed_e2e, sum(prompt_tokens) AS prompt_tokens,
            sum(cached) AS cached_prompt_tokens, sum(generated_tokens) AS generated_tokens,

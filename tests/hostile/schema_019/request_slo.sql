@@ -1,0 +1,66 @@
+-- CTEs ending in `judged`: each request picked (those of requests_hour_where.sql, and those that
+-- finished in [$edges_start, $finished_from) or [$finished_until, $edges_end)) with the SLO class
+-- it is held to and whether it met its targets (docs/definitions.md, "SLOs"): its user's assignment in
+-- effect when it finished, else its tenant's, else the default class then; the class's version in
+-- effect then; its own targets (x-slo-ttft-ms, x-slo-tpot-ms) in place of the class's, target by
+-- target. $server_faults: the outcomes that are the server side's failure (held, never met).
+picked AS (
+    SELECT finished_at, user_id, tenant, outcome, prompt_tokens, coalesce(cached_prompt_tokens, 0) AS cached,
+           generated_tokens, ttft_seconds, itl_mean_seconds, e2e_seconds, slo_ttft_seconds, slo_itl_seconds
+    -- each of the three its own scan (their finishing times are apart): one condition of three
+    -- ranges would read every record the file holds
+    FROM (SELECT * FROM requests WHERE /*requests_hour_where*/
+          UNION ALL
+          SELECT * FROM requests
+          WHERE finished_at >= $edges_start::TIMESTAMP AND finished_at < $finished_from::TIMESTAMP
+          UNION ALL
+          SELECT * FROM requests
+          WHERE finished_at >= $finished_until::TIMESTAMP AND finished_at < $edges_end::TIMESTAMP)
+),
+slo_points AS (  -- where any class version or assignment starts: between two, every request is judged alike
+    SELECT effective AS since FROM slo_classes UNION SELECT effective FROM slo_assignments
+),
+slo_epoch AS (  -- each request with the latest point at or before it finished (NULL: before any)
+    SELECT r.*, e.since AS epoch FROM picked r ASOF LEFT JOIN slo_points e ON r.finished_at >= e.since
+),
+slo_live AS (  -- each class's version in effect at each point
+    SELECT p.since, c.* FROM slo_points p JOIN slo_classes c ON c.effective <= p.since
+    QUALIFY row_number() OVER (PARTITION BY p.since, c.class ORDER BY c.effective DESC) = 1
+),
+slo_default AS (  -- from each point on: of the classes in effect, the latest that says default
+    SELECT * FROM slo_live WHERE is_default
+    QUALIFY row_number() OVER (PARTITION BY since ORDER BY effective DESC, class) = 1
+),
+slo_named AS (  -- resolved once per user, tenant and epoch, not per request
+    SELECT k.*, coalesce(u.class, t.class) AS assigned
+    FROM (SELECT DISTINCT user_id, tenant, epoch FROM slo_epoch WHERE epoch IS NOT NULL) k
+    ASOF LEFT JOIN (SELECT name, effective, class FROM slo_assignments WHERE kind = 'user') u
+        ON u.name = k.user_id AND k.epoch >= u.effective
+    ASOF LEFT JOIN (SELECT name, effective, class FROM slo_assignments WHERE kind = 'tenant') t
+        ON t.name = k.tenant AND k.epoch >= t.effective
+),
+slo_class_of AS (
+    SELECT n.user_id, n.tenant, n.epoch, coalesce(c.class, d.class) AS slo_class,
+           CASE WHEN c.class IS NULL THEN d.ttft_seconds ELSE c.ttft_seconds END AS ttft,
+           CASE WHEN c.class IS NULL THEN d.itl_seconds ELSE c.itl_seconds END AS itl,
+           CASE WHEN c.class IS NULL THEN d.e2e_seconds ELSE c.e2e_seconds END AS e2e
+    FROM slo_named n
+    ASOF LEFT JOIN slo_classes c ON c.class = n.assigned AND n.epoch >= c.effective
+    ASOF LEFT JOIN slo_default d ON n.epoch >= d.since
+),
+slo_held AS (
+    SELECT r.*, k.slo_class, coalesce(r.slo_ttft_seconds, k.ttft) AS ttft_target,
+           coalesce(r.slo_itl_seconds, k.itl) AS itl_target, k.e2e AS e2e_target,
+           k.slo_class IS NOT NULL AND (r.outcome = 'ok' OR list_contains($server_faults, r.outcome)) AS held
+    FROM slo_epoch r
+    LEFT JOIN slo_class_of k ON k.user_id = r.user_id AND k.tenant = r.tenant AND k.epoch = r.epoch
+),
+slo_missed AS (
+    SELECT *, held AND outcome = 'ok' AND coalesce(ttft_seconds > ttft_target, false) AS missed_ttft,
+           held AND outcome = 'ok' AND coalesce(itl_mean_seconds > itl_target, false) AS missed_itl,
+           held AND outcome = 'ok' AND coalesce(e2e_seconds > e2e_target, false) AS missed_e2e
+    FROM slo_held
+),
+judged AS (
+    SELECT *, held AND outcome = 'ok' AND NOT (missed_ttft OR missed_itl OR missed_e2e) AS met FROM slo_missed
+)
