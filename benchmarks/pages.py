@@ -55,7 +55,7 @@ def users_queries(q: live.Query, w: live.Window) -> None:
     users.tps_over_time(q, w)
     top = users.users_table(q, w, limit=25)
     if s is not None and len(top):
-        users.user_history(q, w, str(top.user_id[0]))
+        users.user_history(q, w, str(top.tenant[0]), str(top.user_id[0]))
 
 
 def timed(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
