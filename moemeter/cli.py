@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -334,6 +335,78 @@ def _rack(args: argparse.Namespace) -> str:
     import socket
 
     return args.rack or re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64]
+
+
+@contextmanager
+def _lake_writer(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """`moemeter lake ...`: the lake attached as a writer, its errors one line."""
+    import duckdb
+
+    from warehouse.lake import LakeError, connect
+
+    try:
+        con = connect(args.lake, args.lake_data)
+        try:
+            yield con
+        finally:
+            con.close()
+    except (LakeError, duckdb.Error) as exc:
+        raise CliError(f"lake {args.lake_command}: {exc}") from exc
+
+
+def _print_owners(con) -> None:  # type: ignore[no-untyped-def]
+    from warehouse.lake import rack_owners
+
+    owners = rack_owners(con)
+    for rack, role, claimed in owners:
+        print(f"  {rack:<24} {role:<24} since {claimed:%Y-%m-%d %H:%M} UTC")
+    if not owners:
+        print("  no rack yet: the first publisher of a rack claims it for its role")
+
+
+def cmd_lake_setup(args: argparse.Namespace) -> int:
+    """As the lake's owner: create its tables and install (or bring up to date) its guard."""
+    from warehouse.lake import PUBLISHERS, ensure_schema, install_guard
+
+    with _lake_writer(args) as con:
+        ensure_schema(con)
+        g = install_guard(con)
+        print(f"lake guard {g.version} on {args.lake}: the lake's owner is role {g.owner}; racks and their roles:")
+        _print_owners(con)
+        if not g.publishers:
+            print(
+                f"no role {PUBLISHERS} yet: make it (CREATE ROLE {PUBLISHERS} NOLOGIN), a login role per rack in it, "
+                "and run setup again to grant it what a publisher writes"
+            )
+    return 0
+
+
+def cmd_lake_owners(args: argparse.Namespace) -> int:
+    with _lake_writer(args) as con:
+        print(f"racks of {args.lake} and the roles that publish them:")
+        _print_owners(con)
+    return 0
+
+
+def cmd_lake_assign(args: argparse.Namespace) -> int:
+    from warehouse.lake import assign_rack
+
+    with _lake_writer(args) as con:
+        assign_rack(con, args.rack, args.role)
+    print(f"rack {args.rack}: published by role {args.role} from now on")
+    return 0
+
+
+def cmd_lake_tidy(args: argparse.Namespace) -> int:
+    from warehouse.lake import tidy
+
+    with _lake_writer(args) as con:
+        done = tidy(con)
+    print(
+        f"lake tidied: {done.rewritten} files rewritten without deleted rows, {done.merged} merged, "
+        f"{done.expired} snapshots expired, {done.removed} files removed"
+    )
+    return 0
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
@@ -1342,6 +1415,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--rack", help="the name this rack publishes under (default: the host's name)")
     s.add_argument("--chunk-minutes", type=float, default=60.0, help=CHUNK_HELP)
     s.set_defaults(func=cmd_publish)
+
+    s = sub.add_parser("lake", help="the fleet's DuckLake, as its owner: its guard, its racks' roles, its files")
+    lk = s.add_subparsers(dest="lake_command", required=True, metavar="LAKE_COMMAND")
+    s = lk.add_parser("setup", help="create the lake's tables, install its guard, grant moemeter_publisher")
+    s.set_defaults(func=cmd_lake_setup)
+    s.add_argument("--lake-data", metavar="PATH", help=LAKE_DATA_HELP)
+    s = lk.add_parser("owners", help="each rack and the PostgreSQL role that may publish it")
+    s.set_defaults(func=cmd_lake_owners, lake_data=None)
+    s = lk.add_parser("assign", help="give a rack to a role (the lake's owner only)")
+    s.add_argument("rack", help="the rack's name")
+    s.add_argument("role", help="the PostgreSQL role its publisher logs in as")
+    s.set_defaults(func=cmd_lake_assign, lake_data=None)
+    s = lk.add_parser("tidy", help="merge and rewrite every rack's files, expire old snapshots (the owner only)")
+    s.set_defaults(func=cmd_lake_tidy, lake_data=None)
+    for s in lk.choices.values():
+        s.add_argument("--lake", required=True, metavar="CATALOG", help=LAKE_HELP)
 
     s = sub.add_parser("gateway", help="the metering gateway: OpenAI-compatible, in front of vllm-router")
     s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")

@@ -22,6 +22,11 @@ into a view of one rack's rows: the read layer (warehouse/read.py) and every sta
 warehouse/sql then run on a rack of the lake as on its own file. Tables not published (raw samples
 and increments, request records) read empty there, and `rollup_state` says the raw rows before the
 published watermark were dropped, so every window is served by the rollups.
+
+On a PostgreSQL catalog each rack publishes as a PostgreSQL role of its own, and the catalog itself
+refuses a write of a rack's rows by any other role, whatever SQL it sends (GUARD_SQL: triggers on
+DuckLake's tables, installed by the lake's owner, the role that owns them). docs/operations.md says
+what that protects and what it does not (the data path).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import functools
 import logging
 import os
 import random
+import re
 import shutil
 import tempfile
 import threading
@@ -272,12 +278,28 @@ def _templates(con: duckdb.DuckDBPyConnection) -> None:
     apply_migrations(con)
 
 
+def _missing(con: duckdb.DuckDBPyConnection, wanted: list[str]) -> list[str]:
+    """The lake tables and columns this version publishes that the lake lacks."""
+    out = []
+    for name in wanted:
+        have = dict(_columns(con, "lake", name))
+        out += [name] if not have else [f"{name}.{c}" for c, _ in _columns(con, "memory", name) if c not in have]
+    return out + ([STATE] if not _columns(con, "lake", STATE) else [])
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the lake's tables (the warehouse's columns and `rack`, partitioned by rack) and add
     the columns a later migration gave the warehouse; one transaction, retried on a conflict with
-    another rack doing the same."""
+    another rack doing the same. On a PostgreSQL catalog, the lake's owner then installs the guard
+    (install_guard): a lake it has guarded changes its schema by its owner alone."""
     _templates(con)
     wanted = [t.name for t in TABLES] + list(SHEETS) + [SERIES]
+    g = guard_of(con)
+    if g is not None and g.installed and not g.is_owner and (missing := _missing(con, wanted)):
+        raise LakeError(
+            f"the lake lacks {', '.join(missing)}, which this version publishes: its owner, role {g.owner}, "
+            "adds them (`moemeter lake setup`)"
+        )
 
     def create() -> None:
         for name in wanted:
@@ -297,13 +319,21 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             )
 
     retry_conflicts(con, create)
+    if g is not None and g.is_owner:
+        try:
+            install_guard(con)
+        except LakeError as exc:
+            if g.installed:
+                raise
+            # a lake made before the guard, by a role that cannot install it: it publishes as it did
+            log.warning("lake: left unguarded (any role that writes the lake may write any rack): %s", exc)
 
 
 @contextmanager
 def commit_lock(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Hold the lake's commit lock (COMMIT_LOCK) for the block: a lake on PostgreSQL only (a lake
     on a DuckDB file has one writer: DuckDB locks the file)."""
-    if not con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [LOCK_DB]).fetchall()[0][0]:
+    if not _on_postgres(con):
         yield
         return
     lock = con.cursor()
@@ -379,6 +409,9 @@ def tidy(con: duckdb.DuckDBPyConnection) -> Tidied:
         row = _transaction(con, lambda: con.execute(f"SELECT count(*) FROM {call}").fetchone())
         return int(row[0]) if row else 0
 
+    g = guard_of(con)
+    if g is not None and g.installed and not g.is_owner:
+        raise LakeError(f"tidying rewrites every rack's files: only the lake's owner, role {g.owner}, may")
     keep = f"now() - INTERVAL {int(KEEP_SNAPSHOTS.total_seconds())} SECOND"
     with commit_lock(con):
         rewritten = count("ducklake_rewrite_data_files('lake', delete_threshold => 0)")
@@ -412,6 +445,647 @@ def table_files(con: duckdb.DuckDBPyConnection) -> dict[str, Files]:
         ).fetchone()
         out[name] = Files(*(int(v) for v in row)) if row else Files(0, 0, 0)
     return out
+
+
+# -------------------------------------------------------------------------------------- the guard
+GUARD_VERSION = 1
+"""The version of the guard's functions (GUARD_SQL); a lake's owner installs a newer one on sight."""
+PUBLISHERS = "moemeter_publisher"
+"""The PostgreSQL group role of the racks' publishers, if the operator made one: the guard grants it
+what a publisher writes (each table once it is guarded). Each rack logs in with a role of its own in it.
+GUARD_SQL names it, and `moemeter_reader`, whose members may read the lake."""
+GUARD_LOCK = COMMIT_LOCK + 1
+"""The advisory lock an install of the guard takes: two owners' publishers starting at once install it
+one after the other."""
+DUCKLAKE_CATALOG = "1.0"
+"""The DuckLake catalog version the guard knows: it names DuckLake's tables and what each row means."""
+GUARD_SQL = r"""
+-- moemeter's guard on a DuckLake 1.0 catalog in PostgreSQL (warehouse/lake.py): each rack's rows are
+-- written by the role that owns the rack, checked here, whatever SQL a publisher sends.
+CREATE SCHEMA IF NOT EXISTS moemeter;
+GRANT USAGE ON SCHEMA moemeter TO PUBLIC;
+CREATE TABLE IF NOT EXISTS moemeter.rack_owners (
+    rack varchar PRIMARY KEY,
+    owner name NOT NULL,
+    claimed_at timestamptz NOT NULL DEFAULT now()
+);
+REVOKE ALL ON moemeter.rack_owners FROM PUBLIC;
+GRANT SELECT ON moemeter.rack_owners TO PUBLIC;
+CREATE INDEX IF NOT EXISTS moemeter_guard_snapshot_id ON public.ducklake_snapshot (snapshot_id);
+CREATE INDEX IF NOT EXISTS moemeter_guard_file_id ON public.ducklake_data_file (data_file_id);
+CREATE INDEX IF NOT EXISTS moemeter_guard_partition_file ON public.ducklake_file_partition_value (data_file_id);
+CREATE INDEX IF NOT EXISTS moemeter_guard_stats_file ON public.ducklake_file_column_stats (data_file_id);
+
+-- the lake's owner: the role that owns DuckLake's tables (it made the lake), and its members
+CREATE OR REPLACE FUNCTION moemeter.owner() RETURNS name
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_get_userbyid(c.relowner) FROM pg_class c WHERE c.oid = 'public.ducklake_metadata'::regclass
+$$;
+
+CREATE OR REPLACE FUNCTION moemeter.is_owner() RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT pg_has_role(session_user, moemeter.owner(), 'MEMBER')
+$$;
+
+CREATE OR REPLACE FUNCTION moemeter.refuse(what text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE EXCEPTION 'lake guard: %', what USING ERRCODE = 'insufficient_privilege';
+END $$;
+
+CREATE OR REPLACE FUNCTION moemeter.owner_only(what text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT moemeter.is_owner() THEN
+        PERFORM moemeter.refuse(format('role %s may not %s: only the lake''s owner, role %s, may', session_user,
+            what, moemeter.owner()));
+    END IF;
+END $$;
+
+-- the rack's owner, claimed by the session's role when nobody owns it yet
+CREATE OR REPLACE FUNCTION moemeter.claim_rack(r varchar) RETURNS name
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE o name;
+BEGIN
+    SELECT owner INTO o FROM moemeter.rack_owners WHERE rack = r;
+    IF NOT FOUND THEN
+        INSERT INTO moemeter.rack_owners (rack, owner) VALUES (r, session_user) ON CONFLICT (rack) DO NOTHING;
+        SELECT owner INTO o FROM moemeter.rack_owners WHERE rack = r;
+    END IF;
+    RETURN o;
+END $$;
+
+-- refuses unless the session's role owns rack r (or is the lake's owner); `what` says what was tried
+CREATE OR REPLACE FUNCTION moemeter.check_rack(r varchar, what text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE o name;
+BEGIN
+    IF r IS NOT NULL THEN
+        o := moemeter.claim_rack(r);
+    END IF;
+    IF moemeter.is_owner() THEN
+        RETURN;
+    END IF;
+    IF r IS NULL THEN
+        PERFORM moemeter.refuse(format('role %s may not %s rows that name no rack', session_user, what));
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = o) AND pg_has_role(session_user, o, 'MEMBER') THEN
+        RETURN;
+    END IF;
+    PERFORM moemeter.refuse(format('rack %L belongs to role %s; role %s may not %s its rows', r, o,
+        session_user, what));
+END $$;
+
+-- the rack an inlined row names (DuckLake 1.0 keeps a VARCHAR inline as bytea)
+CREATE OR REPLACE FUNCTION moemeter.row_rack(j jsonb, kind text) RETURNS varchar
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE kind WHEN 'bytea' THEN convert_from(decode(substr(j->>'rack', 3), 'hex'), 'UTF8')
+                     WHEN 'text' THEN j->>'rack' END
+$$;
+
+-- the racks a data file's partition names (one, for a file a rack wrote)
+CREATE OR REPLACE FUNCTION moemeter.file_racks(fid bigint) RETURNS varchar[]
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(array_agg(pv.partition_value), '{}')
+    FROM public.ducklake_data_file f
+    JOIN public.ducklake_partition_column pc
+      ON pc.partition_id = f.partition_id AND pc.table_id = f.table_id AND pc.transform = 'identity'
+    JOIN public.ducklake_file_partition_value pv
+      ON pv.data_file_id = f.data_file_id AND pv.partition_key_index = pc.partition_key_index
+    WHERE f.data_file_id = fid
+      AND EXISTS (SELECT 1 FROM public.ducklake_column c
+                  WHERE c.table_id = f.table_id AND c.column_id = pc.column_id AND c.column_name = 'rack')
+$$;
+
+CREATE OR REPLACE FUNCTION moemeter.file_rack(fid bigint) RETURNS varchar
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN cardinality(r) = 1 THEN r[1] END FROM (SELECT moemeter.file_racks(fid) AS r) x
+$$;
+
+-- a new data file: one rack in its partition, the writer's; its statistics say so; lake_state stays inline
+CREATE OR REPLACE FUNCTION moemeter.check_file(fid bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    copies bigint; tid bigint; tname varchar; racks varchar[]; seen bigint; bad bigint;
+BEGIN
+    SELECT count(*), min(table_id) INTO copies, tid FROM public.ducklake_data_file WHERE data_file_id = fid;
+    IF copies = 0 OR moemeter.is_owner() THEN
+        RETURN;  -- gone again in the same transaction (a merge's intermediate file), or the owner's
+    END IF;
+    SELECT table_name INTO tname FROM public.ducklake_table WHERE table_id = tid ORDER BY begin_snapshot DESC LIMIT 1;
+    IF copies > 1 THEN
+        PERFORM moemeter.refuse(format('data file id %s of table %s is used twice', fid, tname));
+    END IF;
+    IF tname = 'lake_state' THEN
+        PERFORM moemeter.refuse(format('role %s may not write lake_state in a data file: a rack''s watermarks '
+            'are a few rows, written inline where each is checked', session_user));
+    END IF;
+    racks := moemeter.file_racks(fid);
+    IF cardinality(racks) <> 1 THEN
+        PERFORM moemeter.refuse(format('role %s may not write a data file of table %s that names %s racks '
+            'in its partition (one, its own)', session_user, tname, cardinality(racks)));
+    END IF;
+    PERFORM moemeter.check_rack(racks[1], 'write');
+    SELECT count(*), count(*) FILTER (WHERE s.min_value IS DISTINCT FROM racks[1] OR s.max_value IS DISTINCT FROM racks[1]
+                                        OR s.null_count IS DISTINCT FROM 0)
+      INTO seen, bad
+      FROM public.ducklake_file_column_stats s
+     WHERE s.data_file_id = fid
+       AND s.column_id IN (SELECT column_id FROM public.ducklake_column WHERE table_id = tid AND column_name = 'rack');
+    IF seen = 0 OR bad > 0 THEN
+        PERFORM moemeter.refuse(format('the statistics of a data file of table %s must say that its rack column '
+            'holds %L alone', tname, racks[1]));
+    END IF;
+END $$;
+
+-- a <= b, as values of the DuckLake type typ (statistics are kept as text)
+CREATE OR REPLACE FUNCTION moemeter.stat_le(a varchar, b varchar, typ varchar) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF a = b THEN
+        RETURN true;
+    ELSIF typ ~ '^u?int(8|16|32|64|128)$' OR typ LIKE 'decimal%' THEN
+        RETURN a::numeric <= b::numeric;
+    ELSIF typ IN ('float32', 'float64') THEN
+        RETURN a::float8 <= b::float8;
+    ELSIF typ LIKE 'timestamptz%' THEN
+        RETURN a::timestamptz <= b::timestamptz;
+    ELSIF typ LIKE 'timestamp%' OR typ = 'date' THEN
+        RETURN a::timestamp <= b::timestamp;
+    ELSIF typ = 'boolean' THEN
+        RETURN a::boolean <= b::boolean;
+    ELSIF typ IN ('varchar', 'blob', 'uuid') THEN
+        RETURN a COLLATE "C" <= b COLLATE "C";  -- DuckDB orders strings by their bytes
+    END IF;
+    RETURN false;  -- a type not ordered here: its statistics may only stay as they are
+EXCEPTION WHEN others THEN
+    RETURN false;
+END $$;
+
+-- ---------------------------------------------------------------------------------------- triggers
+-- an inlined row (ducklake_inlined_data_*): written, and ended, by its rack's owner; removed by the lake's
+CREATE OR REPLACE FUNCTION moemeter.guard_inlined() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM moemeter.owner_only(format('remove rows of %s', TG_TABLE_NAME));
+        RETURN OLD;
+    END IF;
+    IF TG_OP = 'UPDATE' THEN
+        IF OLD.end_snapshot IS NOT NULL OR NEW.end_snapshot IS NULL
+           OR (to_jsonb(NEW) - 'end_snapshot') IS DISTINCT FROM (to_jsonb(OLD) - 'end_snapshot') THEN
+            PERFORM moemeter.owner_only(format('change rows of %s other than by ending them', TG_TABLE_NAME));
+            RETURN NEW;
+        END IF;
+        PERFORM moemeter.check_rack(moemeter.row_rack(to_jsonb(OLD), TG_ARGV[0]), 'delete');
+        RETURN NEW;
+    END IF;
+    PERFORM moemeter.check_rack(moemeter.row_rack(to_jsonb(NEW), TG_ARGV[0]), 'write');
+    RETURN NEW;
+END $$;
+
+-- ducklake_data_file, ducklake_delete_file: a rack's owner may end or remove a file of its rack (DuckLake
+-- removes a delete file that a larger one replaces); the rest is the lake's owner's
+CREATE OR REPLACE FUNCTION moemeter.guard_file_rows() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        RETURN NEW;  -- checked at commit, with its partition and statistics
+    ELSIF TG_OP = 'DELETE' THEN
+        PERFORM moemeter.check_rack(moemeter.file_rack(OLD.data_file_id), 'remove');
+        RETURN OLD;
+    END IF;
+    IF OLD.end_snapshot IS NOT NULL OR NEW.end_snapshot IS NULL
+       OR (to_jsonb(NEW) - 'end_snapshot') IS DISTINCT FROM (to_jsonb(OLD) - 'end_snapshot') THEN
+        PERFORM moemeter.owner_only(format('change rows of %s other than by ending a live file', TG_TABLE_NAME));
+        RETURN NEW;
+    END IF;
+    PERFORM moemeter.check_rack(moemeter.file_rack(OLD.data_file_id), 'delete');
+    RETURN NEW;
+END $$;
+
+-- what is said of a data file (partition, statistics) and inlined deletions: added (checked at commit),
+-- and removed with the file or by its rack's owner
+CREATE OR REPLACE FUNCTION moemeter.guard_file_facts() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE fid bigint;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        RETURN NEW;
+    ELSIF TG_OP = 'UPDATE' THEN
+        PERFORM moemeter.owner_only(format('change rows of %s', TG_TABLE_NAME));
+        RETURN NEW;
+    END IF;
+    fid := coalesce(to_jsonb(OLD)->>'data_file_id', to_jsonb(OLD)->>'file_id')::bigint;
+    IF EXISTS (SELECT 1 FROM public.ducklake_data_file WHERE data_file_id = fid) THEN
+        PERFORM moemeter.check_rack(moemeter.file_rack(fid), 'remove');
+    END IF;
+    RETURN OLD;
+END $$;
+
+-- a file scheduled for deletion: the lake's owner's cleanup deletes it from the data path. A rack's
+-- writer may schedule a file no longer in the catalog (one its commit removed), under the data path
+CREATE OR REPLACE FUNCTION moemeter.file_name(path varchar) RETURNS varchar
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT substring(path from '[^/]*$')
+$$;
+CREATE INDEX IF NOT EXISTS moemeter_guard_data_file_name ON public.ducklake_data_file (moemeter.file_name(path));
+CREATE INDEX IF NOT EXISTS moemeter_guard_delete_file_name ON public.ducklake_delete_file (moemeter.file_name(path));
+
+CREATE OR REPLACE FUNCTION moemeter.guard_scheduled() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM moemeter.owner_only(format('change or remove rows of %s', TG_TABLE_NAME));
+    ELSIF NOT moemeter.is_owner() AND (NOT NEW.path_is_relative OR NEW.path LIKE '/%' OR NEW.path ~ '(^|/)\.\.(/|$)') THEN
+        PERFORM moemeter.refuse(format('role %s may not schedule %s for deletion: a path outside the data path',
+            session_user, NEW.path));
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE FUNCTION moemeter.commit_scheduled() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF NOT moemeter.is_owner()
+       AND (EXISTS (SELECT 1 FROM public.ducklake_data_file WHERE moemeter.file_name(path) = moemeter.file_name(NEW.path))
+            OR EXISTS (SELECT 1 FROM public.ducklake_delete_file
+                       WHERE moemeter.file_name(path) = moemeter.file_name(NEW.path))) THEN
+        PERFORM moemeter.refuse(format('role %s may not schedule %s for deletion: the catalog still names it',
+            session_user, NEW.path));
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION moemeter.commit_file() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM moemeter.check_file(NEW.data_file_id);
+    RETURN NULL;
+END $$;
+
+-- a delete file or inlined deletion: of rows of the writer's rack
+CREATE OR REPLACE FUNCTION moemeter.commit_deletes() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE fid bigint := coalesce(to_jsonb(NEW)->>'data_file_id', to_jsonb(NEW)->>'file_id')::bigint;
+BEGIN
+    PERFORM moemeter.check_rack(moemeter.file_rack(fid), 'delete');
+    RETURN NULL;
+END $$;
+
+-- a snapshot follows the last one, with the same schema; history is changed by the lake's owner
+CREATE OR REPLACE FUNCTION moemeter.guard_snapshot() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE last record;
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM moemeter.owner_only(format('change or remove rows of %s', TG_TABLE_NAME));
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF moemeter.is_owner() THEN
+        RETURN NEW;
+    END IF;
+    SELECT * INTO last FROM public.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1;
+    IF NEW.snapshot_id <= last.snapshot_id OR NEW.schema_version IS DISTINCT FROM last.schema_version
+       OR NEW.next_catalog_id IS DISTINCT FROM last.next_catalog_id OR NEW.next_file_id < last.next_file_id THEN
+        PERFORM moemeter.refuse(format('role %s may not add snapshot %s after snapshot %s: a rack''s commit '
+            'follows the last one and changes no schema', session_user, NEW.snapshot_id, last.snapshot_id));
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- at commit: every table of the catalog is the owner's (a table a publisher made would be unguarded)
+CREATE OR REPLACE FUNCTION moemeter.commit_catalog() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE t record;
+BEGIN
+    IF moemeter.is_owner() THEN
+        RETURN NULL;
+    END IF;
+    SELECT c.relname, pg_get_userbyid(c.relowner) AS owner INTO t
+      FROM pg_class c
+     WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+       AND c.relname LIKE 'ducklake%'
+       AND pg_get_userbyid(c.relowner) <> moemeter.owner()
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM moemeter.refuse(format('table %s of the catalog belongs to role %s, not to the lake''s owner: '
+            'nothing commits until it is dropped', t.relname, t.owner));
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- who committed: the session's role, whatever the writer says
+CREATE OR REPLACE FUNCTION moemeter.guard_author() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM moemeter.owner_only(format('change or remove rows of %s', TG_TABLE_NAME));
+        IF TG_OP = 'DELETE' THEN
+            RETURN OLD;
+        END IF;
+        RETURN NEW;
+    END IF;
+    NEW.author := session_user;
+    RETURN NEW;
+END $$;
+
+-- a table's counts: row ids never go back (a reused id would end another rack's rows with the writer's)
+CREATE OR REPLACE FUNCTION moemeter.guard_table_stats() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM moemeter.owner_only(format('remove rows of %s', TG_TABLE_NAME));
+        RETURN OLD;
+    ELSIF moemeter.is_owner() THEN
+        RETURN NEW;
+    ELSIF TG_OP = 'INSERT' THEN
+        IF EXISTS (SELECT 1 FROM public.ducklake_table_stats WHERE table_id = NEW.table_id) THEN
+            PERFORM moemeter.refuse(format('table %s has its counts already', NEW.table_id));
+        END IF;
+    ELSIF NEW.table_id <> OLD.table_id OR NEW.next_row_id < OLD.next_row_id THEN
+        PERFORM moemeter.refuse(format('role %s may not move table %s''s next row id back', session_user,
+            OLD.table_id));
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- a table's column statistics only widen (narrowed, a reader would skip rows that are there)
+CREATE OR REPLACE FUNCTION moemeter.guard_column_stats() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE typ varchar;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM moemeter.owner_only(format('remove rows of %s', TG_TABLE_NAME));
+        RETURN OLD;
+    ELSIF moemeter.is_owner() THEN
+        RETURN NEW;
+    ELSIF TG_OP = 'INSERT' THEN
+        IF EXISTS (SELECT 1 FROM public.ducklake_table_column_stats
+                   WHERE table_id = NEW.table_id AND column_id = NEW.column_id) THEN
+            PERFORM moemeter.refuse(format('column %s of table %s has its statistics already', NEW.column_id,
+                NEW.table_id));
+        END IF;
+    ELSE
+        SELECT column_type INTO typ FROM public.ducklake_column
+         WHERE table_id = OLD.table_id AND column_id = OLD.column_id ORDER BY begin_snapshot DESC LIMIT 1;
+        IF NEW.table_id <> OLD.table_id OR NEW.column_id <> OLD.column_id
+           OR (OLD.contains_null AND NOT coalesce(NEW.contains_null, false))
+           OR (OLD.contains_nan AND NOT coalesce(NEW.contains_nan, false))
+           OR (OLD.min_value IS NOT NULL AND (NEW.min_value IS NULL
+                                              OR NOT moemeter.stat_le(NEW.min_value, OLD.min_value, typ)))
+           OR (OLD.max_value IS NOT NULL AND (NEW.max_value IS NULL
+                                              OR NOT moemeter.stat_le(OLD.max_value, NEW.max_value, typ))) THEN
+            PERFORM moemeter.refuse(format('role %s may not narrow the statistics of column %s of table %s',
+                session_user, OLD.column_id, OLD.table_id));
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- the catalog's structure (schemas, tables, columns, partitions, options): the lake's owner's
+CREATE OR REPLACE FUNCTION moemeter.guard_structure() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM moemeter.owner_only(format('write %s', TG_TABLE_NAME));
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- the owner's: guards (and grants) every table of the catalog not guarded yet, and makes the inlined
+-- deletion table of each lake table before a publisher would (DuckLake makes it on the first one)
+CREATE OR REPLACE FUNCTION moemeter.guard_tables() RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t record; kind text; fn text; rack_type text; guarded integer := 0;
+    publishers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'moemeter_publisher');
+    readers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'moemeter_reader');
+BEGIN
+    FOR t IN SELECT DISTINCT table_id FROM public.ducklake_table WHERE end_snapshot IS NULL LOOP
+        EXECUTE format('CREATE TABLE IF NOT EXISTS public.%I (file_id BIGINT, row_id BIGINT, begin_snapshot BIGINT)',
+                       'ducklake_inlined_delete_' || t.table_id);
+    END LOOP;
+    FOR t IN SELECT c.oid, c.relname FROM pg_class c
+              WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'ducklake%'
+              ORDER BY c.relname LOOP
+        kind := CASE
+            WHEN t.relname ~ '^ducklake_inlined_data_[0-9]+_[0-9]+$' THEN 'inlined'
+            WHEN t.relname ~ '^ducklake_inlined_delete_[0-9]+$' THEN 'facts'
+            WHEN t.relname IN ('ducklake_data_file', 'ducklake_delete_file') THEN 'file_rows'
+            WHEN t.relname IN ('ducklake_file_partition_value', 'ducklake_file_column_stats',
+                               'ducklake_file_variant_stats') THEN 'facts'
+            WHEN t.relname = 'ducklake_snapshot' THEN 'snapshot'
+            WHEN t.relname = 'ducklake_snapshot_changes' THEN 'author'
+            WHEN t.relname = 'ducklake_table_stats' THEN 'table_stats'
+            WHEN t.relname = 'ducklake_table_column_stats' THEN 'column_stats'
+            WHEN t.relname IN ('ducklake_metadata', 'ducklake_schema', 'ducklake_table', 'ducklake_view',
+                               'ducklake_column', 'ducklake_column_tag', 'ducklake_tag', 'ducklake_partition_info',
+                               'ducklake_partition_column', 'ducklake_macro', 'ducklake_macro_impl',
+                               'ducklake_macro_parameters', 'ducklake_sort_info', 'ducklake_sort_expression',
+                               'ducklake_column_mapping', 'ducklake_name_mapping', 'ducklake_inlined_data_tables',
+                               'ducklake_schema_versions') THEN 'structure'
+            WHEN t.relname = 'ducklake_files_scheduled_for_deletion' THEN 'scheduled'
+            ELSE NULL END;  -- a table of a later DuckLake: read-only to publishers until the guard knows it
+        IF kind IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t.oid AND tgname = 'moemeter_guard') THEN
+            IF kind = 'inlined' THEN
+                SELECT CASE format_type(a.atttypid, a.atttypmod) WHEN 'bytea' THEN 'bytea' ELSE 'text' END
+                  INTO rack_type FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attname = 'rack' AND NOT a.attisdropped;
+                EXECUTE format('CREATE TRIGGER moemeter_guard BEFORE INSERT OR UPDATE OR DELETE ON public.%I FOR EACH ROW '
+                               'EXECUTE FUNCTION moemeter.guard_inlined(%L)', t.relname, coalesce(rack_type, 'none'));
+            ELSE
+                fn := CASE kind WHEN 'file_rows' THEN 'guard_file_rows' WHEN 'facts' THEN 'guard_file_facts'
+                                WHEN 'snapshot' THEN 'guard_snapshot' WHEN 'author' THEN 'guard_author'
+                                WHEN 'table_stats' THEN 'guard_table_stats'
+                                WHEN 'column_stats' THEN 'guard_column_stats' WHEN 'scheduled' THEN 'guard_scheduled'
+                                ELSE 'guard_structure' END;
+                EXECUTE format('CREATE TRIGGER moemeter_guard BEFORE INSERT OR UPDATE OR DELETE ON public.%I '
+                               'FOR EACH ROW EXECUTE FUNCTION moemeter.%I()', t.relname, fn);
+            END IF;
+            fn := CASE WHEN t.relname IN ('ducklake_data_file', 'ducklake_file_partition_value', 'ducklake_file_column_stats',
+                                          'ducklake_file_variant_stats') THEN 'commit_file'
+                       WHEN t.relname = 'ducklake_delete_file' OR t.relname ~ '^ducklake_inlined_delete_[0-9]+$'
+                           THEN 'commit_deletes'
+                       WHEN t.relname = 'ducklake_snapshot' THEN 'commit_catalog'
+                       WHEN t.relname = 'ducklake_files_scheduled_for_deletion' THEN 'commit_scheduled' END;
+            IF fn IS NOT NULL THEN
+                EXECUTE format('CREATE CONSTRAINT TRIGGER moemeter_guard_commit AFTER INSERT ON public.%I '
+                               'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION moemeter.%I()', t.relname, fn);
+            END IF;
+            guarded := guarded + 1;
+        END IF;
+        IF publishers THEN
+            IF kind IS NULL THEN
+                EXECUTE format('GRANT SELECT ON public.%I TO moemeter_publisher', t.relname);
+            ELSIF NOT has_table_privilege('moemeter_publisher', t.oid, 'INSERT') THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON public.%I TO moemeter_publisher', t.relname);
+            END IF;
+        END IF;
+        IF readers AND NOT has_table_privilege('moemeter_reader', t.oid, 'SELECT') THEN
+            EXECUTE format('GRANT SELECT ON public.%I TO moemeter_reader', t.relname);
+        END IF;
+    END LOOP;
+    IF publishers THEN  -- DuckLake says CREATE TABLE IF NOT EXISTS for inlined deletions: PostgreSQL asks CREATE
+        GRANT USAGE, CREATE ON SCHEMA public TO moemeter_publisher;
+    END IF;
+    IF readers THEN
+        GRANT USAGE ON SCHEMA public TO moemeter_reader;
+    END IF;
+    RETURN guarded;
+END $$;
+REVOKE ALL ON FUNCTION moemeter.guard_tables() FROM PUBLIC;
+COMMENT ON SCHEMA moemeter IS 'moemeter lake guard {version}';
+"""
+
+
+def _on_postgres(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether this writer's connection has the lake's PostgreSQL catalog attached plainly (LOCK_DB)."""
+    return bool(
+        con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [LOCK_DB]).fetchall()[0][0]
+    )
+
+
+def _pg_rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
+    return con.execute("SELECT * FROM postgres_query(?, ?)", [LOCK_DB, sql]).fetchall()
+
+
+def _pg_execute(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    con.execute(f"CALL postgres_execute({_quoted(LOCK_DB)}, {_quoted(sql)})")
+
+
+def refusal(exc: BaseException) -> str | None:
+    """The guard's refusal in an error from the catalog (PostgreSQL's message alone, not the SQL that
+    DuckLake sent), or None."""
+    found = re.search(r"lake guard: ([^\n]*)", str(exc))
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A writer's connection as the lake's guard sees it (guard_of)."""
+
+    role: str  # the PostgreSQL role the connection logged in as
+    owner: str  # the lake's owner: the role that owns DuckLake's tables
+    version: int  # the guard installed on the catalog (GUARD_VERSION; 0: none)
+    is_owner: bool  # the role is the owner or a member of it
+    publishers: bool  # the group role PUBLISHERS exists (the guard grants it what a publisher writes)
+
+    @property
+    def installed(self) -> bool:
+        return self.version > 0
+
+
+def guard_of(con: duckdb.DuckDBPyConnection) -> Guard | None:
+    """Who this writer's connection is to the guard; None for a lake whose catalog is not PostgreSQL."""
+    if not _on_postgres(con):
+        return None
+    rows = _pg_rows(
+        con,
+        """SELECT session_user::text AS role, coalesce(pg_get_userbyid(d.relowner)::text, '') AS owner,
+                  coalesce(substring(obj_description(s.oid, 'pg_namespace') from 'moemeter lake guard ([0-9]+)')::int, 0)
+                      AS version,
+                  coalesce(pg_has_role(session_user, d.relowner, 'MEMBER'), false) AS is_owner,
+                  EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'moemeter_publisher') AS publishers
+           FROM (SELECT 1) one
+           LEFT JOIN pg_class d ON d.oid = to_regclass('public.ducklake_metadata')
+           LEFT JOIN pg_namespace s ON s.nspname = 'moemeter'""",
+    )
+    role, owner, version, is_owner, publishers = rows[0]
+    return Guard(str(role), str(owner), int(version), bool(is_owner), bool(publishers))
+
+
+def install_guard(con: duckdb.DuckDBPyConnection) -> Guard:
+    """Install the guard on the lake's catalog (or bring it up to date), guard and grant each table not
+    guarded yet, and give each rack that has published and has no owner to the lake's owner (`moemeter
+    lake assign` gives a rack its own role). The lake's owner's alone: it owns DuckLake's tables."""
+    g = guard_of(con)
+    if g is None:
+        raise LakeError("the guard is for a lake whose catalog is PostgreSQL (a DuckDB file has one writer)")
+    if not g.is_owner:
+        raise LakeError(
+            f"only the lake's owner, role {g.owner}, may install its guard: this connection is role {g.role}"
+        )
+    version = _pg_rows(
+        con, "SELECT value FROM public.ducklake_metadata WHERE key = 'version' ORDER BY scope NULLS FIRST"
+    )
+    if not version or version[0][0] != DUCKLAKE_CATALOG:
+        found = version[0][0] if version else "none"
+        raise LakeError(
+            f"the guard knows DuckLake's catalog {DUCKLAKE_CATALOG}, this lake's is {found}: left unguarded"
+        )
+    strangers = _pg_rows(
+        con,
+        """SELECT n.nspname || '.' || c.relname, pg_get_userbyid(c.relowner)::text FROM pg_class c
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE (n.nspname = 'moemeter' OR (n.nspname = 'public' AND c.relname LIKE 'ducklake%'))
+             AND c.relowner <> (SELECT relowner FROM pg_class WHERE oid = 'public.ducklake_metadata'::regclass)
+           UNION ALL
+           SELECT 'schema moemeter', pg_get_userbyid(nspowner)::text FROM pg_namespace
+           WHERE nspname = 'moemeter'
+             AND nspowner <> (SELECT relowner FROM pg_class WHERE oid = 'public.ducklake_metadata'::regclass)""",
+    )
+    if strangers:
+        names = ", ".join(f"{name} (role {who})" for name, who in strangers)
+        raise LakeError(f"the catalog holds objects the lake's owner, role {g.owner}, does not own: {names}; drop them")
+    try:
+        lock = f"SELECT pg_advisory_xact_lock({GUARD_LOCK});"
+        if g.version < GUARD_VERSION:
+            _pg_execute(con, lock + GUARD_SQL.replace("{version}", str(GUARD_VERSION)))
+        _pg_execute(con, lock + "SELECT moemeter.guard_tables()")
+        for rack in racks(con):
+            _pg_execute(con, f"SELECT moemeter.claim_rack({_quoted(rack)})")
+    except duckdb.Error as exc:
+        raise LakeError(f"installing the lake's guard failed: {exc}") from exc
+    done = guard_of(con)
+    assert done is not None
+    return done
+
+
+def check_publisher(con: duckdb.DuckDBPyConnection, rack: str) -> Guard | None:
+    """Refuse, before any step, a publisher whose role may not write `rack` (the guard refuses its commits
+    anyway); a rack nobody owns yet is claimed for the role. None: the lake has no guard."""
+    g = guard_of(con)
+    if g is None or not g.installed:
+        return g
+    try:
+        _pg_execute(con, f"SELECT moemeter.check_rack({_quoted(check_rack(rack))}, 'write')")
+    except duckdb.Error as exc:
+        raise LakeError(refusal(exc) or str(exc)) from exc
+    return g
+
+
+def rack_owners(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, datetime]]:
+    """(rack, owner role, claimed at) for each rack the guard knows, by rack."""
+    g = guard_of(con)
+    if g is None or not g.installed:
+        raise LakeError("this lake has no guard: its owner installs it with `moemeter lake setup`")
+    rows = _pg_rows(
+        con, "SELECT rack::text, owner::text, claimed_at AT TIME ZONE 'UTC' FROM moemeter.rack_owners ORDER BY rack"
+    )
+    return [(str(r), str(o), t) for r, o, t in rows]
+
+
+def assign_rack(con: duckdb.DuckDBPyConnection, rack: str, role: str) -> None:
+    """Give `rack` to `role` (claimed or not): the lake's owner's alone."""
+    g = guard_of(con)
+    if g is None or not g.installed:
+        raise LakeError("this lake has no guard: its owner installs it with `moemeter lake setup`")
+    if not g.is_owner:
+        raise LakeError(f"only the lake's owner, role {g.owner}, assigns racks: this connection is role {g.role}")
+    if not _pg_rows(con, f"SELECT 1 FROM pg_roles WHERE rolname = {_quoted(role)}"):
+        raise LakeError(f"there is no PostgreSQL role {role!r}")
+    _pg_execute(
+        con,
+        f"INSERT INTO moemeter.rack_owners (rack, owner) VALUES ({_quoted(check_rack(rack))}, {_quoted(role)}) "
+        "ON CONFLICT (rack) DO UPDATE SET owner = EXCLUDED.owner, claimed_at = now()",
+    )
 
 
 # -------------------------------------------------------------------------------------- publishing
@@ -521,6 +1195,7 @@ class Publisher:
             raise LakeError(f"a publishing step spans at least a minute, not {chunk}")
         self.lake, self.rack, self.chunk = lake, check_rack(rack), chunk
         ensure_schema(lake)
+        self.guard = check_publisher(lake, self.rack)  # None: no guard on this lake
         self._series: set[int] | None = None
         self._sheets: dict[str, set[tuple[Any, ...]]] | None = None  # each sheet's rows, as last committed
         self._tidied: float | None = None  # time.monotonic() of the last tidy
@@ -549,9 +1224,15 @@ class Publisher:
             kept_minutes = _local_state(local).get("increments_1m_from")
         finally:
             local.execute("COMMIT")
-        done = retry_conflicts(
-            self.lake, lambda: self._commit(before, through, batches, sheets, sheet_rows, series, kept_minutes)
-        )
+        try:
+            done = retry_conflicts(
+                self.lake, lambda: self._commit(before, through, batches, sheets, sheet_rows, series, kept_minutes)
+            )
+        except duckdb.Error as exc:  # the guard's refusal: the catalog rolled the whole commit back
+            reason = refusal(exc)
+            if reason is None:
+                raise
+            raise LakeError(reason) from exc
         # only once committed: an attempt that conflicted and was rolled back published nothing
         assert self._series is not None
         self._series.update(series.column("series_id").to_pylist())
@@ -656,8 +1337,16 @@ class Publisher:
         return done
 
     def tidy(self) -> Tidied | None:
-        """tidy(), logged; None when it failed (publishing goes on, the next one tries again)."""
+        """tidy(), logged; None when it failed (publishing goes on, the next one tries again) or when
+        the lake's guard leaves tidying to the lake's owner."""
+        first = self._tidied is None
         self._tidied = time.monotonic()
+        if self.guard is not None and self.guard.installed and not self.guard.is_owner:
+            if first:
+                log.info(
+                    "lake: tidying rewrites every rack's files: the lake's owner, role %s, does it", self.guard.owner
+                )
+            return None
         try:
             done = tidy(self.lake)
         except (duckdb.Error, LakeError) as exc:
