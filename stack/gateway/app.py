@@ -2,9 +2,11 @@
 
 POST /v1/completions and /v1/chat/completions are forwarded to one upstream (vllm-router in PD
 mode, one vLLM, or any OpenAI-compatible server) with an X-Request-Id the gateway sets. Streams
-ask the upstream for usage and hide that extra chunk from a client that did not ask for it. Each
-request ends as one RequestRecord: in the durable log (GET /moemeter/requests, the collectors'
-feed) and in the /metrics summary. The gateway never routes or retries; the router does.
+ask the upstream for usage on every chunk (vLLM's `continuous_usage_stats`), so a client that hangs
+up mid-stream is still metered for its prompt; what a client did not ask for (the running usage,
+the final usage chunk) is taken out of what it reads. Each request ends as one RequestRecord: in
+the durable log (GET /moemeter/requests, the collectors' feed) and in the /metrics summary. The
+gateway never routes or retries; the router does.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ CLIENT_GONE = 499  # nginx's code for "client closed request"
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 _RESPONSE_ID = re.compile(rb'"id": ?"((?:chatcmpl|cmpl)-[^"\\]*)"')  # the first "id" of a response or chunk
+# A chunk's usage: no JSON string holds `"usage":` (its quotes would be escaped), so a match is a
+# key, and no object in vLLM's chunks but the chunk itself has one named "usage".
+_USAGE_KEY = re.compile(r'(,\s*)?"usage"\s*:\s*(?=\{)')
+_CHOICE_INDEX = re.compile(rb'"choices": ?\[\{"index": ?(\d+)[,}]')  # vLLM writes a choice's index first
+_JSON = json.JSONDecoder()
 
 
 SLO_TTFT_HEADER = "x-slo-ttft-ms"
@@ -94,52 +101,104 @@ def stream_flag(value: object) -> bool:
     )
 
 
+def asked(value: object) -> bool:
+    """Whether a request's flag (`stream_options.include_usage`, ...) is on, as vLLM reads a bool."""
+    try:
+        return stream_flag(value)
+    except Refused:
+        return False
+
+
 @dataclass
 class StreamTracker:
     """Follows an SSE stream event by event: token timings, usage, whether it ended properly."""
 
     started: float
-    client_wants_usage: bool
+    client_wants_usage: bool  # the final usage chunk goes on to the client
+    client_wants_running_usage: bool = False  # ... and so does the usage on every chunk
+    choices_per_prompt: int = 1  # the request's `n`: vLLM numbers choices prompt by prompt
     first: float | None = None
     last: float | None = None
     chunks: int = 0  # chunks that carried output
     gap_max: float = 0.0
-    usage: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None  # the final usage chunk's, for the whole request
+    running: dict[int, bytes | dict[str, Any]] | None = None  # choice index -> its latest chunk's usage
     done: bool = False  # the upstream sent [DONE]
     delivered: bool = False  # ... and it went on to the client
     upstream_error: str | None = None
 
-    def event(self, raw: bytes, now: float) -> bool:
-        """Take one event; True when it goes on to the client."""
+    def event(self, raw: bytes, now: float) -> bytes | None:
+        """Take one event; what of it goes on to the client, None for nothing."""
         data = raw[6:] if raw.startswith(b"data: ") and b"\n" not in raw else _data(raw)
         if not data:
-            return True
+            return raw
         if data == b"[DONE]":
             self.done = True
-            return True
-        quick = _token_chunk(data)
+            return raw
+        usage, rest = split_usage(data) if b'"usage"' in data else (None, data)
+        out = raw if usage is None or self.client_wants_running_usage else b"data: " + rest
+        quick = _token_chunk(rest)
         if quick is not None:  # the common case, decided without parsing the JSON
             if quick:
                 self._token(now)
-            return True
+            if usage is not None:
+                m = _CHOICE_INDEX.search(rest)
+                if m is None:  # another server's formatting: read its index from the parsed chunk
+                    return self._parsed(raw, rest, usage, out, now)
+                self._running(int(m.group(1)), usage)
+            return out
+        return self._parsed(raw, rest, usage, out, now)
+
+    def _parsed(
+        self, raw: bytes, data: bytes, usage: bytes | dict[str, Any] | None, out: bytes, now: float
+    ) -> bytes | None:
         try:
             chunk = json.loads(data)
-        except ValueError:
-            return True
+        except (ValueError, RecursionError):
+            return raw
         if not isinstance(chunk, dict):
-            return True
+            return raw
         if "error" in chunk:
             err = chunk["error"]
             self.upstream_error = str(err.get("message") if isinstance(err, dict) else err)
-            return True
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
+            return raw
+        if usage is None and isinstance(chunk.get("usage"), dict):
+            usage = chunk["usage"]  # not split out of the text: told apart below all the same
         choices = chunk.get("choices")
         if not choices:
-            return self.client_wants_usage  # the usage chunk the gateway asked for
+            if usage is not None:
+                self.usage = _usage_object(usage)
+            return raw if self.client_wants_usage else None  # the usage chunk the gateway asked for
         if any(_carries_output(c) for c in choices if isinstance(c, dict)):
             self._token(now)
-        return True
+        if usage is not None:
+            first = choices[0] if isinstance(choices, list) and isinstance(choices[0], dict) else {}
+            index = first.get("index")
+            self._running(index if isinstance(index, int) and index >= 0 else 0, usage)
+        return out
+
+    def _running(self, index: int, usage: bytes | dict[str, Any]) -> None:
+        if self.running is None:
+            self.running = {}
+        self.running[index] = usage
+
+    def running_tokens(self) -> tuple[int, int | None, int] | None:
+        """(prompt, cached prompt or None, completion) from the latest usage of each choice, the
+        upstream's count through the last chunk passed on; None without a valid one. A prompt is
+        counted once for all its choices (choice i of a completions request is prompt i // n's)."""
+        if not self.running:
+            return None
+        prompts: dict[int, tuple[int, int | None]] = {}
+        completion = 0
+        for index, usage in self.running.items():
+            counted = usage_tokens(_usage_object(usage))
+            if counted is None:
+                return None
+            prompts[index // self.choices_per_prompt] = counted[:2]
+            completion += counted[2]
+        cached = [c for _, c in prompts.values() if c is not None]
+        total = sum(p for p, _ in prompts.values()), (sum(cached) if cached else None), completion
+        return total if all(n is None or n <= MAX_COUNT for n in total) else None
 
     def _token(self, now: float) -> None:
         if self.first is None:
@@ -152,6 +211,45 @@ class StreamTracker:
 
 def _data(raw: bytes) -> bytes:
     return b"".join(line[5:].strip() for line in raw.splitlines() if line.startswith(b"data:"))
+
+
+def split_usage(data: bytes) -> tuple[bytes | None, bytes]:
+    """A chunk's usage object, as JSON text, and the chunk without it; (None, data) when it has
+    none. Every chunk of a stream carries one now, so it is cut out of the text, not parsed (it is
+    when the stream ends without a final usage): vLLM's running usage is a flat object of counts;
+    a nested one (the final usage's prompt_tokens_details) or another server's formatting is found
+    by the JSON decoder."""
+    at = data.rfind(b',"usage":{')
+    if at >= 0:
+        end = data.find(b"}", at)
+        if end > 0 and data.find(b"{", at + 10, end) < 0 and data.find(b':"', at + 10, end) < 0:
+            return data[at + 9 : end + 1], data[:at] + data[end + 1 :]
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return None, data
+    m = _USAGE_KEY.search(text)
+    if m is None:
+        return None, data
+    try:
+        _, end = _JSON.raw_decode(text, m.end())
+    except (ValueError, RecursionError):
+        return None, data
+    usage = text[m.end() : end].encode()
+    if m.group(1) is None:  # the first key: the comma after it goes with it
+        tail = text[end:].lstrip()
+        end = len(text) - len(tail[1:].lstrip()) if tail.startswith(",") else end
+    return usage, (text[: m.start()] + text[end:]).encode()
+
+
+def _usage_object(usage: bytes | dict[str, Any]) -> dict[str, Any] | None:
+    if isinstance(usage, dict):
+        return usage
+    try:
+        parsed = json.loads(usage)
+    except (ValueError, RecursionError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _token_chunk(data: bytes) -> bool | None:
@@ -482,9 +580,12 @@ class Gateway:
         rec = call.rec
         raw = body.get("stream_options")
         opts: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        client_wants_usage = bool(opts.get("include_usage"))
-        if rec.stream:
-            body = {**body, "stream_options": {**opts, "include_usage": True}}
+        client_wants_usage = asked(opts.get("include_usage"))
+        client_wants_running = client_wants_usage and asked(opts.get("continuous_usage_stats"))  # vLLM's rule
+        if rec.stream:  # usage on every chunk: what a client that hangs up mid-stream consumed
+            body = {**body, "stream_options": {**opts, "include_usage": True, "continuous_usage_stats": True}}
+        n = body.get("n")
+        choices_per_prompt = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
         url = f"{self.upstream}/v1/{rec.endpoint}"
         try:
             async with self.session.post(
@@ -496,8 +597,13 @@ class Gateway:
                 # Streaming is what the upstream does, whatever the request said: meter what it sends.
                 if up.status != 200 or up.content_type != "text/event-stream":
                     return await self._whole(up, rec)
-                asked, rec.stream = rec.stream, True  # a usage chunk it was not asked for goes on to the client
-                call.tracker = StreamTracker(call.t0, client_wants_usage=client_wants_usage or not asked)
+                wanted, rec.stream = rec.stream, True  # usage it was not asked for goes on to the client
+                call.tracker = StreamTracker(
+                    call.t0,
+                    client_wants_usage=client_wants_usage or not wanted,
+                    client_wants_running_usage=client_wants_running or not wanted,
+                    choices_per_prompt=choices_per_prompt,
+                )
                 return await self._stream(request, up, rec, call.tracker)
         except TimeoutError as exc:
             log.warning("request %s: %s did not answer in time", rec.request_id, url)
@@ -557,13 +663,13 @@ class Gateway:
                     *events, buf = buf.split(sep)
                     if events:
                         now = time.monotonic()
-                        kept = [e + sep for e in events if tr.event(e, now)]
+                        kept = [passed + sep for e in events if (passed := tr.event(e, now)) is not None]
                         if kept:
                             out, ids = public_ids(b"".join(kept), rec.request_id, ids)
                             await resp.write(out)
                         tr.delivered = tr.done  # the client has the whole answer, whenever it closes now
-                if buf.strip() and tr.event(buf, time.monotonic()):
-                    await resp.write(public_ids(buf, rec.request_id, ids)[0])
+                if buf.strip() and (passed := tr.event(buf, time.monotonic())) is not None:
+                    await resp.write(public_ids(passed, rec.request_id, ids)[0])
                     tr.delivered = tr.done
             except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, TimeoutError) as exc:
                 if not tr.delivered:  # after [DONE] the answer is whole; only the connection's end was untidy
@@ -599,7 +705,10 @@ class Gateway:
 
 
 def _finish_stream(rec: RequestRecord, tr: StreamTracker) -> None:
-    counted = usage_tokens(tr.usage)
+    """The stream's counts: the upstream's final usage; else, when the stream was cut short (the
+    client hung up, the upstream dropped it), its latest running usage; else the output chunks
+    that reached the client, and the prompt unmetered (usage_reported false)."""
+    counted = usage_tokens(tr.usage) if tr.usage is not None else tr.running_tokens()
     if counted:
         rec.prompt_tokens, rec.cached_prompt_tokens, rec.generated_tokens = counted
         rec.usage_reported = True

@@ -1,12 +1,14 @@
 """A simulated OpenAI-compatible server: the twin's stand-in for vLLM behind the gateway.
 
 It answers /v1/models, /v1/completions and /v1/chat/completions the way vLLM 0.32 does (one chunk
-per token, a final usage chunk only when `stream_options.include_usage`, `[DONE]`), counting a
-prompt's tokens as its whitespace-separated words and serving repeated 16-token prefix blocks
-from a simulated prefix cache (`prompt_tokens_details.cached_tokens`). Times come from the
-`ttft_seconds` and `itl_seconds` settings. For gateway tests it also injects faults a real server
-cannot be made to show on demand, named by the request body's field `twin_fault` (a body field, so it
-passes through the gateway unchanged):
+per token, a final usage chunk only when `stream_options.include_usage`, and with it
+`continuous_usage_stats` the running usage on every chunk: the chat role chunk's with 0 completion
+tokens, each token chunk's with the tokens so far; `[DONE]`), counting a prompt's tokens as its
+whitespace-separated words and serving repeated 16-token prefix blocks from a simulated prefix cache
+(`prompt_tokens_details.cached_tokens`). Times come from the `ttft_seconds` and `itl_seconds`
+settings; `continuous_usage_stats=False` makes it a server that ignores that option. For gateway
+tests it also injects faults a real server cannot be made to show on demand, named by the request
+body's field `twin_fault` (a body field, so it passes through the gateway unchanged):
 `drop-after-N` (close the stream after N tokens, no [DONE]), `stall` (never answer),
 `always-stream` (stream whatever the request said), `router-ids` (response ids naming internal
 addresses, as through vllm-router), `linger-after-done` (hold the connection
@@ -58,9 +60,15 @@ class PrefixCache:
 
 class SimulatedUpstream:
     def __init__(
-        self, model: str = "twin-moe", ttft_seconds: float = 0.0, itl_seconds: float = 0.0, default_max_tokens: int = 16
+        self,
+        model: str = "twin-moe",
+        ttft_seconds: float = 0.0,
+        itl_seconds: float = 0.0,
+        default_max_tokens: int = 16,
+        continuous_usage_stats: bool = True,
     ) -> None:
         self.model = model
+        self.continuous_usage_stats = continuous_usage_stats  # False: ignored, as by a server without it
         self.ttft_seconds = ttft_seconds
         self.itl_seconds = itl_seconds
         self.default_max_tokens = default_max_tokens
@@ -123,8 +131,11 @@ class SimulatedUpstream:
             text = str(body.get("prompt", ""))
         tokens = text.split() or ["<empty>"]
         cached = self.cache.lookup_and_insert(tokens)
+        opts = body["stream_options"] if isinstance(body.get("stream_options"), dict) else {}
         try:
             stream = stream_flag(body.get("stream"))
+            include_usage = stream_flag(opts.get("include_usage"))  # pydantic's bool, as vLLM reads them
+            running = include_usage and stream_flag(opts.get("continuous_usage_stats")) and self.continuous_usage_stats
         except Refused as r:
             return web.json_response(error_body(r.message, "BadRequestError", "400", r.param), status=400)
         n_out = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.default_max_tokens)
@@ -159,22 +170,26 @@ class SimulatedUpstream:
                 }
             )
         itl = float(body.get("twin_itl_seconds", self.itl_seconds))
+
+        def so_far(completion: int) -> dict[str, Any]:  # vLLM's UsageInfo field order, without details
+            prompt = usage["prompt_tokens"]
+            total = prompt + completion if isinstance(prompt, int) else prompt
+            return {"prompt_tokens": prompt, "total_tokens": total, "completion_tokens": completion}
+
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         drop_after = int(fault[11:]) if fault.startswith("drop-after-") else None
         kind += ".chunk" if chat else ""
         try:
             if chat:
-                await self._event(
-                    resp,
-                    {
-                        "id": cid,
-                        "object": kind,
-                        "created": created,
-                        "model": self.model,
-                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
-                    },
-                )
+                role = {
+                    "id": cid,
+                    "object": kind,
+                    "created": created,
+                    "model": self.model,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}],
+                }
+                await self._event(resp, {**role, "usage": so_far(0)} if running else role)
             for i in range(n_out):
                 if drop_after is not None and i == drop_after:
                     request.transport.close()  # type: ignore[union-attr]
@@ -185,10 +200,9 @@ class SimulatedUpstream:
                 piece = f" t{i}"
                 choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
                 choice["finish_reason"] = "length" if last else None
-                await self._event(
-                    resp, {"id": cid, "object": kind, "created": created, "model": self.model, "choices": [choice]}
-                )
-            if (body.get("stream_options") or {}).get("include_usage"):
+                chunk = {"id": cid, "object": kind, "created": created, "model": self.model, "choices": [choice]}
+                await self._event(resp, {**chunk, "usage": so_far(i + 1)} if running else chunk)
+            if include_usage:
                 await self._event(
                     resp,
                     {"id": cid, "object": kind, "created": created, "model": self.model, "choices": [], "usage": usage},

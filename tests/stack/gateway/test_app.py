@@ -195,8 +195,13 @@ def test_upstream_drops_the_stream_midway(rig: Rig) -> None:
     chunks = sse_chunks(r.text)
     assert len([c for c in chunks if isinstance(c, dict) and c.get("choices")]) == 3
     assert chunks[-1]["error"]["code"] == "upstream_dropped"  # the client is told, not left hanging
-    rec = records(rig)[0]
-    assert (rec["outcome"], rec["generated_tokens"], rec["usage_reported"]) == ("upstream_dropped", 3, False)
+    rec = records(rig)[0]  # metered from the running usage of the last chunk the upstream sent
+    assert (rec["outcome"], rec["prompt_tokens"], rec["generated_tokens"], rec["usage_reported"]) == (
+        "upstream_dropped",
+        1,
+        3,
+        True,
+    )
 
 
 def test_client_disconnect_midway_is_recorded_and_closes_the_upstream(tmp_path: Path) -> None:
