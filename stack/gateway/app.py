@@ -5,8 +5,9 @@ mode, one vLLM, or any OpenAI-compatible server) with an X-Request-Id the gatewa
 ask the upstream for usage on every chunk (vLLM's `continuous_usage_stats`), so a client that hangs
 up mid-stream is still metered for its prompt; what a client did not ask for (the running usage,
 the final usage chunk) is taken out of what it reads. Each request ends as one RequestRecord: in
-the durable log (GET /moemeter/requests, the collectors' feed) and in the /metrics summary. The
-gateway never routes or retries; the router does.
+the durable log (GET /moemeter/requests, the collectors' feed) and in the /metrics summary. With
+API keys required, those two carry every tenant's users and tokens and are served only on the
+admin listener, never beside the API. The gateway never routes or retries; the router does.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
 from moemeter.columns import MAX_COUNT, clean_text
+from moemeter.errors import MoemeterError
 
 from .keys import ANONYMOUS, Keys
 from .metrics import GatewayMetrics
@@ -85,6 +87,10 @@ class Refused(Exception):
 
 def error_body(message: str, kind: str, code: str, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class OperatorOnly(MoemeterError, ValueError):
+    """Keys are required and the operator endpoints were asked for beside the API."""
 
 
 def stream_flag(value: object) -> bool:
@@ -368,7 +374,9 @@ class Gateway:
     # ------------------------------------------------------------------ app
     def app(self, serving: bool = True, admin: bool = True) -> web.Application:
         """The OpenAI API (`serving`) and the operator endpoints (`admin`: /metrics, the request feed,
-        /health), on one port or, apart, on two: per-user records are not for API clients' eyes."""
+        /health), on one port or, apart, on two: per-user records are not for API clients' eyes.
+        With keys required, /metrics and the feed beside the API answer 403 to everyone: no tenant's
+        key opens every tenant's records, and the collectors read them on the admin listener."""
         app = web.Application(client_max_size=self.max_body_bytes)
         if serving:
             app.router.add_post("/v1/completions", self._completions)
@@ -377,10 +385,20 @@ class Gateway:
             app.on_startup.append(self._start)
             app.on_cleanup.append(self._stop)
         if admin:
-            app.router.add_get("/metrics", self._metrics)
-            app.router.add_get("/moemeter/requests", self._feed)
+            apart = not (serving and self.keys.require_key)
+            app.router.add_get("/metrics", self._metrics if apart else self._operator_only)
+            app.router.add_get("/moemeter/requests", self._feed if apart else self._operator_only)
             app.router.add_get("/health", self._health)
         return app
+
+    async def _operator_only(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "error": f"{request.path} carries every tenant's records: with API keys required it is "
+                "served only on the gateway's admin listener (--admin-port), not beside the API"
+            },
+            status=403,
+        )
 
     async def _start(self, app: web.Application) -> None:
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60)
@@ -726,7 +744,14 @@ async def serve(
     gateway: Gateway, host: str, port: int, stop: asyncio.Event, admin: tuple[str, int] | None = None
 ) -> None:
     """Run until `stop` is set. Client disconnects cancel the handler, which closes the upstream request.
-    With `admin` (host, port), /metrics, the request feed and /health are served there and not on `port`."""
+    With `admin` (host, port), /metrics, the request feed and /health are served there and not on `port`;
+    with keys required, it must be given."""
+    if gateway.keys.require_key and admin is None:
+        raise OperatorOnly(
+            "the keys file requires API keys, so the request feed and /metrics (every tenant's users and "
+            "tokens) are served only apart from the API: give --admin-port (the collectors' gateway target "
+            "is then http://ADMIN-HOST:ADMIN-PORT/metrics)"
+        )
     apps = [(gateway.app(admin=admin is None), host, port)]
     if admin is not None:
         apps.append((gateway.app(serving=False), *admin))

@@ -1,14 +1,16 @@
-"""The metering gateway against clients that hang up mid-stream.
+"""The metering gateway against clients that hang up mid-stream and readers of its feed without a key.
 
 A streaming client that closes its connection is metered for its prompt from the upstream's
 running usage (vLLM's `stream_options.continuous_usage_stats`, which the gateway asks for on every
 stream and takes out of what a client that did not ask for it reads); where no usage came, the
-record says the prompt went unmetered. Real clients: httpx and the `openai` SDK closing a stream,
-a raw socket where the client must hang up before any answer.
+record says the prompt went unmetered. With `require_key`, the request feed (every tenant's users
+and tokens) is served on the admin listener only. Real clients: httpx and the `openai` SDK
+closing a stream, a raw socket where the client must hang up before any answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import socket
@@ -21,13 +23,20 @@ import httpx
 import openai
 import pytest
 
-from stack.gateway.app import StreamTracker, split_usage
+from collectors.requests import fetch_feed
+from collectors.scrape import http_fetch
+from moemeter.contract import TargetInfo
+from stack.gateway.app import Gateway, OperatorOnly, StreamTracker, serve, split_usage
+from stack.gateway.keys import Keys, hash_key
+from stack.gateway.records import RecordLog
 from stack.twin.upstream import SimulatedUpstream
-from tests.stack.gateway.conftest import Rig, start_rig
+from tests.e2e.test_browser import free_port
+from tests.stack.gateway.conftest import LoopThread, Rig, start_rig
 from tests.stack.gateway.test_app import records, sse_chunks
 
 SLOW = 0.05  # seconds between tokens: a stream of 200 outlasts any client here that hangs up
 PROMPT = "one two three four five"  # 5 tokens to the twin
+SECRET = "sk-acme-0123456789abcdef"
 
 
 def body(endpoint: str, **extra: object) -> dict[str, object]:
@@ -222,3 +231,74 @@ def test_running_usage_that_is_not_a_count_meters_nothing() -> None:
     tr = StreamTracker(0.0, client_wants_usage=False)
     tr.event(b"data: " + chunk({"prompt_tokens": -5, "completion_tokens": 1}), 1.0)
     assert tr.running is not None and tr.running_tokens() is None
+
+
+# ------------------------------------------------------------------ the feed with keys required
+@pytest.mark.integration
+def test_with_keys_required_the_feed_beside_the_api_answers_no_one(tmp_path: Path) -> None:
+    """Not without a key, and not with a tenant's: its key is for its own requests, not everyone's records."""
+    rig = start_rig(tmp_path, keys=Keys(require_key=True, tenants={hash_key(SECRET): "acme"}))
+    auth = {"Authorization": f"Bearer {SECRET}"}
+    try:
+        ok = httpx.post(rig.url + "/v1/completions", json={"model": "twin-moe", "prompt": "a"}, headers=auth)
+        assert ok.status_code == 200
+        rig.flush()
+        answers = [
+            httpx.get(rig.url + path, headers=headers)
+            for path in ("/moemeter/requests", "/moemeter/requests?after=0&limit=10", "/metrics")
+            for headers in ({}, auth)
+        ]
+    finally:
+        rig.loop.close()
+    assert [r.status_code for r in answers] == [403] * 6
+    assert all("records" not in r.json() and "acme" not in r.text for r in answers)
+    assert "--admin-port" in answers[0].json()["error"]
+
+
+@pytest.mark.integration
+def test_with_keys_required_the_collectors_read_the_feed_on_the_admin_listener(tmp_path: Path) -> None:
+    loop = LoopThread()
+    up = SimulatedUpstream(model="twin-moe")
+    up_port, port, admin = free_port(), free_port(), free_port()
+    loop.serve(up.app(), up_port)
+    keys = Keys(require_key=True, tenants={hash_key(SECRET): "acme"})
+    gw = Gateway(f"http://127.0.0.1:{up_port}", RecordLog(tmp_path / "r.sqlite", batch_seconds=0.01), keys=keys)
+    stop = asyncio.Event()
+    task = asyncio.run_coroutine_threadsafe(serve(gw, "127.0.0.1", port, stop, ("127.0.0.1", admin)), loop.loop)
+    api, operator = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+
+    def answers() -> bool:
+        try:
+            return httpx.get(operator + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def collect() -> list[dict]:
+        async with http_fetch() as fetch:
+            result = await fetch_feed(TargetInfo("gateway", operator + "/metrics", "gateway", 0), None, fetch, 5.0)
+        assert result.error is None, result.error
+        return [r for page in result.pages for r in page["records"]]
+
+    try:
+        wait_for("the admin listener never answered", answers)
+        auth = {"Authorization": f"Bearer {SECRET}"}
+        ok = httpx.post(api + "/v1/completions", json={"model": "twin-moe", "prompt": "a b"}, headers=auth)
+        assert ok.status_code == 200
+        assert httpx.get(api + "/moemeter/requests", headers=auth).status_code == 404  # not beside the API
+        wait_for("the request's record never became durable", lambda: gw.records.written == 1)
+        got = asyncio.run(collect())
+    finally:
+        loop.loop.call_soon_threadsafe(stop.set)
+        task.result(10)
+        loop.close()
+    assert [(r["tenant"], r["outcome"], r["prompt_tokens"]) for r in got] == [("acme", "ok", 2)]
+
+
+def test_with_keys_required_the_gateway_will_not_serve_the_feed_beside_the_api(tmp_path: Path) -> None:
+    records = RecordLog(tmp_path / "r.sqlite")
+    gw = Gateway("http://127.0.0.1:9", records, keys=Keys(require_key=True, tenants={hash_key(SECRET): "acme"}))
+    try:
+        with pytest.raises(OperatorOnly, match="--admin-port"):  # at once: a deadline, not a speed
+            asyncio.run(asyncio.wait_for(serve(gw, "127.0.0.1", free_port(), asyncio.Event()), 30))
+    finally:
+        records.close()
