@@ -77,3 +77,16 @@ def test_nothing_cites_a_file_outside_the_repository():
     ]
     assert cited == [], cited
     assert "definitions.md" in (ROOT / "README.md").read_text()
+
+
+def test_every_hostile_test_file_is_in_the_hostile_suites_table_and_every_one_named_exists():
+    """docs/hostile.md names each input surface's tests: a new file in tests/hostile/ lands with its
+    row, and no row names a test file that is gone."""
+    table = [line for line in (ROOT / "docs" / "hostile.md").read_text().splitlines() if line.startswith("| ")]
+    rows = [[cell.strip() for cell in line.strip("|").split(" | ")] for line in table[2:]]
+    assert rows and all(len(r) == 4 and all(r) for r in rows), "each row: surface, invariant, cases, tests"
+    named = {f for r in rows for f in re.findall(r"`(tests/[\w/]+\.py)`", r[3])}
+    assert all(re.findall(r"`(tests/[\w/]+\.py)`", r[3]) for r in rows), "a row without a test file"
+    assert sorted(f for f in named if not (ROOT / f).is_file()) == []
+    hostile = {str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "hostile").glob("test_*.py")}
+    assert sorted(hostile - named) == []
