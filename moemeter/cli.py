@@ -1440,7 +1440,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin-port",
         type=int,
         help="serve /metrics, the request feed and /health on this port "
-        "instead (required when --host is beyond loopback)",
+        "instead (required when --host is beyond loopback or the keys file requires a key)",
     )
     s.add_argument("--admin-host", default="127.0.0.1", help="address for --admin-port")
     s.add_argument("--keys", help='API keys file: {"require_key": bool, "keys": [{"sha256", "tenant"}]}')
