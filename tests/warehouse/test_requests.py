@@ -278,7 +278,9 @@ def test_a_gateways_page_is_read_column_by_column() -> None:
     fields = requests_module._fields(records)
     columns = requests_module._plain_columns(fields, 0, T0 + timedelta(hours=1))
     assert columns is not None and list(columns["seq"]) == list(range(1, 50))
-    assert requests_module._plain_columns(fields, 1, T0 + timedelta(hours=1)) is None  # a record stored already: one by one
+    assert (
+        requests_module._plain_columns(fields, 1, T0 + timedelta(hours=1)) is None
+    )  # a record stored already: one by one
 
 
 @settings(max_examples=2000, deadline=None)
