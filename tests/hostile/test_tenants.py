@@ -16,7 +16,7 @@ import json
 import re
 import shutil
 from dataclasses import asdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -432,6 +432,20 @@ def test_migration_020_keeps_every_number_of_a_warehouse_built_by_the_previous_s
 
 
 ROLLED = ("requests", "requests_1h", "requests_itl_1h", "requests_slo_1h", "requests_slo_1m")
+
+
+def test_migration_020_stores_its_entries_loaded_at_in_utc_whatever_the_sessions_time_zone() -> None:
+    """Every stored time is naive UTC: the entries migration 020 adds say when they were loaded in
+    UTC, on a session whose TimeZone is 14 hours ahead of it too."""
+    con = previous_schema()
+    store_old_sheet(con, DAY)
+    ingest(con, BEFORE[:2], at("11:59"))  # acme's and globex's alice: each gets an entry from 020
+    con.execute("SET TimeZone = 'Pacific/Kiritimati'")  # UTC+14
+    before = datetime.now(UTC).replace(tzinfo=None)
+    apply_migrations(con)
+    after = datetime.now(UTC).replace(tzinfo=None)
+    loaded = con.execute("SELECT loaded_at FROM slo_assignments WHERE sheet = 'migration 020'").fetchall()
+    assert len(loaded) == 2 and all(before <= t <= after for (t,) in loaded)
 
 
 def test_after_migration_020_the_new_rules_judge_new_requests_and_old_sheets_load(tmp_path, monkeypatch) -> None:

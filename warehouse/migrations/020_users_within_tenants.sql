@@ -51,7 +51,7 @@ UNION ALL
 SELECT effective, 'user', 'anonymous', name, class, sheet, loaded_at FROM assignments_before WHERE kind = 'user'
 UNION ALL
 SELECT DISTINCT (SELECT since FROM slo_rules WHERE version = 2) + INTERVAL 1 MICROSECOND, 'user', tenant, name, NULL,
-       'migration 020', now()::TIMESTAMP
+       'migration 020', (current_timestamp AT TIME ZONE 'UTC')::TIMESTAMP
 FROM users_seen;
 DROP TABLE users_seen;
 DROP TABLE assignments_before;
