@@ -4,7 +4,8 @@ attainment, and a stalled upstream cannot hide behind the clients it makes give 
 A request's own targets (the gateway's x-slo-ttft-ms and x-slo-tpot-ms) only tighten its class's,
 unless the class says `own_targets = true`; a request the client abandoned (client_disconnect,
 before the answer was delivered) after it had waited past a target is held and missed, one that
-hung up before any target had passed is the client's choice and not held (docs/definitions.md,
+hung up before any target had passed is the client's choice and not held; a non-streamed
+request's time to first token is its end-to-end time, answered or abandoned (docs/definitions.md,
 "SLOs").
 """
 
@@ -21,8 +22,8 @@ import pytest
 from tests.hostile.test_tenants import EPOCH, ingest, record
 from tests.stack.gateway.conftest import start_rig
 from warehouse.api import LocalQuery
-from warehouse.db import apply_migrations
-from warehouse.goodput import slo_report
+from warehouse.db import apply_migrations, migrations
+from warehouse.goodput import slo_report, slo_sums
 from warehouse.requests import RequestIngestor
 from warehouse.rollup import Rollups
 from warehouse.slo import SloSheetError, parse_slo_sheet, store_slo_sheet
@@ -185,3 +186,95 @@ def test_a_stalled_upstreams_hang_ups_spend_the_error_budget_in_the_rollups_too(
 def test_own_targets_must_be_true_or_false() -> None:
     with pytest.raises(SloSheetError, match="line 18 .*own_targets must be true or false, got 'yes'"):
         parse_slo_sheet(SHEET.replace("own_targets = true", 'own_targets = "yes"'), "headers.toml")
+
+
+# ------------------------------------------------------------------------------- non-streamed requests
+NOT_STREAMED = {"stream": False, "ttft_seconds": None, "itl_mean_seconds": None}  # as the gateway records one
+
+
+@pytest.mark.parametrize(
+    ("slo_class", "e2e_seconds", "answered", "abandoned"),
+    [
+        # (requests held, met, failed, missed TTFT, ITL, e2e): answered after e2e_seconds, and hung up then
+        ("chat", 60.0, (1, 0, 0, 1, 0, 0), (1, 0, 0, 1, 0, 0)),  # its first token a minute late either way
+        ("chat", 3.0, (1, 0, 0, 1, 0, 0), (1, 0, 0, 1, 0, 0)),
+        ("chat", 0.8, (1, 1, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0)),  # within 1 s: met, or the client's choice
+        ("batch", 90.0, (1, 0, 0, 0, 0, 1), (1, 0, 0, 0, 0, 1)),  # no TTFT target: the whole answer's
+        ("batch", 30.0, (1, 1, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0)),
+    ],
+)
+def test_a_non_streamed_request_is_judged_alike_answered_or_abandoned(
+    slo_class, e2e_seconds, answered, abandoned
+) -> None:
+    """A non-streamed answer's first token reaches the client with the whole answer: a TTFT target
+    holds it at its end-to-end time, so finishing slowly misses as hanging up after as long does."""
+    assert verdict(one(slo_class, **NOT_STREAMED, e2e_seconds=e2e_seconds)) == answered
+    assert verdict(one(slo_class, **NOT_STREAMED, **ABANDONED, e2e_seconds=e2e_seconds)) == abandoned
+
+
+def test_a_non_streamed_requests_own_ttft_target_holds_its_whole_answer() -> None:
+    assert verdict(one("chat", **NOT_STREAMED, e2e_seconds=0.8, slo_ttft_seconds=0.5)) == (1, 0, 0, 1, 0, 0)
+    assert verdict(one("batch", **NOT_STREAMED, e2e_seconds=2.0, slo_ttft_seconds=1.0)) == (1, 0, 0, 1, 0, 0)
+    assert verdict(one("lab", **NOT_STREAMED, e2e_seconds=60.0, slo_ttft_seconds=86_400.0)) == (1, 1, 0, 0, 0, 0)
+
+
+def migrate_through(con: duckdb.DuckDBPyConnection, last: int) -> None:
+    """Apply the migrations up to `last` that `con` has not had, recorded as apply_migrations does."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)"
+    )
+    done = {v for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    for version, name, statements in migrations():
+        if version <= last and version not in done:
+            con.execute(statements)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [version, name])
+
+
+def test_non_streamed_requests_stored_before_migration_021_keep_their_verdicts() -> None:
+    """Requests rolled up under migration 020's rules (a non-streamed one that finished has no TTFT,
+    one abandoned past the target misses it) keep their verdicts after migration 021, read from the
+    records and from the hourly sums alike; those that finish after it are held to TTFT either way."""
+    con = duckdb.connect()
+    migrate_through(con, 20)
+    store_slo_sheet(con, parse_slo_sheet(SHEET, "headers.toml"), DAY)
+    slow, hung_up = dict(NOT_STREAMED, e2e_seconds=60.0), dict(NOT_STREAMED, **ABANDONED, e2e_seconds=3.0)
+    h = DAY.replace
+    q = LocalQuery(con)
+
+    def held_met_missed(start: datetime, end: datetime) -> dict[datetime, tuple[int, int, int]]:
+        """Per hour of [start, end): the requests held, met and that missed TTFT."""
+        sums = slo_sums(q, start, end)
+        return {ts: (r.held, r.met, r.missed_ttft) for ts, r in sums.set_index("ts").iterrows()}
+
+    def rolled() -> dict[datetime, tuple[int, int, int]]:
+        rows = con.execute("SELECT ts, held, met, missed_ttft FROM requests_slo_1h ORDER BY ts").fetchall()
+        return {ts: tuple(v) for ts, *v in rows}
+
+    ingest(
+        con,
+        [
+            record(1, "acme", "u", h(hour=10, minute=5), **slow),
+            record(2, "acme", "u", h(hour=10, minute=10), **hung_up),
+        ],
+        h(hour=10, minute=20),
+    )
+    Rollups().advance(con, h(hour=12))
+    assert rolled() == {h(hour=10): (2, 1, 1)}  # the slow answer met, the hang-up at 3 s missed
+
+    assert apply_migrations(con)[0] == "021_non_streamed_ttft.sql"
+    assert rolled() == {h(hour=10): (2, 1, 1)}
+    assert held_met_missed(h(hour=10, minute=1), h(hour=10, minute=59)) == rolled()  # from the records
+    ingest(
+        con,
+        [
+            record(3, "acme", "u", h(hour=12, minute=5), **slow),
+            record(4, "acme", "u", h(hour=12, minute=10), **hung_up),
+        ],
+        h(hour=12, minute=20),
+        "after",
+    )
+    from_records = held_met_missed(h(hour=12, minute=1), h(hour=12, minute=59))
+    assert from_records == {h(hour=12): (2, 0, 2)}  # the slow answer missed as the hang-up did
+    Rollups().advance(con, h(hour=14))
+    assert rolled() == {h(hour=10): (2, 1, 1)} | from_records
+    assert held_met_missed(DAY, DAY + timedelta(days=1)) == rolled()

@@ -4,13 +4,17 @@
 -- user (of its tenant) in effect when it finished, else its tenant's, else the default class then;
 -- the class's version in effect then; its own targets (x-slo-ttft-ms, x-slo-tpot-ms), target by
 -- target, where they are tighter than the class's (anywhere if the class says own_targets); a
--- request the client abandoned after it had missed a target is held and missed. Requests that
--- finished before slo_rules' version 2 keep the rules they were rolled up by: own targets in place
--- of the class's, abandoned requests not held. $server_faults: the outcomes that are the server
--- side's failure (held, never met).
+-- request the client abandoned after it had missed a target is held and missed; a non-streamed
+-- request's time to first token is its end-to-end time (its first token arrives with the whole
+-- answer), finished or abandoned. A request that finished before a version of these rules
+-- (slo_rules) keeps the verdict it was rolled up with: before version 2, its own targets in place
+-- of the class's and an abandoned request not held; before version 3, a non-streamed request that
+-- finished has no TTFT. $server_faults: the outcomes that are the server side's failure (held,
+-- never met).
 picked AS (
-    SELECT finished_at, user_id, tenant, outcome, prompt_tokens, coalesce(cached_prompt_tokens, 0) AS cached,
-           generated_tokens, ttft_seconds, itl_mean_seconds, e2e_seconds, slo_ttft_seconds, slo_itl_seconds
+    SELECT finished_at, user_id, tenant, outcome, stream, prompt_tokens,
+           coalesce(cached_prompt_tokens, 0) AS cached, generated_tokens, ttft_seconds, itl_mean_seconds,
+           e2e_seconds, slo_ttft_seconds, slo_itl_seconds
     -- each of the three its own scan (their finishing times are apart): one condition of three
     -- ranges would read every record the file holds
     FROM (SELECT * FROM requests WHERE /*requests_hour_where*/
@@ -53,11 +57,17 @@ slo_class_of AS (
     ASOF LEFT JOIN slo_classes c ON c.class = n.assigned AND n.epoch >= c.effective
     ASOF LEFT JOIN slo_default d ON n.epoch >= d.since
 ),
-slo_rules_since AS (  -- rules version 2 judges the requests that finished after this
-    SELECT coalesce(max(since), '-infinity'::TIMESTAMP) AS since FROM slo_rules WHERE version = 2
+slo_rules_since AS (  -- each version of the rules judges the requests that finished after its `since`;
+    -- version 3 not stored (a read-only file without migration 021): the rules it was rolled up by
+    SELECT coalesce(max(since) FILTER (WHERE version = 2), '-infinity'::TIMESTAMP) AS since_2,
+           coalesce(max(since) FILTER (WHERE version = 3), 'infinity'::TIMESTAMP) AS since_3
+    FROM slo_rules
 ),
 slo_targets AS (
-    SELECT r.*, k.slo_class, k.slo_class IS NOT NULL AS classed, r.finished_at > s.since AS rules_2,
+    SELECT r.*, k.slo_class, k.slo_class IS NOT NULL AS classed, r.finished_at > s.since_2 AS rules_2,
+           -- when its first token reached the client: a non-streamed one's came with the whole answer
+           CASE WHEN r.stream OR r.finished_at <= s.since_3 THEN r.ttft_seconds ELSE r.e2e_seconds END
+               AS first_token_seconds,
            CASE WHEN k.own_targets OR NOT rules_2 THEN coalesce(r.slo_ttft_seconds, k.ttft)
                 ELSE least(r.slo_ttft_seconds, k.ttft) END AS ttft_target,
            CASE WHEN k.own_targets OR NOT rules_2 THEN coalesce(r.slo_itl_seconds, k.itl)
@@ -69,7 +79,8 @@ slo_targets AS (
 ),
 slo_over AS (  -- over each target: answered late, or abandoned after waiting past it (no token yet: TTFT)
     SELECT *, (outcome = 'ok' OR abandoned)
-              AND coalesce(ttft_seconds > ttft_target, abandoned AND e2e_seconds > ttft_target, false) AS over_ttft,
+              AND coalesce(first_token_seconds > ttft_target, abandoned AND e2e_seconds > ttft_target, false)
+              AS over_ttft,
            (outcome = 'ok' OR abandoned) AND coalesce(itl_mean_seconds > itl_target, false) AS over_itl,
            (outcome = 'ok' OR abandoned) AND coalesce(e2e_seconds > e2e_target, false) AS over_e2e
     FROM slo_targets
