@@ -22,6 +22,7 @@ import pandas as pd
 
 from moemeter.contract import POOLS, computed_tokens
 from moemeter.errors import MoemeterError
+from stack.gateway.keys import user_of_tenant
 
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
 from .read import Query, floor, increases, request_window, run, timestamp
@@ -270,7 +271,7 @@ class CostReport:
         if d["users"]:
             lines.append("users (top 20 by cost; each user of its tenant):")
             lines += [
-                f"  {u['user']:<24} of {u['tenant']:<16} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
+                f"  {user_of_tenant(u['user'], u['tenant']):<44} {usd(u['cost_usd']):>12}  {u['prompt_tokens']:>12,} prompt  "
                 f"{u['generated_tokens']:>10,} generated"
                 for u in d["users"][:20]
             ]

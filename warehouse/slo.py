@@ -31,7 +31,7 @@ from typing import Any
 import duckdb
 
 from moemeter.errors import MoemeterError
-from stack.gateway.keys import ANONYMOUS
+from stack.gateway.keys import ANONYMOUS, user_of_tenant
 from stack.gateway.records import SERVER_FAULTS
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
@@ -87,8 +87,8 @@ class Assignment:
 
     @property
     def who(self) -> str:
-        """How messages name it: tenant/user, or the tenant."""
-        return f"{self.tenant}/{self.name}" if self.kind == "user" else self.name
+        """How messages name it: the user of its tenant, or the tenant."""
+        return user_of_tenant(self.name, self.tenant) if self.kind == "user" else self.name
 
 
 @dataclass(frozen=True)

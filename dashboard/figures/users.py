@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from moemeter.contract import computed_tokens
+from stack.gateway.keys import user_of_tenant
 
 from .live import P90_PER_USER_REFERENCE, POOL_COLORS, _layout
 
@@ -80,7 +81,7 @@ def top_users_figure(table: pd.DataFrame) -> go.Figure:
     """Stacked bars of prompt (computed, cached) and generated tokens for the top users, each named
     with its tenant when the table has one (two tenants' users of one name are two bars)."""
     t = table.iloc[::-1]
-    who = t["user_id"] + " (" + t["tenant"] + ")" if "tenant" in t else t["user_id"]
+    who = [user_of_tenant(u, g) for u, g in zip(t["user_id"], t["tenant"])] if "tenant" in t else t["user_id"]
     computed = computed_tokens(t["prompt_tokens"], t["cached_prompt_tokens"])
     fig = go.Figure()
     for values, name, color in (

@@ -13,6 +13,7 @@ from dashboard.data.live import RANGES
 from dashboard.figures import users as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import compact, metric_columns
+from stack.gateway.keys import user_of_tenant
 
 ORDERS = {"tokens": "tokens", "generated tokens": "generated_tokens", "requests": "requests", "errors": "errors"}
 
@@ -112,12 +113,12 @@ def render() -> None:
         if not found:
             st.info(f"No user matches {text!r}.")
             return
-        tenant, user = st.selectbox("User", found, key="user_pick", format_func=lambda tu: f"{tu[1]} (of {tu[0]})")
+        tenant, user = st.selectbox("User", found, key="user_pick", format_func=lambda tu: user_of_tenant(tu[1], tu[0]))
         hist = data.user_history(query, w, tenant, user)
         if hist.empty:
-            st.info(f"{user} of {tenant} sent nothing in the last {choice}.")
+            st.info(f"{user_of_tenant(user, tenant)} sent nothing in the last {choice}.")
         else:
-            st.plotly_chart(figures.user_history_figure(hist, f"{user} (of {tenant})"), key="user_history")
+            st.plotly_chart(figures.user_history_figure(hist, user_of_tenant(user, tenant)), key="user_history")
         st.dataframe(data.user_requests(query, tenant, user, w.end), hide_index=True, key="user_requests")
 
 

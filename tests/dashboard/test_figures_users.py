@@ -35,4 +35,4 @@ def test_top_users_stack_computed_cached_and_generated() -> None:
     assert [d.name for d in fig.data] == ["prompt, computed", "prompt, cached", "generated"]
     assert list(fig.data[0].y) == ["b", "a"] and list(fig.data[0].x) == [50, 40]  # biggest on top
     same_name = figures.top_users_figure(t.assign(user_id=["acme", "acme"], tenant=["globex", "acme"]))
-    assert list(same_name.data[0].y) == ["acme (acme)", "acme (globex)"]  # a user is named within its tenant
+    assert list(same_name.data[0].y) == ["acme of acme", "acme of globex"]  # a user is named within its tenant

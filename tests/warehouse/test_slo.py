@@ -132,7 +132,7 @@ def test_load_adds_versions_and_never_changes_a_stored_one(tmp_path, capsys):
     assert stored() == before
     sheet.write_text(SHEET.replace('tenant = "acme"\nclass = "chat"', 'tenant = "acme"\nclass = "batch"'))
     assert main(["slo", "load", str(sheet), "--db", str(db)]) == 2
-    assert "user 'acme/alice' is already in class 'chat'" in capsys.readouterr().err
+    assert "user 'alice of acme' is already in class 'chat'" in capsys.readouterr().err
     assert stored() == before
     sheet.write_text("[[class]]\nname = 1\n")
     assert main(["slo", "load", str(sheet), "--db", str(db)]) == 2
