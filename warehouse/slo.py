@@ -20,6 +20,8 @@ is refused with the file and line of its entry.
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import re
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from stack.gateway.keys import ANONYMOUS, user_of_tenant
 from stack.gateway.records import SERVER_FAULTS
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CLASS_KEYS = {
     "name",
@@ -252,9 +255,38 @@ NEWEST_REQUEST_SQL = """SELECT greatest((SELECT max(finished_at) FROM requests),
 def store_slo_sheet(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime) -> int:
     """Add the sheet's entries to the warehouse; returns the entries added. Refuses one that would
     change a stored entry (same class or same user/tenant, same effective time, other values), and a
-    new one effective at or before the newest stored request, whose attainment it would change."""
+    new one effective at or before the newest stored request, whose attainment it would change.
+    Warns (log) of each user of "anonymous" it assigns who sent nothing while keyed tenants' users
+    of that name did (`unreached_users`)."""
     newest = con.execute(NEWEST_REQUEST_SQL).fetchall()[0][0]
-    return _store(con, sheet, now, newest)
+    added = _store(con, sheet, now, newest)
+    for warning in unreached_users(con, sheet):
+        log.warning("%s", warning)
+    return added
+
+
+TENANTS_OF_USERS_SQL = """SELECT DISTINCT user_id, tenant
+FROM (SELECT user_id, tenant FROM requests UNION ALL SELECT user_id, tenant FROM requests_1h)
+WHERE list_contains(?, user_id) ORDER BY ALL"""
+
+
+def unreached_users(con: duckdb.DuckDBPyConnection, sheet: SloSheet) -> list[str]:
+    """A warning for each user the sheet assigns in the tenant "anonymous" (what a user without a
+    tenant names) whose name has requests stored only in keyed tenants (the records and the hourly
+    sums): a sheet written before tenants held them by that name, and the entry now holds none."""
+    names = sorted({a.name for a in sheet.assignments if a.kind == "user" and a.tenant == ANONYMOUS})
+    rows = con.execute(TENANTS_OF_USERS_SQL, [names]).fetchall() if names else []
+    tenants: dict[str, list[str]] = {}
+    for user, tenant in rows:
+        tenants.setdefault(user, []).append(tenant)
+    return [
+        f"SLO sheet {sheet.name}: user = {json.dumps(user)} without a tenant holds {user_of_tenant(user, ANONYMOUS)} "
+        f"(the requests without a key), who sent none stored here, not "
+        f"{', '.join(user_of_tenant(user, t) for t in keyed)}, who did: to hold one, assign "
+        f"user = {json.dumps(user)} with tenant = {json.dumps(keyed[0])}"
+        for user, keyed in tenants.items()
+        if ANONYMOUS not in keyed
+    ]
 
 
 def ensure_slo_sheet(con: duckdb.DuckDBPyConnection, now: datetime) -> None:

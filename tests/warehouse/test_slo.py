@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 
 import duckdb
@@ -137,3 +138,63 @@ def test_load_adds_versions_and_never_changes_a_stored_one(tmp_path, capsys):
     sheet.write_text("[[class]]\nname = 1\n")
     assert main(["slo", "load", str(sheet), "--db", str(db)]) == 2
     assert stored() == before
+
+
+OLD_SHEET = """
+name = "before-tenants"
+
+[[class]]
+name = "chat"
+effective = "2026-12-01T00:00:00Z"
+default = true
+ttft_ms = 1000
+objective = 0.99
+
+[[assign]]
+effective = "2026-12-01T00:00:00Z"
+user = "carol"  # only keyed tenants' carol sent requests: warned
+class = "chat"
+
+[[assign]]
+effective = "2026-12-01T00:00:00Z"
+user = "dave"  # the keyless dave sent requests too: the entry holds someone
+class = "chat"
+
+[[assign]]
+effective = "2026-12-01T00:00:00Z"
+user = "erin"  # nobody of that name yet
+class = "chat"
+
+[[assign]]
+effective = "2026-12-01T00:00:00Z"
+user = "carol"
+tenant = "acme"
+class = "chat"
+"""
+
+
+def test_loading_a_user_without_a_tenant_warns_when_only_keyed_tenants_have_that_user(tmp_path, caplog):
+    """An old sheet's `user = "carol"` holds the keyless carol only; when carol's requests all came
+    with keys (the records, or the hourly sums once the records are gone), `slo load` says which
+    tenants' carol the entry does not hold and how to name one."""
+    from tests.hostile.test_tenants import ingest, record
+    from warehouse.db import apply_migrations
+    from warehouse.rollup import Rollups
+
+    t = datetime(2026, 11, 30, 10)
+    db = tmp_path / "w.duckdb"
+    with duckdb.connect(str(db)) as con:
+        apply_migrations(con)
+        users = [("acme", "carol"), ("globex", "carol"), ("anonymous", "dave"), ("acme", "dave")]
+        ingest(con, [record(n, tenant, user, t) for n, (tenant, user) in enumerate(users)], t)
+        Rollups().advance(con, datetime(2026, 11, 30, 12))
+        con.execute("DELETE FROM requests WHERE tenant = 'globex'")  # globex's carol in the hourly sums alone
+    sheet = tmp_path / "old.toml"
+    sheet.write_text(OLD_SHEET)
+    with caplog.at_level(logging.WARNING, logger="warehouse.slo"):
+        assert main(["slo", "load", str(sheet), "--db", str(db)]) == 0
+    assert [r.getMessage() for r in caplog.records if r.name == "warehouse.slo"] == [
+        'SLO sheet before-tenants: user = "carol" without a tenant holds carol of anonymous (the requests '
+        "without a key), who sent none stored here, not carol of acme, carol of globex, who did: to hold one, "
+        'assign user = "carol" with tenant = "acme"'
+    ]
