@@ -126,10 +126,10 @@ def test_users_page_shows_the_p90_per_user_tokens_per_second_of_the_gateway_reco
     assert not at.exception
     assert at.selectbox(key="user_pick").value == (top.tenant[0], top.user_id[0])  # a user of its tenant
     mine = at.dataframe[1].value
-    assert (
-        len(mine) == wh.query_df("SELECT count(*) n FROM requests WHERE user_id = ?", [top.user_id[0]]).n[0]
-        or len(mine) == 200
+    sent = wh.query_df(
+        "SELECT count(*) n FROM requests WHERE tenant = ? AND user_id = ?", [top.tenant[0], top.user_id[0]]
     )
+    assert len(mine) == sent.n[0] or len(mine) == 200  # that user of that tenant's requests, the newest 200 at most
 
 
 def test_users_page_explains_an_empty_warehouse(empty_api, monkeypatch):
