@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import duckdb
 import pyarrow as pa
@@ -224,6 +225,39 @@ def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+SEARCH_PATH = "pg_catalog,pg_temp"
+"""The search path of every session moemeter opens on a lake's PostgreSQL catalog. Publishers may create
+objects in schema public (DuckLake asks CREATE there for its inlined deletions), and PostgreSQL resolves a
+name by the session's search path, taking the best match of argument types wherever it lies: an operator
+`public.=(varchar, varchar)` a publisher made would run in the lake's owner's sessions, as the owner
+(CVE-2018-1058). DuckLake and moemeter name every table with its schema, so they need none."""
+_CONNINFO_PAIR = re.compile(r"\s*(\w+)\s*=\s*(?:'((?:[^'\\]|\\.)*)'|((?:[^\s'\\]|\\.)*))")
+"""A keyword = value pair of libpq's connection string (a value quoted, or not, with backslash escapes)."""
+
+
+def pinned(conninfo: str) -> str:
+    """A PostgreSQL connection string (libpq's `keyword=value ...` or a `postgresql://` URI) that pins
+    the session's search path to SEARCH_PATH, after the options it gives (the last `-c` of a setting
+    wins; libpq takes `options` from PGOPTIONS only when the string gives none)."""
+    pin = f"-c search_path={SEARCH_PATH}"
+    if re.match(r"postgres(ql)?://", conninfo):
+        parts = urlsplit(conninfo)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        options = [v for k, v in query if k == "options"] or [os.environ.get("PGOPTIONS", "")]
+        query = [(k, v) for k, v in query if k != "options"] + [("options", f"{options[-1]} {pin}".strip())]
+        return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+    given, at, end = os.environ.get("PGOPTIONS", ""), 0, len(conninfo.rstrip())
+    while at < end:
+        pair = _CONNINFO_PAIR.match(conninfo, at)
+        if pair is None or pair.end() == at:
+            raise LakeError(f"cannot read the catalog's connection string from {conninfo[at:]!r}")
+        if pair.group(1) == "options":
+            given = re.sub(r"\\(.)", r"\1", pair.group(2) if pair.group(2) is not None else pair.group(3))
+        at = pair.end()
+    value = f"{given} {pin}".strip().replace("\\", "\\\\").replace("'", "\\'")
+    return f"{conninfo.rstrip()} options='{value}'"
+
+
 def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the lake attached as `lake` (created on the first write when the
     catalog is empty; its data path then defaults to `<catalog dir>/lake.files` for a file catalog
@@ -237,10 +271,14 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
         con = duckdb.connect()
         try:
             _load_extensions(con)
-            con.execute(f"ATTACH {_quoted(catalog_uri(uri))} AS lake" + (f" ({', '.join(options)})" if options else ""))
-            postgres = catalog_uri(uri).removeprefix("ducklake:")
-            if not read_only and postgres.startswith("postgres:"):
-                con.execute(f"ATTACH {_quoted(postgres.removeprefix('postgres:'))} AS {LOCK_DB} (TYPE postgres)")
+            catalog = catalog_uri(uri).removeprefix("ducklake:")
+            if catalog.startswith("postgres:"):  # every session on it, DuckLake's and the lock's (SEARCH_PATH)
+                catalog = "postgres:" + pinned(catalog.removeprefix("postgres:"))
+            con.execute(
+                f"ATTACH {_quoted('ducklake:' + catalog)} AS lake" + (f" ({', '.join(options)})" if options else "")
+            )
+            if not read_only and catalog.startswith("postgres:"):
+                con.execute(f"ATTACH {_quoted(catalog.removeprefix('postgres:'))} AS {LOCK_DB} (TYPE postgres)")
             return con
         except duckdb.Error as exc:
             con.close()
@@ -448,12 +486,16 @@ def table_files(con: duckdb.DuckDBPyConnection) -> dict[str, Files]:
 
 
 # -------------------------------------------------------------------------------------- the guard
-GUARD_VERSION = 1
-"""The version of the guard's functions (GUARD_SQL); a lake's owner installs a newer one on sight."""
+GUARD_VERSION = 2
+"""The version of the guard's functions (GUARD_SQL); a lake's owner installs a newer one on sight. 2: a
+file lies in its rack's folder at a path no other file names; only publishers may call check_rack."""
 PUBLISHERS = "moemeter_publisher"
 """The PostgreSQL group role of the racks' publishers, if the operator made one: the guard grants it
-what a publisher writes (each table once it is guarded). Each rack logs in with a role of its own in it.
-GUARD_SQL names it, and `moemeter_reader`, whose members may read the lake."""
+what a publisher writes (each table once it is guarded) and the claim of a rack (moemeter.check_rack).
+Each rack logs in with a role of its own in it."""
+READERS = "moemeter_reader"
+"""The PostgreSQL group role whose members may read the lake, if the operator made one: the guard grants
+it SELECT on each table of the catalog, and nothing else."""
 GUARD_LOCK = COMMIT_LOCK + 1
 """The advisory lock an install of the guard takes: two owners' publishers starting at once install it
 one after the other."""
@@ -529,6 +571,10 @@ BEGIN
     IF r IS NULL THEN
         PERFORM moemeter.refuse(format('role %s may not %s rows that name no rack', session_user, what));
     END IF;
+    IF r !~ '^{rack_name}$' THEN  -- the folder of its files is rack=<r>/: one name, no path
+        PERFORM moemeter.refuse(format('role %s may not %s rows of rack %L: a rack is named by 1-64 letters, '
+            'digits, ''.'', ''_'' or ''-'', starting with a letter or digit', session_user, what, r));
+    END IF;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = o) AND pg_has_role(session_user, o, 'MEMBER') THEN
         RETURN;
     END IF;
@@ -566,7 +612,7 @@ $$;
 CREATE OR REPLACE FUNCTION moemeter.check_file(fid bigint) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    copies bigint; tid bigint; tname varchar; racks varchar[]; seen bigint; bad bigint;
+    copies bigint; tid bigint; tname varchar; racks varchar[]; seen bigint; bad bigint; f record;
 BEGIN
     SELECT count(*), min(table_id) INTO copies, tid FROM public.ducklake_data_file WHERE data_file_id = fid;
     IF copies = 0 OR moemeter.is_owner() THEN
@@ -596,6 +642,8 @@ BEGIN
         PERFORM moemeter.refuse(format('the statistics of a data file of table %s must say that its rack column '
             'holds %L alone', tname, racks[1]));
     END IF;
+    SELECT path, path_is_relative INTO f FROM public.ducklake_data_file WHERE data_file_id = fid;
+    PERFORM moemeter.check_path('data', tid, racks[1], f.path, f.path_is_relative, 1);
 END $$;
 
 -- a <= b, as values of the DuckLake type typ (statistics are kept as text)
@@ -692,6 +740,33 @@ $$;
 CREATE INDEX IF NOT EXISTS moemeter_guard_data_file_name ON public.ducklake_data_file (moemeter.file_name(path));
 CREATE INDEX IF NOT EXISTS moemeter_guard_delete_file_name ON public.ducklake_delete_file (moemeter.file_name(path));
 
+-- a file a rack's writer adds: relative, in rack=<r>/ under its table's folder (a delete file also in the table's
+-- folder itself, where DuckLake writes them), named as no other data or delete file of the catalog (`own`: the
+-- rows that are this file, 1 or 0 once removed again). The owner's cleanup deletes the path of each file ended
+-- and expired: a file at the path of another rack's, ended by its writer, would delete that one
+CREATE OR REPLACE FUNCTION moemeter.check_path(kind text, tid bigint, r varchar, fpath varchar, frelative boolean,
+                                               own bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    folder varchar := 'rack=' || r || '/';
+    fname varchar := CASE WHEN starts_with(fpath, folder) THEN substr(fpath, length(folder) + 1)
+                          WHEN kind = 'delete' THEN fpath END;
+    tname varchar;
+BEGIN
+    SELECT table_name INTO tname FROM public.ducklake_table WHERE table_id = tid ORDER BY begin_snapshot DESC LIMIT 1;
+    IF frelative IS NOT TRUE OR fname IS NULL OR fname !~ '^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$' THEN
+        PERFORM moemeter.refuse(format('role %s may not add a %s file of table %s at %s%L: a file of rack %L is a '
+            'Parquet file in %s', session_user, kind, tname, CASE WHEN frelative THEN '' ELSE 'the absolute path ' END,
+            fpath, r, CASE kind WHEN 'delete' THEN format('its table''s folder or in %s under it', folder)
+                                ELSE format('%s under its table''s folder', folder) END));
+    END IF;
+    IF (SELECT count(*) FROM public.ducklake_data_file WHERE moemeter.file_name(path) = fname)
+       + (SELECT count(*) FROM public.ducklake_delete_file WHERE moemeter.file_name(path) = fname) > own THEN
+        PERFORM moemeter.refuse(format('role %s may not add a %s file of table %s at %L: the catalog names a file %L '
+            'already, which the lake''s cleanup would delete with it', session_user, kind, tname, fpath, fname));
+    END IF;
+END $$;
+
 CREATE OR REPLACE FUNCTION moemeter.guard_scheduled() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -727,12 +802,20 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- a delete file or inlined deletion: of rows of the writer's rack
+-- a delete file or inlined deletion: of rows of the writer's rack; a delete file where check_path says
 CREATE OR REPLACE FUNCTION moemeter.commit_deletes() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE fid bigint := coalesce(to_jsonb(NEW)->>'data_file_id', to_jsonb(NEW)->>'file_id')::bigint;
+DECLARE
+    rec jsonb := to_jsonb(NEW);
+    fid bigint := coalesce(rec->>'data_file_id', rec->>'file_id')::bigint;
+    r varchar := moemeter.file_rack(fid);
 BEGIN
-    PERFORM moemeter.check_rack(moemeter.file_rack(fid), 'delete');
+    PERFORM moemeter.check_rack(r, 'delete');
+    IF TG_TABLE_NAME = 'ducklake_delete_file' AND NOT moemeter.is_owner() THEN
+        PERFORM moemeter.check_path('delete', (rec->>'table_id')::bigint, r, rec->>'path',
+            (rec->>'path_is_relative')::boolean,
+            (SELECT count(*) FROM public.ducklake_delete_file WHERE delete_file_id = (rec->>'delete_file_id')::bigint));
+    END IF;
     RETURN NULL;
 END $$;
 
@@ -866,8 +949,8 @@ CREATE OR REPLACE FUNCTION moemeter.guard_tables() RETURNS integer
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     t record; kind text; fn text; rack_type text; guarded integer := 0;
-    publishers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'moemeter_publisher');
-    readers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'moemeter_reader');
+    publishers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{publishers}');
+    readers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{readers}');
 BEGIN
     FOR t IN SELECT DISTINCT table_id FROM public.ducklake_table WHERE end_snapshot IS NULL LOOP
         EXECUTE format('CREATE TABLE IF NOT EXISTS public.%I (file_id BIGINT, row_id BIGINT, begin_snapshot BIGINT)',
@@ -923,26 +1006,43 @@ BEGIN
         END IF;
         IF publishers THEN
             IF kind IS NULL THEN
-                EXECUTE format('GRANT SELECT ON public.%I TO moemeter_publisher', t.relname);
-            ELSIF NOT has_table_privilege('moemeter_publisher', t.oid, 'INSERT') THEN
-                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON public.%I TO moemeter_publisher', t.relname);
+                EXECUTE format('GRANT SELECT ON public.%I TO {publishers}', t.relname);
+            ELSIF NOT has_table_privilege('{publishers}', t.oid, 'INSERT') THEN
+                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON public.%I TO {publishers}', t.relname);
             END IF;
         END IF;
-        IF readers AND NOT has_table_privilege('moemeter_reader', t.oid, 'SELECT') THEN
-            EXECUTE format('GRANT SELECT ON public.%I TO moemeter_reader', t.relname);
+        IF readers AND NOT has_table_privilege('{readers}', t.oid, 'SELECT') THEN
+            EXECUTE format('GRANT SELECT ON public.%I TO {readers}', t.relname);
         END IF;
     END LOOP;
     IF publishers THEN  -- DuckLake says CREATE TABLE IF NOT EXISTS for inlined deletions: PostgreSQL asks CREATE
-        GRANT USAGE, CREATE ON SCHEMA public TO moemeter_publisher;
+        GRANT USAGE, CREATE ON SCHEMA public TO {publishers};
+        GRANT EXECUTE ON FUNCTION moemeter.check_rack(varchar, text) TO {publishers};  -- a publisher's first check
     END IF;
     IF readers THEN
-        GRANT USAGE ON SCHEMA public TO moemeter_reader;
+        GRANT USAGE ON SCHEMA public TO {readers};
     END IF;
     RETURN guarded;
 END $$;
-REVOKE ALL ON FUNCTION moemeter.guard_tables() FROM PUBLIC;
+-- a function of the guard is called by its triggers (as the owner) and by no one else: the claim of a rack too
+-- (check_rack, claim_rack) is granted to the publishers alone (guard_tables). An index on DuckLake's file tables
+-- computes file_name as the writer of a row.
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA moemeter FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION moemeter.file_name(varchar) TO PUBLIC;
 COMMENT ON SCHEMA moemeter IS 'moemeter lake guard {version}';
 """
+
+
+def guard_sql() -> str:
+    """GUARD_SQL with its version, the roles' names (PUBLISHERS, READERS) and the rule of a rack's name."""
+    for name in (PUBLISHERS, READERS):
+        assert re.fullmatch(r"[a-z_][a-z0-9_]*", name), name  # an identifier as it stands, and a literal
+    return (
+        GUARD_SQL.replace("{version}", str(GUARD_VERSION))
+        .replace("{publishers}", PUBLISHERS)
+        .replace("{readers}", READERS)
+        .replace("{rack_name}", RACK_NAME.pattern)
+    )
 
 
 def _on_postgres(con: duckdb.DuckDBPyConnection) -> bool:
@@ -988,11 +1088,11 @@ def guard_of(con: duckdb.DuckDBPyConnection) -> Guard | None:
         return None
     rows = _pg_rows(
         con,
-        """SELECT session_user::text AS role, coalesce(pg_get_userbyid(d.relowner)::text, '') AS owner,
+        f"""SELECT session_user::text AS role, coalesce(pg_get_userbyid(d.relowner)::text, '') AS owner,
                   coalesce(substring(obj_description(s.oid, 'pg_namespace') from 'moemeter lake guard ([0-9]+)')::int, 0)
                       AS version,
                   coalesce(pg_has_role(session_user, d.relowner, 'MEMBER'), false) AS is_owner,
-                  EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'moemeter_publisher') AS publishers
+                  EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {_quoted(PUBLISHERS)}) AS publishers
            FROM (SELECT 1) one
            LEFT JOIN pg_class d ON d.oid = to_regclass('public.ducklake_metadata')
            LEFT JOIN pg_namespace s ON s.nspname = 'moemeter'""",
@@ -1037,7 +1137,7 @@ def install_guard(con: duckdb.DuckDBPyConnection) -> Guard:
     try:
         lock = f"SELECT pg_advisory_xact_lock({GUARD_LOCK});"
         if g.version < GUARD_VERSION:
-            _pg_execute(con, lock + GUARD_SQL.replace("{version}", str(GUARD_VERSION)))
+            _pg_execute(con, lock + guard_sql())
         _pg_execute(con, lock + "SELECT moemeter.guard_tables()")
         for rack in racks(con):
             _pg_execute(con, f"SELECT moemeter.claim_rack({_quoted(rack)})")

@@ -11,7 +11,7 @@ import re
 import shutil
 import struct
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -22,7 +22,19 @@ from moemeter.cli import main
 from tests.postgres import running_postgres
 from tests.warehouse.conftest import rack  # noqa: F401 (the fixture closed_rack builds on)
 from tests.warehouse.test_lake import WINDOW, add_events, ingest, local_rows
-from warehouse.lake import SERIES, SHEETS, STATE, TABLES, LakeError, Publisher, connect, open_reader
+from warehouse.lake import (
+    PUBLISHERS,
+    READERS,
+    SERIES,
+    SHEETS,
+    STATE,
+    TABLES,
+    LakeError,
+    Publisher,
+    connect,
+    open_reader,
+    pinned,
+)
 
 pytestmark = pytest.mark.integration  # starts PostgreSQL
 
@@ -51,9 +63,9 @@ def server():
         uri = database("roles")
         superuser(
             uri,
-            f"CREATE ROLE {OWNER} LOGIN; CREATE ROLE moemeter_publisher NOLOGIN; CREATE ROLE moemeter_reader NOLOGIN; "
-            f"CREATE ROLE {ALPHA} LOGIN IN ROLE moemeter_publisher; CREATE ROLE {BETA} LOGIN IN ROLE moemeter_publisher; "
-            f"CREATE ROLE {READER} LOGIN IN ROLE moemeter_reader",
+            f"CREATE ROLE {OWNER} LOGIN; CREATE ROLE {PUBLISHERS} NOLOGIN; CREATE ROLE {READERS} NOLOGIN; "
+            f"CREATE ROLE {ALPHA} LOGIN IN ROLE {PUBLISHERS}; CREATE ROLE {BETA} LOGIN IN ROLE {PUBLISHERS}; "
+            f"CREATE ROLE {READER} LOGIN IN ROLE {READERS}",
         )
         yield database
 
@@ -188,7 +200,7 @@ def test_a_publisher_that_skips_moemeters_own_check_is_refused_by_the_catalog(la
 def inlined_table(con: duckdb.DuckDBPyConnection, table: str) -> str:
     """The catalog's table of `table`'s inlined rows, at its latest schema."""
     sql = (
-        "SELECT i.table_name FROM ducklake_inlined_data_tables i JOIN ducklake_table t USING (table_id) "
+        "SELECT i.table_name FROM public.ducklake_inlined_data_tables i JOIN public.ducklake_table t USING (table_id) "
         f"WHERE t.table_name = '{table}' AND t.end_snapshot IS NULL ORDER BY i.schema_version DESC LIMIT 1"
     )
     [(name,)] = con.execute("SELECT * FROM postgres_query('lake_commits', ?)", [sql]).fetchall()
@@ -311,41 +323,89 @@ def test_sql_on_the_catalogs_own_tables_cannot_touch_another_racks_rows(publishe
     assert held(lake, "alpha") == before
 
 
-def register_by_hand(con: duckdb.DuckDBPyConnection, lake: Lake, parquet: Path, table: str, name: str) -> None:
-    """A Parquet file written outside DuckLake, added to `table` by rack B's role with plain SQL on
-    the catalog (one commit: a snapshot, the file, its partition value and its rack's statistics)."""
-    size = parquet.stat().st_size
+NEW_FILE = "(SELECT next_file_id - 1 FROM public.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1)"
+"""The id of the file the latest snapshot added (a snapshot's next_file_id counts its files)."""
+
+
+def snapshot(files: int, change: str) -> str:
+    """SQL of a new snapshot after the last one, adding `files` files, and what it changed."""
+    return f"""
+        INSERT INTO public.ducklake_snapshot
+            SELECT snapshot_id + 1, now(), schema_version, next_catalog_id, next_file_id + {files}
+            FROM public.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1;
+        INSERT INTO public.ducklake_snapshot_changes
+            SELECT max(snapshot_id), '{change}', NULL, NULL, NULL FROM public.ducklake_snapshot;"""
+
+
+def table_id(table: str) -> str:
+    return f"(SELECT table_id FROM public.ducklake_table WHERE table_name = '{table}' AND end_snapshot IS NULL)"
+
+
+def parquet_facts(parquet: Path) -> tuple[int, int, int]:
+    """A Parquet file's rows, bytes and footer bytes, as the catalog records them."""
     with parquet.open("rb") as f:
         f.seek(-8, 2)
         footer = struct.unpack("<i", f.read(4))[0]
     [(rows,)] = duckdb.sql(f"SELECT count(*) FROM read_parquet('{parquet}')").fetchall()
-    relative = f"rack={name}/{parquet.name}"
-    sql = f"""
-        INSERT INTO public.ducklake_snapshot
-            SELECT snapshot_id + 1, now(), schema_version, next_catalog_id, next_file_id + 1
-            FROM public.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1;
-        WITH s AS (SELECT * FROM public.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1),
-             t AS (SELECT table_id FROM public.ducklake_table WHERE table_name = '{table}' AND end_snapshot IS NULL),
-             p AS (SELECT partition_id FROM public.ducklake_partition_info
-                   WHERE table_id = (SELECT table_id FROM t) AND end_snapshot IS NULL)
+    return int(rows), parquet.stat().st_size, footer
+
+
+def data_file_by_hand(parquet: Path, table: str, name: str, path: str, relative: bool = True) -> str:
+    """SQL that adds to `table`, in a snapshot of its own, a data file at `path` in rack `name`'s
+    partition, with `parquet`'s rows, size and footer and statistics that say it holds rack `name`."""
+    rows, size, footer = parquet_facts(parquet)
+    return (
+        snapshot(1, f"inserted_into_table:' || {table_id(table)} || '")
+        + f"""
         INSERT INTO public.ducklake_data_file
-            SELECT s.next_file_id - 1, t.table_id, s.snapshot_id, NULL, NULL, '{relative}', true, 'parquet',
-                   {rows}, {size}, {footer}, st.next_row_id, p.partition_id, NULL, NULL, NULL
-            FROM s, t, p, public.ducklake_table_stats st WHERE st.table_id = t.table_id;
-        INSERT INTO public.ducklake_file_partition_value
-            SELECT max(data_file_id), max(table_id), 0, '{name}' FROM public.ducklake_data_file WHERE path = '{relative}';
+            SELECT {NEW_FILE}, t.table_id, (SELECT max(snapshot_id) FROM public.ducklake_snapshot), NULL, NULL,
+                   '{path}', {relative}, 'parquet', {rows}, {size}, {footer}, st.next_row_id, p.partition_id, NULL,
+                   NULL, NULL
+            FROM public.ducklake_table t
+            JOIN public.ducklake_partition_info p ON p.table_id = t.table_id AND p.end_snapshot IS NULL
+            JOIN public.ducklake_table_stats st ON st.table_id = t.table_id
+            WHERE t.table_id = {table_id(table)};
+        INSERT INTO public.ducklake_file_partition_value VALUES ({NEW_FILE}, {table_id(table)}, 0, '{name}');
         INSERT INTO public.ducklake_file_column_stats
-            SELECT f.data_file_id, f.table_id, c.column_id, NULL, {rows}, 0, '{name}', '{name}', NULL, NULL
-            FROM public.ducklake_data_file f JOIN public.ducklake_column c
-              ON c.table_id = f.table_id AND c.column_name = 'rack' AND c.end_snapshot IS NULL
-            WHERE f.path = '{relative}';
+            SELECT {NEW_FILE}, c.table_id, c.column_id, NULL, {rows}, 0, '{name}', '{name}', NULL, NULL
+            FROM public.ducklake_column c
+            WHERE c.table_id = {table_id(table)} AND c.column_name = 'rack' AND c.end_snapshot IS NULL;
         UPDATE public.ducklake_table_stats SET next_row_id = next_row_id + {rows}, record_count = record_count + {rows}
-            WHERE table_id = (SELECT table_id FROM public.ducklake_table WHERE table_name = '{table}'
-                              AND end_snapshot IS NULL);
-        INSERT INTO public.ducklake_snapshot_changes
-            SELECT max(snapshot_id), 'inserted_into_table:' || (SELECT table_id FROM public.ducklake_table
-                WHERE table_name = '{table}' AND end_snapshot IS NULL), NULL, NULL, NULL FROM public.ducklake_snapshot;
-    """
+            WHERE table_id = {table_id(table)};"""
+    )
+
+
+def delete_file_by_hand(parquet: Path, table: str, name: str, path: str, relative: bool = True) -> str:
+    """SQL that adds to `table`, in a snapshot of its own, a delete file at `path` of one row of a live
+    data file of rack `name` (with `parquet`'s size and footer)."""
+    _, size, footer = parquet_facts(parquet)
+    return (
+        snapshot(1, f"deleted_from_table:' || {table_id(table)} || '")
+        + f"""
+        INSERT INTO public.ducklake_delete_file
+            SELECT {NEW_FILE}, f.table_id, (SELECT max(snapshot_id) FROM public.ducklake_snapshot), NULL,
+                   f.data_file_id, '{path}', {relative}, 'parquet', 1, {size}, {footer}, NULL, NULL
+            FROM public.ducklake_data_file f
+            WHERE f.table_id = {table_id(table)} AND f.end_snapshot IS NULL AND f.path LIKE 'rack={name}/%' LIMIT 1;"""
+    )
+
+
+def ended_by_hand(kind: str, table: str) -> str:
+    """SQL that ends, in a snapshot of its own, the data or delete file the last snapshot added (a
+    rack's writer may end a file of its rack)."""
+    return (
+        snapshot(0, f"deleted_from_table:' || {table_id(table)} || '")
+        + f"""
+        UPDATE public.ducklake_{kind}_file SET end_snapshot = (SELECT max(snapshot_id) FROM public.ducklake_snapshot)
+            WHERE {kind}_file_id = (SELECT next_file_id - 1 FROM public.ducklake_snapshot
+                                    ORDER BY snapshot_id DESC LIMIT 1);"""
+    )
+
+
+def register_by_hand(con: duckdb.DuckDBPyConnection, lake: Lake, parquet: Path, table: str, name: str) -> None:
+    """A Parquet file written outside DuckLake, added to `table` by rack B's role with plain SQL on
+    the catalog (one commit: a snapshot, the file, its partition value and its rack's statistics)."""
+    sql = data_file_by_hand(parquet, table, name, f"rack={name}/{parquet.name}")
     con.execute(f"CALL postgres_execute('lake_commits', {lake_module._quoted(sql)})")
 
 
@@ -505,3 +565,154 @@ def test_a_table_a_publisher_makes_among_the_catalogs_stops_every_racks_commit_u
     assert f"does not own: {squat} (role rack_beta)" in capsys.readouterr().err
     on_catalog(lake, BETA, f"DROP TABLE {squat}")
     assert "published through 2026-11-29 12:02 UTC" in publish(lake, ALPHA, alpha, "alpha", capsys)
+
+
+def live_files(lake: Lake, name: str) -> dict[str, list[Path]]:
+    """The data and delete files the catalog names for rack `name`'s rows, by table, on disk or not."""
+    con = connect(lake.as_(OWNER))
+    try:
+        return {
+            table: [
+                Path(p)
+                for row in con.execute(
+                    "SELECT data_file, delete_file FROM ducklake_list_files('lake', ?) "
+                    "WHERE data_file LIKE '%/rack=' || ? || '/%'",
+                    [table, name],
+                ).fetchall()
+                for p in row
+                if p is not None
+            ]
+            for table in ALL_TABLES
+        }
+    finally:
+        con.close()
+
+
+def test_a_file_at_another_racks_path_is_refused_and_the_owners_tidy_deletes_none_of_alphas(
+    lake, alpha, tmp_path, capsys, monkeypatch
+):
+    """The owner's tidy deletes from the data path the path of each file that was ended and whose
+    snapshots expired. Rack B adds a file of its own rack whose path is one of alpha's (a data file
+    named relatively or by its absolute path, a delete file of B's rows, a delete file named as
+    alpha's delete file beside it) and ends it: each is refused, so the tidy removes none of alpha's
+    files, and alpha's rows and cost read as before."""
+    argv = ["publish", "--db", str(alpha), "--lake", lake.as_(ALPHA), "--rack", "alpha", "--chunk-minutes", "180"]
+    assert main(argv) == 0  # one step: one file of each table
+    more(alpha, datetime(2026, 11, 29, 12, 2, 5), tmp_path)
+    publish(lake, ALPHA, alpha, "alpha", capsys)  # replaces the minutes 12:01 reaches into: a delete file
+    publish(lake, BETA, alpha, "beta", capsys)
+    files = live_files(lake, "alpha")
+    [hours] = files["samples_1h"]  # published once, whole: no tidy rewrites or merges it
+    deletes = [f for f in files["increments_1m"] if f.name.endswith("-delete.parquet")]
+    assert deletes, files["increments_1m"]
+    before, report = held(lake, "alpha"), cost(capsys, lake, READER, "alpha")
+    in_table = Path(lake.data) / "main" / "samples_1h"
+    relative = hours.relative_to(in_table).as_posix()
+    assert relative.startswith("rack=alpha/"), relative
+    attacks = {
+        "a data file at the path of alpha's": data_file_by_hand(hours, "samples_1h", "beta", relative)
+        + ended_by_hand("data", "samples_1h"),
+        "a data file at the absolute path of alpha's": data_file_by_hand(hours, "samples_1h", "beta", str(hours), False)
+        + ended_by_hand("data", "samples_1h"),
+        "a delete file of its rows at the path of alpha's data file": delete_file_by_hand(
+            hours, "samples_1h", "beta", relative
+        )
+        + ended_by_hand("delete", "samples_1h"),
+        "a delete file at the path of alpha's delete file": delete_file_by_hand(
+            deletes[0], "increments_1m", "beta", deletes[0].name
+        )
+        + ended_by_hand("delete", "increments_1m"),
+    }
+    refused = {}
+    for case, sql in attacks.items():
+        try:
+            on_catalog(lake, BETA, sql)
+        except duckdb.Error as exc:
+            refused[case] = str(exc)
+    monkeypatch.setattr(lake_module, "KEEP_SNAPSHOTS", timedelta(0))  # every replaced snapshot expires now
+    assert main(["lake", "tidy", "--lake", lake.as_(OWNER)]) == 0, capsys.readouterr()
+    gone = [p for paths in live_files(lake, "alpha").values() for p in paths if not p.exists()]
+    assert not gone, gone
+    assert held(lake, "alpha") == before
+    assert cost(capsys, lake, READER, "alpha") == report
+    where = "a file of rack 'beta' is a Parquet file in"
+    for case, says in {
+        "a data file at the path of alpha's": f"data file of table samples_1h at '{relative}': {where}",
+        "a data file at the absolute path of alpha's": f"at the absolute path '{hours}': {where}",
+        "a delete file of its rows at the path of alpha's data file": f"delete file of table samples_1h at "
+        f"'{relative}': {where} its table's folder or in rack=beta/ under it",
+        "a delete file at the path of alpha's delete file": f"the catalog names a file '{deletes[0].name}' already",
+    }.items():
+        assert case in refused and says in refused[case], (case, refused.get(case, "not refused")[-600:])
+
+
+def test_a_reader_may_not_claim_a_rack_that_has_not_published_yet(lake, alpha, capsys):
+    """The guard's functions run as the lake's owner; any role that logs in to the catalog (a reader,
+    a dashboard's) could call them. Claiming a rack is its publishers' alone: a reader's claim of a rack
+    nobody has published is refused, and the rack's own publisher claims it when it first publishes."""
+    for sql in ("SELECT moemeter.claim_rack('delta')", "SELECT moemeter.check_rack('delta', 'write')"):
+        with pytest.raises(duckdb.Error, match="permission denied for function"):
+            on_catalog(lake, READER, sql)
+    publish(lake, ALPHA, alpha, "delta")
+    capsys.readouterr()
+    assert main(["lake", "owners", "--lake", lake.as_(READER)]) == 0
+    assert [line.split()[:2] for line in capsys.readouterr().out.splitlines()[1:]] == [["delta", ALPHA]]
+
+
+TROJAN = """
+CREATE FUNCTION public.moemeter_trojan(a varchar, b varchar) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    BEGIN  -- refused to rack B itself; done by any session of the lake's owner that compares two strings
+        UPDATE moemeter.rack_owners SET owner = 'rack_beta' WHERE rack::text = 'alpha'::text;
+    EXCEPTION WHEN others THEN NULL;
+    END;
+    RETURN a::text = b::text;
+END $$;
+CREATE OPERATOR public.= (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.moemeter_trojan);
+"""
+
+
+def test_an_operator_a_publisher_makes_in_schema_public_never_runs_in_the_owners_sessions(
+    lake, alpha, tmp_path, capsys
+):
+    """Publishers may create objects in schema public (DuckLake asks CREATE there), and PostgreSQL
+    takes an operator `=(varchar, varchar)` there over pg_catalog's for every `varchar = 'text'` of a
+    session whose search path holds public. Rack B makes one that gives itself alpha when a session
+    of the lake's owner runs it; the owner's setup, tidy and publishing never do (each session on the
+    catalog searches pg_catalog alone), and alpha stays alpha's role's."""
+    publish(lake, ALPHA, alpha, "alpha")
+    on_catalog(lake, BETA, TROJAN)
+    assert main(["lake", "setup", "--lake", lake.as_(OWNER)]) == 0
+    assert main(["publish", "--db", str(alpha), "--lake", lake.as_(OWNER), "--rack", "gamma"]) == 0
+    assert main(["lake", "tidy", "--lake", lake.as_(OWNER)]) == 0
+    capsys.readouterr()
+    assert main(["lake", "owners", "--lake", lake.as_(OWNER)]) == 0
+    owners = [line.split()[:2] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert owners == [["alpha", ALPHA], ["gamma", OWNER]], owners
+    assert main(["publish", "--db", str(alpha), "--lake", lake.as_(BETA), "--rack", "alpha"]) == 2
+    assert "rack 'alpha' belongs to role rack_alpha; role rack_beta may not write its rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("given", "pinned_to"),
+    [
+        (
+            "dbname=lake host=/run/postgresql",
+            "dbname=lake host=/run/postgresql options='-c search_path=pg_catalog,pg_temp'",
+        ),
+        (
+            "dbname=lake options='-c statement_timeout=5s -c search_path=public' user=x ",
+            "dbname=lake options='-c statement_timeout=5s -c search_path=public' user=x "
+            "options='-c statement_timeout=5s -c search_path=public -c search_path=pg_catalog,pg_temp'",
+        ),
+        (
+            "postgresql://x@pg/lake?sslmode=require&options=-c%20statement_timeout%3D5s",
+            "postgresql://x@pg/lake?sslmode=require&options=-c%20statement_timeout%3D5s%20-c%20search_path%3D"
+            "pg_catalog%2Cpg_temp",
+        ),
+    ],
+)
+def test_every_session_on_the_catalog_searches_pg_catalog_alone(given, pinned_to, monkeypatch):
+    """The pin comes after any options the operator's connection string gives (the last wins)."""
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    assert pinned(given) == pinned_to
