@@ -496,6 +496,8 @@ Each rack logs in with a role of its own in it."""
 READERS = "moemeter_reader"
 """The PostgreSQL group role whose members may read the lake, if the operator made one: the guard grants
 it SELECT on each table of the catalog, and nothing else."""
+GUARD_TRIGGER = "moemeter_guard"
+"""The name of the guard's trigger on each table of the catalog (the commit's check adds `_commit`)."""
 GUARD_LOCK = COMMIT_LOCK + 1
 """The advisory lock an install of the guard takes: two owners' publishers starting at once install it
 one after the other."""
@@ -977,11 +979,11 @@ BEGIN
                                'ducklake_schema_versions') THEN 'structure'
             WHEN t.relname = 'ducklake_files_scheduled_for_deletion' THEN 'scheduled'
             ELSE NULL END;  -- a table of a later DuckLake: read-only to publishers until the guard knows it
-        IF kind IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t.oid AND tgname = 'moemeter_guard') THEN
+        IF kind IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t.oid AND tgname = '{trigger}') THEN
             IF kind = 'inlined' THEN
                 SELECT CASE format_type(a.atttypid, a.atttypmod) WHEN 'bytea' THEN 'bytea' ELSE 'text' END
                   INTO rack_type FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attname = 'rack' AND NOT a.attisdropped;
-                EXECUTE format('CREATE TRIGGER moemeter_guard BEFORE INSERT OR UPDATE OR DELETE ON public.%I FOR EACH ROW '
+                EXECUTE format('CREATE TRIGGER {trigger} BEFORE INSERT OR UPDATE OR DELETE ON public.%I FOR EACH ROW '
                                'EXECUTE FUNCTION moemeter.guard_inlined(%L)', t.relname, coalesce(rack_type, 'none'));
             ELSE
                 fn := CASE kind WHEN 'file_rows' THEN 'guard_file_rows' WHEN 'facts' THEN 'guard_file_facts'
@@ -989,7 +991,7 @@ BEGIN
                                 WHEN 'table_stats' THEN 'guard_table_stats'
                                 WHEN 'column_stats' THEN 'guard_column_stats' WHEN 'scheduled' THEN 'guard_scheduled'
                                 ELSE 'guard_structure' END;
-                EXECUTE format('CREATE TRIGGER moemeter_guard BEFORE INSERT OR UPDATE OR DELETE ON public.%I '
+                EXECUTE format('CREATE TRIGGER {trigger} BEFORE INSERT OR UPDATE OR DELETE ON public.%I '
                                'FOR EACH ROW EXECUTE FUNCTION moemeter.%I()', t.relname, fn);
             END IF;
             fn := CASE WHEN t.relname IN ('ducklake_data_file', 'ducklake_file_partition_value', 'ducklake_file_column_stats',
@@ -1041,6 +1043,7 @@ def guard_sql() -> str:
         GUARD_SQL.replace("{version}", str(GUARD_VERSION))
         .replace("{publishers}", PUBLISHERS)
         .replace("{readers}", READERS)
+        .replace("{trigger}", GUARD_TRIGGER)
         .replace("{rack_name}", RACK_NAME.pattern)
     )
 
