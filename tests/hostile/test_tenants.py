@@ -408,7 +408,11 @@ def test_migration_020_keeps_every_number_of_a_warehouse_built_by_the_previous_s
         ("premium", "globex"): (2, 2, 1),  # globex's alice held to acme's alice's class by her name
         ("premium", "initech"): (1, 1, 0),
     }
-    assert apply_migrations(con) == ["020_users_within_tenants.sql", "021_non_streamed_ttft.sql"]
+    assert apply_migrations(con) == [
+        "020_users_within_tenants.sql",
+        "021_non_streamed_ttft.sql",
+        "022_undo_the_future.sql",
+    ]
     assert {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ROLLED} == stored
     q = LocalQuery(con)
     for w, (old_users, old_slo) in before.items():
