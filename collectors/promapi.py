@@ -6,7 +6,7 @@ each evaluation step becomes one ScrapeBatch per target, through the same ingest
 scrape, so rates, resets and rollups behave the same.
 
 A source is not trusted for time or size: a point outside the window asked for, or later than
-this host's clock (moemeter.columns.MAX_AHEAD), is refused and counted, never stored (its time
+this host's clock (moemeter.clock.MAX_AHEAD), is refused and counted, never stored (its time
 would move the rollups' watermarks and retention's "now"); an answer over MAX_ANSWER_BYTES is
 refused whole before it is parsed, and a long range is asked for in pieces of MAX_STEPS_PER_QUERY.
 """
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from moemeter.columns import MAX_AHEAD
+from moemeter.clock import latest_allowed, utc_now
 from moemeter.contract import Sample, TargetInfo
 from moemeter.errors import MoemeterError
 from warehouse.ingest import ScrapeBatch
@@ -43,20 +43,26 @@ class PromAPIError(MoemeterError, RuntimeError):
     """The API answered with an error or something that is not its JSON."""
 
 
+class AnswerTooLarge(PromAPIError):
+    """The answer passed the byte cap: asked for again in smaller pieces, or refused."""
+
+
 Get = Callable[[str, dict[str, str]], Any]
 
 
-def http_get(base_url: str, timeout: float = 30.0, max_bytes: int = MAX_ANSWER_BYTES) -> Get:
+def http_get(base_url: str, timeout: float = 30.0, max_bytes: int | None = None) -> Get:
+    """A GET of the API's `data`; an answer over `max_bytes` (MAX_ANSWER_BYTES) raises AnswerTooLarge."""
+
     def get(path: str, params: dict[str, str]) -> Any:
+        cap = max_bytes or MAX_ANSWER_BYTES
         try:
             with httpx.stream("GET", base_url.rstrip("/") + path, params=params, timeout=timeout) as resp:
                 raw = bytearray()
                 for chunk in resp.iter_bytes():
                     raw += chunk
-                    if len(raw) > max_bytes:
-                        raise PromAPIError(
-                            f"{base_url}{path}: the answer is over {max_bytes:,} bytes: refused; "
-                            "narrow the match or the step"
+                    if len(raw) > cap:
+                        raise AnswerTooLarge(
+                            f"{base_url}{path}: the answer is over {cap:,} bytes: refused; narrow the match or the step"
                         )
         except httpx.HTTPError as exc:
             raise PromAPIError(f"{base_url}{path}: {type(exc).__name__}: {exc}") from exc
@@ -97,10 +103,6 @@ class Pulled:
     refused: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
 def pull_range(
     get: Get,
     targets: list[TargetInfo],
@@ -108,22 +110,38 @@ def pull_range(
     end: datetime,
     step_seconds: float,
     match: str = DEFAULT_MATCH,
-    now: Callable[[], datetime] = _utc_now,
+    now: Callable[[], datetime] = utc_now,
 ) -> Pulled:
     """One ScrapeBatch per target and evaluation step in [start, end] (naive UTC), asked for in
-    pieces of at most MAX_STEPS_PER_QUERY steps; points outside the window or after `now()` plus
-    MAX_AHEAD are refused and counted."""
-    meta = get("/api/v1/metadata", {})
-    if not isinstance(meta, dict):
-        raise PromAPIError("metadata is not an object")
-    types = {name: entries[0]["type"] for name, entries in meta.items() if isinstance(entries, list) and entries}
+    pieces of at most MAX_STEPS_PER_QUERY steps, a piece whose answer is over the cap in halves
+    (down to one step, which is refused if still over); points outside the window or after
+    moemeter.clock.latest_allowed are refused and counted."""
+    types = _types(get("/api/v1/metadata", {}))
     pulled, step = Pulled(), timedelta(seconds=step_seconds)
-    piece = start
+    piece, steps = start, MAX_STEPS_PER_QUERY
     while piece <= end:
-        until = min(end, piece + step * (MAX_STEPS_PER_QUERY - 1))
-        _pull_piece(get, targets, piece, until, step_seconds, match, types, now() + MAX_AHEAD, pulled)
+        until = min(end, piece + step * (steps - 1))
+        try:
+            _pull_piece(get, targets, piece, until, step_seconds, match, types, latest_allowed(now()), pulled)
+        except AnswerTooLarge:
+            if until == piece:
+                raise
+            steps = max(1, int((until - piece) / step + 1) // 2)
+            continue
         piece = until + step
     return pulled
+
+
+def _types(meta: Any) -> dict[str, str]:
+    """Family name -> kind, from /api/v1/metadata's answer."""
+    if not isinstance(meta, dict):
+        raise PromAPIError("metadata is not an object")
+    types = {}
+    for name, entries in meta.items():
+        entry = entries[0] if isinstance(entries, list) and entries else None
+        if isinstance(entry, dict) and isinstance(entry.get("type"), str):
+            types[str(name)] = entry["type"]
+    return types
 
 
 def _pull_piece(

@@ -14,10 +14,11 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import aiohttp
 
+from moemeter.clock import utc_now
 from moemeter.contract import Sample, TargetInfo
 from warehouse.ingest import ScrapeBatch
 
@@ -41,10 +42,6 @@ Clock = Callable[[], datetime]
 
 class ScrapeError(Exception):
     """The target could not be fetched; the message is the reason recorded."""
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 @asynccontextmanager

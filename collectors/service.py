@@ -18,10 +18,10 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-from moemeter.columns import MAX_AHEAD
+from moemeter.clock import utc_now
 from moemeter.contract import POOLS, TargetInfo
 from moemeter.errors import MoemeterError
-from warehouse.db import REASON_CHARS, Warehouse, record_rejected, storage_problem
+from warehouse.db import REASON_CHARS, Warehouse, reasons_text, record_rejected, storage_problem
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.requests import FeedError, RequestIngestor
@@ -32,7 +32,7 @@ from .experts import NOT_READY, SnapshotResult, fetch_snapshot
 from .parse import PageCache
 from .promapi import PromAPIError, http_get, pull_range
 from .requests import FeedResult, fetch_feed
-from .scrape import Fetch, http_fetch, scrape_all, utc_now
+from .scrape import Fetch, http_fetch, scrape_all
 from .targets import TargetsError, load_targets
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,9 @@ class CollectorHealth:
 
     def as_json(self) -> dict[str, object]:
         return {"ok": self.ok, **self.__dict__}
+
+
+ROLL_BACKOFF_ROUNDS = 64  # the longest wait between tries of a failing roll-up (5 min 20 s at 5 s)
 
 
 class RoundNotStored(MoemeterError, RuntimeError):
@@ -98,6 +101,7 @@ class Collector:
         self._pulled_until: datetime | None = None
         self.rounds = 0
         self.health = CollectorHealth()
+        self._roll_failures, self._roll_wait = 0, 0  # roll-ups failed in a row; rounds until the next try
 
     def refresh_targets(self) -> list[TargetInfo]:
         if self.targets_path is None:
@@ -161,16 +165,23 @@ class Collector:
 
     def _roll(self, ts: datetime) -> None:
         """Roll up the minutes and hours before `ts` in a transaction of their own: a roll-up that
-        fails leaves the rows raw, to be rolled up by a later round, and says so on /health."""
+        fails leaves the rows raw, to be rolled up by a later round, and says so on /health. After
+        k failures in a row it is tried again 2^(k-1) rounds later (at most ROLL_BACKOFF_ROUNDS):
+        each try reads the whole backlog on the one writer."""
+        if self._roll_wait > 0:
+            self._roll_wait -= 1
+            return
         rollups, h = self.ingestor.rollups, self.health
-        latest = utc_now() + MAX_AHEAD
+        now = utc_now()  # a batch ahead of the clock closes no minute before its rows can arrive
         try:
-            self.warehouse.write_stored(lambda con: rollups.advance(con, min(ts, latest)), "the roll-ups")
+            self.warehouse.write_stored(lambda con: rollups.advance(con, min(ts, now)), "the roll-ups")
         except Exception as exc:
             self.ingestor.rollups = Rollups(self.retention)  # its watermarks again from rollup_state
             if storage_problem(exc) is not None:
                 return  # the writer reports a full or read-only disk itself
             h.rollup_error = f"{type(exc).__name__}: {exc}"[:REASON_CHARS]
+            self._roll_failures += 1
+            self._roll_wait = min(2 ** (self._roll_failures - 1), ROLL_BACKOFF_ROUNDS) - 1
             if not h.rollups_failing_since:
                 h.rollups_failing_since = _now_iso()
                 log.error("roll-ups failed: %s; rounds are stored raw and rolled up once it passes", exc)
@@ -178,6 +189,7 @@ class Collector:
         if h.rollups_failing_since:
             log.warning("roll-ups resumed after failing since %s", h.rollups_failing_since)
         h.rollups_failing_since = h.rollup_error = ""
+        self._roll_failures = 0
 
     def _write(
         self,
@@ -322,7 +334,7 @@ class Collector:
     def _note_refused(self, refused: dict[str, Counter[str]], kind: str) -> None:
         """Store and count what a source sent that was refused before it reached a round."""
         for name, why in refused.items():
-            log.warning("%s: %s", name, "; ".join(f"{n:,} {reason}" for reason, n in why.items()))
+            log.warning("%s: %s", name, reasons_text(why))
         now = utc_now()
 
         def note(con) -> None:  # type: ignore[no-untyped-def]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collectors import DEFAULT_INTERVAL
-from moemeter.columns import MAX_AHEAD
+from moemeter.clock import latest_allowed, utc_now
 from moemeter.errors import MoemeterError
 
 if TYPE_CHECKING:
@@ -618,7 +618,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     except ExpositionError as exc:
         raise CliError(f"{args.file}: {exc}") from exc
     at = _parse_time(args.at)
-    if at > (now := datetime.now(UTC).replace(tzinfo=None)) + MAX_AHEAD:
+    if at > latest_allowed(now := utc_now()):
         raise CliError(f"--at {at:%Y-%m-%d %H:%M:%S} is after this host's clock ({now:%Y-%m-%d %H:%M:%S} UTC)")
     target = TargetInfo(args.target, f"file://{Path(args.file).resolve()}", args.role, args.gpus, args.stack)
     wh = _open_warehouse(args.db)
@@ -865,14 +865,14 @@ def cmd_pull(args: argparse.Namespace) -> int:
     """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
     from collectors.promapi import http_get, pull_range
     from collectors.targets import load_targets
-    from warehouse.db import record_rejected
+    from warehouse.db import reasons_text, record_rejected
     from warehouse.ingest import Ingestor
 
     targets = load_targets(args.targets)
     start, end = _parse_time(args.from_), _parse_time(args.to)
     if end <= start:
         raise CliError("--to must be after --from")
-    if start > (now := datetime.now(UTC).replace(tzinfo=None)):
+    if start > latest_allowed(now := utc_now()):
         raise CliError(f"--from {start:%Y-%m-%d %H:%M:%S} is after this host's clock ({now:%Y-%m-%d %H:%M:%S} UTC)")
     pulled = pull_range(http_get(args.prometheus), targets, start, min(end, now), args.step)
     wh = _open_warehouse(args.db)
@@ -885,7 +885,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
         wh.close()
     print(f"pulled {n} samples in {len(pulled.batches)} target-steps from {args.prometheus} into {args.db}")
     for name, why in sorted(pulled.refused.items()):
-        print(f"  {name}: " + "; ".join(f"{n:,} {reason}" for reason, n in why.items()))
+        print(f"  {name}: {reasons_text(why)}")
     return 0
 
 

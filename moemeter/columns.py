@@ -4,7 +4,6 @@ what it is fed with them again (a feed may come from an older gateway, or anythi
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TypeGuard
 
 MAX_COUNT = 2**63 - 1  # BIGINT's largest value; a larger token count is not a count
@@ -13,10 +12,6 @@ MAX_REQUEST_TOKENS = 2**31 - 1
 context window (max_model_len), and the longest any served model has is DeepSeek-V4's 1,048,576:
 this leaves 2,048 times that, and keeps sums safe: a BIGINT holds the sum of 2^32 such requests,
 an hour of 1.2 million requests a second."""
-MAX_AHEAD = timedelta(minutes=5)
-"""How far past the writer's own clock a time from a source may lie (clocks of hosts a rack's
-NTP keeps within milliseconds; five minutes forgives a bad one). Anything later is refused: a
-time from data never moves a watermark, retention or "now" past the clock."""
 
 
 def clean_text(text: str) -> str:

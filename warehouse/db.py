@@ -56,6 +56,11 @@ def record_rejected(
         con.executemany("INSERT INTO rejected VALUES (?, ?, ?, ?, ?)", rows)
 
 
+def reasons_text(reasons: Counter[str]) -> str:
+    """What was refused, as a log line says it: "3 points after this host's clock: refused; ..."."""
+    return "; ".join(f"{n:,} {reason}" for reason, n in reasons.items())
+
+
 class WarehouseError(MoemeterError, RuntimeError):
     """The database cannot be opened or written."""
 

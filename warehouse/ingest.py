@@ -30,10 +30,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from moemeter.columns import MAX_AHEAD
+from moemeter.clock import latest_allowed, utc_now
 from moemeter.contract import Layout, Page, Sample, TargetInfo
 
-from .db import insert_arrow, record_rejected
+from .db import insert_arrow, reasons_text, record_rejected
 from .read import HOUR, floor, micros
 from .rollup import Retention, Rollups
 from .sql import sql
@@ -218,7 +218,7 @@ class Ingestor:
         clock: Callable[[], datetime] | None = None,
         roll: bool = True,
     ) -> None:
-        """`clock`: the writer's own time, naive UTC (a batch later than it by MAX_AHEAD is refused);
+        """`clock`: the writer's own time, naive UTC (a batch after moemeter.clock.latest_allowed is refused);
         `roll`: advance the rollups as batches of a new minute come (the collector rolls them up in
         a transaction of their own instead, so a roll-up that fails costs no round)."""
         self._ids: dict[int, int] = {}  # series key -> series id, of every stored series
@@ -237,7 +237,7 @@ class Ingestor:
         self._longest = 0.0  # the longest interval of any stored increment
         self._loaded = False
         self.rollups = Rollups(retention)
-        self.clock = clock or _utc_now
+        self.clock = clock or utc_now
         self.roll = roll
         self.max_series, self.max_new_series = max_series, max_new_series
 
@@ -313,15 +313,15 @@ class Ingestor:
         if not self._loaded:
             self._load(con)
         t = batch.target
-        if batch.ts > (now := self.clock()) + MAX_AHEAD:  # its time would move watermarks and retention
+        if batch.ts > latest_allowed(now := self.clock()):  # its time would move watermarks and retention
             why = (
                 f"a batch at {batch.ts:%Y-%m-%d %H:%M:%S}, after the writer's clock ({now:%Y-%m-%d %H:%M:%S}): refused"
             )
             log.warning("%s: %s", t.name, why)
             record_rejected(con, now, t.name, "scrape", Counter({why: max(len(batch.samples), 1)}))
             return 0
-        if self.roll:
-            self.rollups.advance(con, batch.ts)  # a batch of a new minute (hour) closes the previous ones
+        if self.roll:  # a batch of a new minute (hour) closes the previous ones, never past the clock
+            self.rollups.advance(con, min(batch.ts, now))
         about = (t.url, t.role, t.gpus, t.stack, t.hostname)
         if self._targets.get(t.name) == about:
             raw.seen.append(t.name)
@@ -341,7 +341,7 @@ class Ingestor:
         if late:
             refused["counter readings at or before the series' last reading: not stored"] += late
         if refused:
-            log.warning("%s: %s", t.name, "; ".join(f"{n:,} {why}" for why, n in refused.items()))
+            log.warning("%s: %s", t.name, reasons_text(refused))
             record_rejected(con, batch.ts, t.name, "series", refused)
         if rolled > self._longest:  # how far a raw row reaches back (read.py)
             self._longest = rolled
@@ -472,10 +472,6 @@ class Ingestor:
         if le is not None and le_value is None:
             labels["le"] = le
         return (sid, target, s.name, s.family, s.kind, json.dumps(labels, sort_keys=True), engine, le_value, key)
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def _started(value: float) -> int | None:

@@ -18,7 +18,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from moemeter.columns import MAX_AHEAD, MAX_COUNT, MAX_REQUEST_TOKENS, clean_text, is_count, is_token_count
+from moemeter.clock import latest_allowed
+from moemeter.columns import MAX_COUNT, MAX_REQUEST_TOKENS, clean_text, is_count, is_token_count
 from moemeter.errors import MoemeterError
 from stack.gateway.records import SCHEMA, ColumnPage, records_of
 
@@ -57,7 +58,7 @@ class Cursor:
 def _record_row(r: Any, repaired: Counter[str], latest: datetime) -> tuple[Any, ...]:
     """One record as a row (columns after gateway and ingested_at), or ValueError saying what is wrong.
     Text that is not valid UTF-8 is stored with U+FFFD in place, counted in `repaired`. A record
-    that finished after `latest` (the collector's clock and MAX_AHEAD) has not happened yet."""
+    that finished after `latest` (moemeter.clock.latest_allowed) has not happened yet."""
     if not isinstance(r, dict):
         raise ValueError("not an object")
     text: dict[str, str] = {}
@@ -310,7 +311,7 @@ class RequestIngestor:
         else:
             records = page["records"]
             fields = _fields(records) if all(type(r) is dict for r in records) else None
-        latest = now + MAX_AHEAD  # a record finished after this has not happened yet
+        latest = latest_allowed(now)  # a record finished after this has not happened yet
         columns = _plain_columns(fields, cur.seq, latest) if fields is not None else None
         if columns is not None:  # every record as _record_row takes it: read column by column
             seqs = columns["seq"]
@@ -318,7 +319,7 @@ class RequestIngestor:
         else:
             if records is None:
                 records = records_of(fields)
-            last, stored, columns = self._one_by_one(gateway, cur, records, now, con)
+            last, stored, columns = self._one_by_one(gateway, cur, records, now, latest, con)
         if stored:
             ensure_slo_sheet(con, now)  # the first records are held to the default sheet unless one was loaded
             table = {"gateway": pa.array([gateway] * stored), "seq": pa.array(columns["seq"], pa.int64())}
@@ -341,10 +342,16 @@ class RequestIngestor:
 
     @staticmethod
     def _one_by_one(
-        gateway: str, cur: Cursor, records: list[Any], now: datetime, con: duckdb.DuckDBPyConnection
+        gateway: str,
+        cur: Cursor,
+        records: list[Any],
+        now: datetime,
+        latest: datetime,
+        con: duckdb.DuckDBPyConnection,
     ) -> tuple[int, int, dict[str, Any]]:
-        """The page record by record: those stored already skipped, bad ones refused and counted.
-        Returns the last seq read, the records to store, and their columns."""
+        """The page record by record: those stored already skipped, bad ones refused and counted
+        (one that finished after `latest` among them). Returns the last seq read, the records to
+        store, and their columns."""
         rows, last = [], cur.seq
         refused: Counter[str] = Counter()
         repaired: Counter[str] = Counter()
@@ -358,7 +365,7 @@ class RequestIngestor:
                 raise FeedError(f"{gateway}: record sequence numbers go back from {last} to {seq}")
             last = seq
             try:
-                rows.append((seq, *_record_row(r, repaired, now + MAX_AHEAD)))
+                rows.append((seq, *_record_row(r, repaired, latest)))
             except ValueError as exc:
                 cur.rejected += 1
                 refused[f"{exc}: record refused"] += 1

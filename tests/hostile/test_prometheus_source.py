@@ -154,11 +154,53 @@ def test_an_answer_over_the_cap_is_refused_before_it_is_parsed(source) -> None:
         pull_range(http_get(source.url, max_bytes=1_000_000), [TARGET], end - timedelta(seconds=4), end, 2.0)
 
 
+def test_a_piece_over_the_cap_is_asked_for_in_halves(source, monkeypatch) -> None:
+    import collectors.promapi
+
+    monkeypatch.setattr(collectors.promapi, "MAX_STEPS_PER_QUERY", 8)
+    end = utc_now() - timedelta(minutes=5)
+    start = end - timedelta(seconds=2 * 15)
+    sizes: list[int] = []
+    get = http_get(source.url, max_bytes=100_000)
+
+    def sized(path: str, params: dict[str, str]) -> object:
+        if path.endswith("query_range"):
+            n = 1 + round((float(params["end"]) - float(params["start"])) / 2)
+            sizes.append(n)
+            source.padding = 20_000 * n  # the answer grows with the steps asked for: four fit the cap
+        return get(path, params)
+
+    pulled = pull_range(sized, [TARGET], start, end, 2.0)
+    assert len(pulled.batches) == 16 and not pulled.refused  # every step, once
+    assert sizes[0] == 8 and max(sizes[1:]) <= 4, sizes
+
+
+def test_one_step_over_the_cap_is_refused(source) -> None:
+    source.padding = 500_000
+    end = utc_now() - timedelta(minutes=1)
+    with pytest.raises(PromAPIError, match="over 100,000 bytes"):
+        pull_range(http_get(source.url, max_bytes=100_000), [TARGET], end - timedelta(seconds=8), end, 2.0)
+
+
+@pytest.mark.parametrize("meta", [[1], {"vllm:x": [1]}, {"vllm:x": [{"type": 3}]}, {"vllm:x": "counter"}, "x"])
+def test_metadata_that_is_not_the_apis_is_refused_or_left_out(source, meta) -> None:
+    end = utc_now() - timedelta(minutes=1)
+
+    def get(path: str, params: dict[str, str]) -> object:
+        return meta if path.endswith("metadata") else http_get(source.url)(path, params)
+
+    try:
+        pulled = pull_range(get, [TARGET], end - timedelta(seconds=4), end, 2.0)
+    except PromAPIError as exc:
+        assert "metadata is not an object" in str(exc)
+    else:
+        assert {s.kind for b in pulled.batches for s in b.samples} == {"unknown"}
+
+
 def test_a_collector_round_over_the_cap_stores_the_targets_as_down(source, tmp_path, monkeypatch) -> None:
     import collectors.promapi
 
     monkeypatch.setattr(collectors.promapi, "MAX_ANSWER_BYTES", 100_000)
-    monkeypatch.setattr(collectors.promapi.http_get, "__defaults__", (30.0, 100_000))
     (tmp_path / "t.json").write_text(json.dumps([{"name": "decode-0", "url": TARGET.url, "role": "decode", "gpus": 1}]))
     wh = Warehouse(tmp_path / "w.duckdb")
     c = Collector(wh, tmp_path / "t.json", interval=2.0, prometheus=source.url)
