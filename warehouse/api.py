@@ -12,7 +12,8 @@ not received in time; 411/413 a body without a length or over the limit, or a re
 limit; 503 with Retry-After while `max_concurrent` statements run and the queue wait passed; 504 a
 statement stopped at the time limit. Either format's answer is written batch by batch while the
 statement holds its slot, counted against `max_result_bytes` as it grows (refused there, never
-built whole first), and sent within the same time limit; the slot is released once it is sent.
+built whole first), then sent whole within the same time limit; the slot is released once it is
+sent. So the answers in flight hold at most `max_concurrent` x `max_result_bytes` (4 x 256 MiB).
 GET /health answers {"ok": ..., "writer": {...}, "collector": {...}, "lake": {...}}: whether writes
 succeed, and if not since when, why (disk full, read-only) and how many rounds were lost; under
 `serve --lake`, the rack's watermark in the lake and the publisher's last failure; how many rounds
