@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from moemeter.columns import MAX_COUNT, clean_text
+from moemeter.columns import MAX_COUNT, clean_text, is_token_count
 from moemeter.errors import MoemeterError
 
 from .keys import ANONYMOUS, Keys
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
 MAX_USER_CHARS = 256
 MAX_IN_FLIGHT = 4096  # requests served at once; past it the gateway answers 429 with Retry-After
+TOKENIZE_SECONDS = 10.0  # how long the upstream may take to count a cut-short stream's prompt
 FEED_LIMIT = 5000
 CLIENT_GONE = 499  # nginx's code for "client closed request"
 # vLLM's request models declare `stream: bool | None`, so pydantic's lax bool decides what a value
@@ -335,6 +336,11 @@ class _Call:
     rec: RequestRecord
     t0: float
     tracker: StreamTracker | None = None
+    body: dict[str, Any] | None = None  # as forwarded upstream: what /tokenize is asked to count
+
+    def prompt_unmetered(self) -> bool:
+        """A stream cut short before any usage reached the gateway: its prompt is yet to be counted."""
+        return self.tracker is not None and not self.rec.usage_reported and self.body is not None
 
     def delivered(self) -> bool:
         """The client has had the whole answer: the upstream's [DONE] went on to it."""
@@ -368,6 +374,7 @@ class Gateway:
         self.upstream_key = upstream_key
         self.models_ttl = models_ttl
         self.max_in_flight = max_in_flight
+        self._counting: set[asyncio.Task[None]] = set()  # cut-short streams whose prompts are being counted
         self._models: tuple[float, set[str] | None] = (0.0, None)
         self.session: aiohttp.ClientSession | None = None
 
@@ -589,9 +596,45 @@ class Gateway:
             )
         finally:
             rec.e2e_seconds = time.monotonic() - t0
-            self.metrics.observe(rec)
-            self.records.append(rec)
-            self.metrics.in_flight -= 1  # last: no request in flight means every record is appended
+            if call.prompt_unmetered():  # the record is appended once the upstream has counted the prompt
+                task = asyncio.create_task(self._count_prompt_then_record(call))
+                self._counting.add(task)
+                task.add_done_callback(self._counting.discard)
+            else:
+                self._record(rec)
+
+    def _record(self, rec: RequestRecord) -> None:
+        self.metrics.observe(rec)
+        self.records.append(rec)
+        self.metrics.in_flight -= 1  # last: no request in flight means every record is appended
+
+    async def _count_prompt_then_record(self, call: _Call) -> None:
+        """A stream cut short before any usage came (vllm-router 0.1.17 drops continuous_usage_stats
+        from the request it passes on): the upstream's own tokenizer counts the prompt
+        (`POST /tokenize`, which vLLM serves and vllm-router passes on), and the record says so
+        (usage_reported true, cached prompt tokens unknown). Where the upstream cannot count it,
+        the prompt stays unmetered (usage_reported false)."""
+        rec, body = call.rec, call.body or {}
+        ask: dict[str, Any] = {"model": body.get("model")}
+        if rec.endpoint == "chat/completions":
+            ask.update(messages=body.get("messages"), add_generation_prompt=True)
+        else:
+            ask["prompt"] = body.get("prompt")
+        try:
+            assert self.session is not None
+            async with self.session.post(
+                self.upstream + "/tokenize",
+                data=json.dumps(ask).encode(),
+                headers=self._upstream_headers(rec.request_id),
+                timeout=aiohttp.ClientTimeout(total=TOKENIZE_SECONDS),
+            ) as up:
+                count = (await up.json(content_type=None)).get("count") if up.status == 200 else None
+            if is_token_count(count):
+                rec.prompt_tokens, rec.cached_prompt_tokens, rec.usage_reported = count, None, True
+        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, AssertionError) as exc:
+            log.warning("request %s: the upstream could not count its prompt: %r", rec.request_id, exc)
+        finally:
+            self._record(rec)
 
     async def _forward(self, request: web.Request, body: dict[str, Any], call: _Call) -> web.StreamResponse:
         assert self.session is not None
@@ -622,6 +665,7 @@ class Gateway:
                     client_wants_running_usage=client_wants_running or not wanted,
                     choices_per_prompt=choices_per_prompt,
                 )
+                call.body = body
                 return await self._stream(request, up, rec, call.tracker)
         except TimeoutError as exc:
             log.warning("request %s: %s did not answer in time", rec.request_id, url)

@@ -6,7 +6,9 @@ per token, a final usage chunk only when `stream_options.include_usage`, and wit
 tokens, each token chunk's with the tokens so far; `[DONE]`), counting a prompt's tokens as its
 whitespace-separated words and serving repeated 16-token prefix blocks from a simulated prefix cache
 (`prompt_tokens_details.cached_tokens`). Times come from the `ttft_seconds` and `itl_seconds`
-settings; `continuous_usage_stats=False` makes it a server that ignores that option. For gateway
+settings; `continuous_usage_stats=False` makes it a server that ignores that option (as vllm-router
+0.1.17 drops it from what it passes on). `POST /tokenize` counts a prompt or chat's tokens as vLLM's
+does (`{"count": N, ...}`); `tokenize=False` makes it a server without it. For gateway
 tests it also injects faults a real server cannot be made to show on demand, named by the request
 body's field `twin_fault` (a body field, so it passes through the gateway unchanged):
 `drop-after-N` (close the stream after N tokens, no [DONE]), `stall` (never answer),
@@ -58,6 +60,15 @@ class PrefixCache:
         return min(cached, max(len(tokens) - 1, 0))
 
 
+def prompt_words(body: dict[str, Any], chat: bool) -> list[str]:
+    """A prompt's tokens, as the twin counts them: its words (a chat's messages' contents together)."""
+    if chat:
+        text = " ".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
+    else:
+        text = str(body.get("prompt", ""))
+    return text.split() or ["<empty>"]
+
+
 class SimulatedUpstream:
     def __init__(
         self,
@@ -66,8 +77,10 @@ class SimulatedUpstream:
         itl_seconds: float = 0.0,
         default_max_tokens: int = 16,
         continuous_usage_stats: bool = True,
+        tokenize: bool = True,
     ) -> None:
         self.model = model
+        self.tokenize = tokenize  # False: no /tokenize, as a server other than vLLM
         self.continuous_usage_stats = continuous_usage_stats  # False: ignored, as by a server without it
         self.ttft_seconds = ttft_seconds
         self.itl_seconds = itl_seconds
@@ -82,7 +95,14 @@ class SimulatedUpstream:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
+        if self.tokenize:
+            app.router.add_post("/tokenize", self._tokenize)
         return app
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        body: dict[str, Any] = await request.json()
+        tokens = prompt_words(body, chat="messages" in body)
+        return web.json_response({"count": len(tokens), "max_model_len": 4096, "tokens": list(range(len(tokens)))})
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response(
@@ -125,11 +145,7 @@ class SimulatedUpstream:
                 },
                 status=404,
             )
-        if chat:
-            text = " ".join(str(m.get("content", "")) for m in body.get("messages", []) if isinstance(m, dict))
-        else:
-            text = str(body.get("prompt", ""))
-        tokens = text.split() or ["<empty>"]
+        tokens = prompt_words(body, chat)
         cached = self.cache.lookup_and_insert(tokens)
         opts = body["stream_options"] if isinstance(body.get("stream_options"), dict) else {}
         try:

@@ -130,9 +130,27 @@ def test_a_client_that_hangs_up_at_done_was_served_whole_and_read_no_usage(rig: 
 
 
 @pytest.mark.integration
-def test_an_upstream_without_running_usage_leaves_a_hung_up_prompt_unmetered(tmp_path: Path) -> None:
-    """An older server ignores continuous_usage_stats: nothing to meter the prompt by, and the record says so."""
-    rig = start_rig(tmp_path, upstream=SimulatedUpstream(model="twin-moe", continuous_usage_stats=False))
+def test_an_upstream_without_running_usage_has_the_prompt_of_a_hang_up_counted(tmp_path: Path) -> None:
+    """vllm-router 0.1.17 drops continuous_usage_stats from what it passes on (seen on the local
+    stack: tests/integration/test_localstack.py): the upstream's own /tokenize counts the prompt."""
+    upstream = SimulatedUpstream(model="twin-moe", continuous_usage_stats=False)
+    rig = start_rig(tmp_path, upstream=upstream)
+    try:
+        read_then_hang_up(rig.url + "/v1/completions", body("completions"), events=3)
+        [rec] = records(rig)
+    finally:
+        rig.loop.close()
+    assert (rec["status"], rec["outcome"]) == (499, "client_disconnect")
+    words = len(str(body("completions")["prompt"]).split())
+    assert (rec["usage_reported"], rec["prompt_tokens"], rec["cached_prompt_tokens"]) == (True, words, None)
+    assert 3 <= rec["generated_tokens"] < 200
+
+
+@pytest.mark.integration
+def test_an_upstream_without_running_usage_or_tokenize_leaves_a_hung_up_prompt_unmetered(tmp_path: Path) -> None:
+    """A server with neither: nothing to meter the prompt by, and the record says so."""
+    upstream = SimulatedUpstream(model="twin-moe", continuous_usage_stats=False, tokenize=False)
+    rig = start_rig(tmp_path, upstream=upstream)
     try:
         read_then_hang_up(rig.url + "/v1/completions", body("completions"), events=3)
         [rec] = records(rig)

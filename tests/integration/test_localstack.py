@@ -383,6 +383,41 @@ def test_real_clients_streams_are_metered_whole(localstack):
     assert len(ids) == 27 and not any("addr" in i or "127.0.0.1" in i for i in ids), sorted(ids)[:3]
 
 
+def test_a_client_that_hangs_up_mid_stream_is_metered_for_the_prompt_vllm_counted(localstack):
+    """The audit's repro on the real stack: a streaming client that hung up early paid no input (the
+    gateway stopped reading before vLLM's final usage chunk). The gateway asks vLLM for its running
+    usage (continuous_usage_stats) and meters from it; the referee is vLLM's own count of the same
+    prompt asked whole. The client, which asked for no usage, reads none."""
+    from stack.localstack import MODEL_NAME
+
+    _, base, _ = localstack
+    url = f"http://127.0.0.1:{base + 3}"
+    prompt = "Count slowly from one to one hundred, one number a line:"
+    with httpx.Client(timeout=120) as http:
+        whole = http.post(
+            url + "/v1/completions", json={"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2, "user": "whole"}
+        ).json()
+        body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": 200, "ignore_eos": True, "stream": True}
+        with http.stream("POST", url + "/v1/completions", json={**body, "user": "hangup"}) as r:
+            seen = b""
+            for chunk in r.iter_raw():
+                seen += chunk
+                if seen.count(b"data: {") >= 3:
+                    break  # three chunks in, of 200 tokens: hang up
+    assert b'"usage"' not in seen
+    deadline = time.monotonic() + 60
+    while True:  # until the gateway's log has the record (a record is in the feed once it is durable)
+        feed = httpx.get(url + "/moemeter/requests", params={"limit": 5000}).json()["records"]
+        records = [r for r in feed if r["user"] == "hangup"]
+        if records or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    [rec] = records
+    assert (rec["outcome"], rec["usage_reported"]) == ("client_disconnect", True), rec
+    assert rec["prompt_tokens"] == whole["usage"]["prompt_tokens"] > 0
+    assert 1 <= rec["generated_tokens"] < 200
+
+
 def test_an_engine_killed_under_traffic_leaves_monitoring_up_and_comes_back(localstack, tmp_path):
     """`kill -9` of the decode vLLM server: the stack keeps the gateway, the router and the prefill
     server serving, the outage is stored (decode-0 down, the failed request recorded), and the

@@ -86,7 +86,8 @@ def test_usage_that_is_not_a_count_is_not_stored_as_one(rig: Rig, reported: obje
         )
         assert r.status_code == 200
     recs = records(rig)
-    assert [(r["usage_reported"], r["prompt_tokens"]) for r in recs] == [(False, 0), (False, 0)]
+    # the whole answer's usage ignored; the stream's prompt counted by the upstream's /tokenize instead
+    assert [(r["usage_reported"], r["prompt_tokens"]) for r in recs] == [(False, 0), (True, 1)]
     assert recs[1]["generated_tokens"] == 3  # the stream's chunks, counted instead
     assert all(0 <= v <= MAX_COUNT for v in metrics(rig).values())
 
