@@ -412,6 +412,8 @@ class Gateway:
         self.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
 
     async def _stop(self, app: web.Application) -> None:
+        if self._counting:  # cut-short streams whose records wait for their prompt's count
+            await asyncio.wait(set(self._counting), timeout=TOKENIZE_SECONDS)
         if self.session is not None:
             await self.session.close()
         await asyncio.to_thread(self.records.close)
