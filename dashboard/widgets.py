@@ -60,3 +60,31 @@ def refresh_every(render_seconds: float, now: int) -> int:
     takes under a quarter of the faster interval, so it does not flap (each change reruns the page)."""
     need = next((s for s in REFRESH_STEPS if s >= 2 * render_seconds), REFRESH_STEPS[-1])
     return need if need > now or render_seconds <= need / 4 else now
+
+
+def request_columns() -> dict[str, Any]:
+    """Column headings and formats of the tables of users and requests (Users, Cost): words and
+    units, counts with thousands separators, never the warehouse's column names."""
+    count = "localized"
+    return {
+        "user": st.column_config.TextColumn("user"),
+        "user_id": st.column_config.TextColumn("user"),
+        "tenant": st.column_config.TextColumn("tenant"),
+        "requests": st.column_config.NumberColumn("requests", format=count),
+        "errors": st.column_config.NumberColumn("errors", format=count),
+        "tokens": st.column_config.NumberColumn("tokens", format=count),
+        "prompt_tokens": st.column_config.NumberColumn("prompt tokens", format=count),
+        "cached_prompt_tokens": st.column_config.NumberColumn("cached prompt tokens", format=count),
+        "computed_prompt_tokens": st.column_config.NumberColumn("computed prompt tokens", format=count),
+        "generated_tokens": st.column_config.NumberColumn("generated tokens", format=count),
+        "tps_mean": st.column_config.NumberColumn("tok/s mean", format="%.1f"),
+        "tps_p90": st.column_config.NumberColumn("tok/s P90", format="%.1f"),
+        "ttft_p50": st.column_config.NumberColumn("TTFT p50 s", format="%.3f"),
+        "ttft_p90": st.column_config.NumberColumn("TTFT p90 s", format="%.3f"),
+        "cost_usd": st.column_config.NumberColumn("cost USD", format="dollar"),
+        "finished_at": st.column_config.DatetimeColumn("finished (UTC)", format="YYYY-MM-DD HH:mm:ss"),
+        "request_id": st.column_config.TextColumn("request id"),
+        "ttft_seconds": st.column_config.NumberColumn("TTFT s", format="%.3f"),
+        "tokens_per_second": st.column_config.NumberColumn("tok/s", format="%.1f"),
+        "e2e_seconds": st.column_config.NumberColumn("end-to-end s", format="%.3f"),
+    }

@@ -11,12 +11,30 @@ import streamlit as st
 from dashboard.data import cost as data
 from dashboard.figures import cost as figures
 from dashboard.source import api_url, query, show_api_error
-from dashboard.widgets import day_span, metric_columns
+from dashboard.widgets import day_span, metric_columns, request_columns
 from dashboard.widgets import usd as _usd
 from warehouse.cost import NoData, with_gpu_price
 from warehouse.prices import default_sheet
 
 WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
+
+# The daily statement's headings and formats (its CSV keeps the column names finance scripts read).
+DAILY_COLUMNS = {
+    "day": st.column_config.TextColumn("day (UTC)"),
+    "gpus_avg": st.column_config.NumberColumn("GPUs (mean)", format="%.2f"),
+    "gpus_peak": st.column_config.NumberColumn("GPUs (peak)", format="localized"),
+    "gpu_hours": st.column_config.NumberColumn("GPU-hours", format="%.1f"),
+    "cost_usd": st.column_config.NumberColumn("cost USD", format="dollar"),
+    "input_tokens": st.column_config.NumberColumn("input tokens", format="localized"),
+    "cache_hit_share": st.column_config.NumberColumn("cache hits", format="percent"),
+    "output_tokens": st.column_config.NumberColumn("output tokens", format="localized"),
+    "usd_per_mtok_input": st.column_config.NumberColumn("$/M input", format="$%.4f"),
+    "usd_per_mtok_output": st.column_config.NumberColumn("$/M output", format="$%.4f"),
+    "revenue_usd": st.column_config.NumberColumn("revenue USD", format="dollar"),
+    "margin_usd": st.column_config.NumberColumn("margin USD", format="dollar"),
+    "margin_pct": st.column_config.NumberColumn("margin %", format="%.2f%%"),
+    "note": st.column_config.TextColumn("note"),
+}
 
 
 def _window(latest: datetime) -> tuple[datetime, datetime, bool]:
@@ -165,7 +183,7 @@ def render() -> None:
             users,
             hide_index=True,
             key="cost_users",
-            column_config={"cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f")},
+            column_config=request_columns(),
         )
         st.download_button(
             "Download per-user costs (CSV)",
@@ -179,7 +197,7 @@ def render() -> None:
     daily = data.daily_statement(query, pools, day_from, end, sheet)
     if day_from == first and len(daily) and "note" in daily:
         daily.loc[0, "note"] = f"from {first:%H:%M:%S} UTC, when moemeter first saw the rack"
-    st.dataframe(daily, hide_index=True, key="daily")
+    st.dataframe(daily, hide_index=True, key="daily", column_config=DAILY_COLUMNS)
     st.download_button(
         "Download the daily statement (CSV)",
         daily.to_csv(index=False).encode(),

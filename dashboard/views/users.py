@@ -12,7 +12,7 @@ from dashboard.data import users as data
 from dashboard.data.live import RANGES
 from dashboard.figures import users as figures
 from dashboard.source import api_url, query, show_api_error
-from dashboard.widgets import compact, metric_columns
+from dashboard.widgets import compact, metric_columns, request_columns
 from stack.gateway.keys import user_of_tenant
 
 ORDERS = {"tokens": "tokens", "generated tokens": "generated_tokens", "requests": "requests", "errors": "errors"}
@@ -97,13 +97,7 @@ def render() -> None:
         table,
         hide_index=True,
         key="users_table",
-        column_config={
-            "tps_mean": st.column_config.NumberColumn("tok/s mean", format="%.1f"),
-            "tps_p90": st.column_config.NumberColumn("tok/s P90", format="%.1f"),
-            "ttft_p50": st.column_config.NumberColumn("TTFT p50 s", format="%.3f"),
-            "ttft_p90": st.column_config.NumberColumn("TTFT p90 s", format="%.3f"),
-            "cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f"),
-        },
+        column_config=request_columns(),
     )
 
     st.subheader("One user")
@@ -119,7 +113,12 @@ def render() -> None:
             st.info(f"{user_of_tenant(user, tenant)} sent nothing in the last {choice}.")
         else:
             st.plotly_chart(figures.user_history_figure(hist, user_of_tenant(user, tenant)), key="user_history")
-        st.dataframe(data.user_requests(query, tenant, user, w.end), hide_index=True, key="user_requests")
+        st.dataframe(
+            data.user_requests(query, tenant, user, w.end),
+            hide_index=True,
+            key="user_requests",
+            column_config=request_columns(),
+        )
 
 
 st.title("Users")
