@@ -90,3 +90,16 @@ def test_every_hostile_test_file_is_in_the_hostile_suites_table_and_every_one_na
     assert sorted(f for f in named if not (ROOT / f).is_file()) == []
     hostile = {str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "hostile").glob("test_*.py")}
     assert sorted(hostile - named) == []
+
+
+def test_docs_index_links_every_doc_and_every_link_resolves():
+    """docs/README.md is the index: every file in docs/ has its line there, and every file it links
+    to exists."""
+    docs = ROOT / "docs"
+    index = (docs / "README.md").read_text()
+    links = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", index) if "://" not in t]
+    linked = {(docs / t).resolve() for t in links if t}
+    missing = sorted(t for t in links if t and not (docs / t).is_file())
+    assert missing == [], f"docs/README.md links to files that do not exist: {missing}"
+    unlisted = sorted(p.name for p in docs.glob("*.md") if p.name != "README.md" and p.resolve() not in linked)
+    assert unlisted == [], f"docs/README.md does not link: {unlisted}"
