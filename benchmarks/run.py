@@ -57,6 +57,7 @@ from collectors.scrape import http_fetch
 from collectors.service import Collector
 from collectors.targets import load_targets
 from dashboard.data import live
+from moemeter.contract import DEFAULT_INTERVAL
 from stack.localstack import vllm_server_command, vllm_server_env
 from stack.ready import wait_http
 from warehouse.api import LocalQuery, QueryClient
@@ -85,7 +86,7 @@ def bench_ingest(tmp: Path) -> dict[str, float]:
             samples = sum(len(f.samples) for p in pages for f in text_string_to_metric_families(p))
         baseline_cpu = (time.process_time() - t0) / 3
         wh = Warehouse(tmp / "ingest.duckdb")
-        collector = Collector(wh, targets, interval=5.0)
+        collector = Collector(wh, targets, interval=DEFAULT_INTERVAL)
 
         async def rounds() -> tuple[float, float]:
             async with http_fetch() as fetch:
@@ -111,7 +112,7 @@ def bench_ingest(tmp: Path) -> dict[str, float]:
         "baseline_parse_cpu_seconds_per_round": round(baseline_cpu, 3),
         "baseline_samples_per_cpu_second": round(samples / baseline_cpu),
         "pipeline_over_baseline_cpu_ratio": round(cpu / baseline_cpu, 2),
-        "share_of_5s_interval_on_one_core": round(cpu / 5.0, 3),
+        "share_of_5s_interval_on_one_core": round(cpu / DEFAULT_INTERVAL, 3),
         "twin_cpu_share_of_one_core_while_scraped": round(twin_share, 3),
     }
 
@@ -144,7 +145,7 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0, repeats: int = 3) -> d
     twin = subprocess.Popen(
         [sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT, stdout=subprocess.DEVNULL
     )
-    out: dict[str, object] = {"seconds_each": seconds, "scrape_interval_seconds": 5, "repeats": repeats}
+    out: dict[str, object] = {"seconds_each": seconds, "scrape_interval_seconds": DEFAULT_INTERVAL, "repeats": repeats}
     names = ("prometheus", "moemeter_collector", "moemeter_collector_metrics_only")
     labels = {"moemeter_collector": "collector", "moemeter_collector_metrics_only": "metrics_only"}
     runs: list[dict[str, dict[str, float]]] = []
@@ -153,7 +154,7 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0, repeats: int = 3) -> d
             time.sleep(0.2)
         hosts = [t.url.split("//")[1].split("/")[0] for t in load_targets(targets)]
         config = {
-            "global": {"scrape_interval": "5s", "scrape_timeout": "5s"},
+            "global": {"scrape_interval": f"{DEFAULT_INTERVAL:g}s", "scrape_timeout": f"{DEFAULT_INTERVAL:g}s"},
             "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}],
         }
         (tmp / "prom.yml").write_text(json.dumps(config))
@@ -377,7 +378,7 @@ def bench_planner() -> dict[str, object]:
     """Both EPLB policies on the reference shape: 43 layers, 256 experts, 320 slots, 64 GPUs."""
     import numpy as np
 
-    from stack.eplb.policy import PlanInput, plan_refined, plan_vllm
+    from moemeter.contract.eplb import PlanInput, plan_refined, plan_vllm
 
     rng = np.random.default_rng(0)
     loads = {

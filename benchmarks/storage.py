@@ -20,6 +20,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from moemeter.contract import DEFAULT_INTERVAL
+
 ROOT = Path(__file__).parents[1]
 RAW_TABLES = ("samples", "increments")
 
@@ -85,7 +87,18 @@ def bench_storage(tmp: Path) -> dict[str, object]:
     span = os.environ.get("MOEMETER_BENCH_STORAGE", "15m")
     db = tmp / "storage.duckdb"
     subprocess.run(
-        [sys.executable, "-m", "moemeter", "twin", "--fast-forward", span, "--interval", "5", "--db", str(db)],
+        [
+            sys.executable,
+            "-m",
+            "moemeter",
+            "twin",
+            "--fast-forward",
+            span,
+            "--interval",
+            f"{DEFAULT_INTERVAL:g}",
+            "--db",
+            str(db),
+        ],
         cwd=ROOT,
         check=True,
         stdout=subprocess.DEVNULL,
@@ -94,7 +107,7 @@ def bench_storage(tmp: Path) -> dict[str, object]:
         con.execute("CHECKPOINT")
         scraped = con.execute("SELECT count(*) FROM readings").fetchall()[0][0]
         file_bytes = used_bytes(con)
-    out: dict[str, object] = {"span": span, "scrape_interval_seconds": 5, "samples": scraped}
+    out: dict[str, object] = {"span": span, "scrape_interval_seconds": DEFAULT_INTERVAL, "samples": scraped}
     raw = 0
     for table in RAW_TABLES:
         size = table_bytes(db, table, tmp)

@@ -21,7 +21,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from moemeter.contract import Layout, Page, Sample
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 MAX_PAGE_BYTES = 64 * 1024 * 1024
 MAX_SAMPLES = 500_000  # a DP64 decode instance with the plugin serves ~36,000

@@ -6,7 +6,7 @@ each evaluation step becomes one ScrapeBatch per target, through the same ingest
 scrape, so rates, resets and rollups behave the same.
 
 A source is not trusted for time or size: a point outside the window asked for, or later than
-this host's clock (moemeter.clock.MAX_AHEAD), is refused and counted, never stored (its time
+this host's clock (moemeter.contract.clock.MAX_AHEAD), is refused and counted, never stored (its time
 would move the rollups' watermarks and retention's "now"); an answer over MAX_ANSWER_BYTES is
 refused whole before it is parsed, and a long range is asked for in pieces of MAX_STEPS_PER_QUERY.
 """
@@ -19,13 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from moemeter.clock import latest_allowed, utc_now
-from moemeter.contract import Sample, TargetInfo
-from moemeter.errors import MoemeterError
+from moemeter.contract import Sample, TargetInfo, instance_of
+from moemeter.contract.clock import latest_allowed, utc_now
+from moemeter.contract.errors import MoemeterError
 from warehouse.ingest import ScrapeBatch
 
 # Families moemeter reads; everything else in a fleet's Prometheus stays there.
@@ -79,10 +78,6 @@ def http_get(base_url: str, timeout: float = 30.0, max_bytes: int | None = None)
     return get
 
 
-def instance_of(url: str) -> str:
-    return urlsplit(url).netloc
-
-
 def family_of(name: str, types: dict[str, str]) -> tuple[str, str]:
     """(family, kind) of a sample name, from the API's metadata (which names families)."""
     if name in types:
@@ -115,7 +110,7 @@ def pull_range(
     """One ScrapeBatch per target and evaluation step in [start, end] (naive UTC), asked for in
     pieces of at most MAX_STEPS_PER_QUERY steps, a piece whose answer is over the cap in halves
     (down to one step, which is refused if still over); points outside the window or after
-    moemeter.clock.latest_allowed are refused and counted."""
+    moemeter.contract.clock.latest_allowed are refused and counted."""
     types = _types(get("/api/v1/metadata", {}))
     pulled, step = Pulled(), timedelta(seconds=step_seconds)
     piece, steps = start, MAX_STEPS_PER_QUERY

@@ -18,8 +18,8 @@ from datetime import datetime
 
 import aiohttp
 
-from moemeter.clock import utc_now
 from moemeter.contract import Sample, TargetInfo
+from moemeter.contract.clock import utc_now
 from warehouse.ingest import ScrapeBatch
 
 from .parse import MAX_PAGE_BYTES, ExpositionError, PageCache, parse_page
@@ -51,7 +51,7 @@ async def http_fetch() -> AsyncIterator[Fetch]:
     server closed before answering (uvicorn, vLLM's server, drops idle ones) is asked once more on
     a fresh one by aiohttp itself (a GET is idempotent); a second drop is an error. aiohttp, not
     httpx: its HTTP parser is C, and a round of the reference rack's 25 pages (6 MB) costs a
-    quarter of httpx's CPU (docs/operations.md)."""
+    quarter of httpx's CPU (docs/benchmark-history.md)."""
     connector = aiohttp.TCPConnector(limit=256)
     async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as session:
 

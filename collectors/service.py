@@ -18,16 +18,15 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
-from moemeter.clock import utc_now
-from moemeter.contract import POOLS, TargetInfo
-from moemeter.errors import MoemeterError
+from moemeter.contract import DEFAULT_INTERVAL, POOLS, TargetInfo
+from moemeter.contract.clock import utc_now
+from moemeter.contract.errors import MoemeterError
 from warehouse.db import REASON_CHARS, Warehouse, reasons_text, record_rejected, storage_problem
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.requests import FeedError, RequestIngestor
 from warehouse.rollup import Retention, Rollups
 
-from . import DEFAULT_INTERVAL
 from .experts import NOT_READY, SnapshotResult, fetch_snapshot
 from .parse import PageCache
 from .promapi import PromAPIError, http_get, pull_range

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from moemeter.columns import clean_text
 from moemeter.contract import ROLES, TargetInfo
-from moemeter.errors import MoemeterError
+from moemeter.contract.columns import clean_text
+from moemeter.contract.errors import MoemeterError
 
 
 class TargetsError(MoemeterError, ValueError):

@@ -20,9 +20,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from collectors import DEFAULT_INTERVAL
-from moemeter.clock import latest_allowed, utc_now
-from moemeter.errors import MoemeterError
+from moemeter.contract import DEFAULT_INTERVAL
+from moemeter.contract.clock import latest_allowed, utc_now
+from moemeter.contract.errors import MoemeterError
 
 if TYPE_CHECKING:
     from stack.twin.faults import Fault
@@ -920,7 +920,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- eplb
 def cmd_eplb_plan(args: argparse.Namespace) -> int:
-    from stack.eplb.policy import PlanError, PlanInput, plan
+    from moemeter.contract.eplb import PlanError, PlanInput, plan
 
     try:
         data = json.loads(Path(args.input).read_text())

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 PROFILES = Path(__file__).parent / "profiles"
 NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'

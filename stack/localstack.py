@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 from stack.launch import histogram_buckets
 from stack.loadgen.run import LoadGen
 from stack.loadgen.workload import WorkloadSpec

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 PLANNED_CORES = 2  # start-up deadlines are set for the project's 2-core machines
 

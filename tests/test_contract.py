@@ -1,4 +1,4 @@
-"""The contract (moemeter/contract.py) against what the real programs write, and against what
+"""The contract (moemeter/contract/) against what the real programs write, and against what
 moemeter's own code reads: every family declared once, and declared as its source writes it."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from moemeter.contract import FAMILIES, KINDS, POOLS, ROLES, SOURCES, Family, markdown_table, of
+from moemeter.contract.families import STEP_PHASES
 from stack.gateway.metrics import GatewayMetrics
 from stack.vllm_plugin.moemeter_vllm_plugin.exporter import PluginCollector
-from stack.vllm_plugin.moemeter_vllm_plugin.state import Hist, ProcessState, write_atomically
+from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES, Hist, ProcessState, write_atomically
 from warehouse import lake
 
 ROOT = Path(__file__).parents[1]
@@ -148,8 +149,8 @@ def test_the_docs_table_is_the_contracts():
 
 
 def test_a_family_is_found_by_one_grep():
-    """`grep -n '"<name>"' moemeter/contract.py` finds each family's one declaration."""
-    source = (ROOT / "moemeter" / "contract.py").read_text()
+    """`grep -n '"<name>"' moemeter/contract/families.py` finds each family's one declaration."""
+    source = (ROOT / "moemeter" / "contract" / "families.py").read_text()
     for name in FAMILIES:
         assert source.count(f'"{name}"') == 1, name
 
@@ -157,3 +158,9 @@ def test_a_family_is_found_by_one_grep():
 def test_base_is_what_prometheus_client_declares_a_counter_by():
     f = Family("gateway", "x_total", "counter", ())
     assert f.base == "x" and Family("gateway", "x_seconds", "histogram", ()).base == "x_seconds"
+
+
+def test_the_plugins_step_phases_are_the_contracts():
+    """The plugin is a distribution of its own (pip-installed into vLLM's environment) and cannot
+    import the contract: its phases are held to the contract's here."""
+    assert PHASES == STEP_PHASES

@@ -1,4 +1,4 @@
-"""Every error a user sees has one base (moemeter/errors.py), which the CLI prints without a
+"""Every error a user sees has one base (moemeter/contract/errors.py), which the CLI prints without a
 traceback: an error class that forgets it would reach a user as a stack trace."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import inspect
 import pkgutil
 
 import moemeter
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 PACKAGES = ("moemeter", "collectors", "warehouse", "dashboard", "stack")
 # Raised and caught inside one module, never shown as they are: a scrape's failure becomes the

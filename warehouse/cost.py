@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 
 from moemeter.contract import POOLS, computed_tokens
-from moemeter.errors import MoemeterError
-from stack.gateway.keys import user_of_tenant
+from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import user_of_tenant
 
 from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
 from .read import Query, floor, increases, request_window, run, timestamp

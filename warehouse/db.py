@@ -25,7 +25,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 from . import readonly
 

@@ -1,6 +1,6 @@
 """The warehouse's EPLB planner entry points: plan on observed load, compare with what is in place.
 
-The placement policies themselves are stack/eplb/policy.py (pure numpy, shared with the twin,
+The placement policies themselves are moemeter/contract/eplb.py (pure numpy, shared with the twin,
 whose decode instance rebalances with them).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from stack.eplb.policy import PlanInput, evaluate, plan
+from moemeter.contract.eplb import PlanInput, evaluate, plan
 
 
 def what_if(

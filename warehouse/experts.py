@@ -10,7 +10,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 from .db import insert_arrow
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 from .read import Query
 

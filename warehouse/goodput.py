@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 from .alerts import AlertRules
 from .cost import HOUR, NoData, Pools, allocate, cost_report, stored_pools

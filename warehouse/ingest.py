@@ -30,8 +30,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from moemeter.clock import latest_allowed, utc_now
 from moemeter.contract import Layout, Page, Sample, TargetInfo
+from moemeter.contract.clock import latest_allowed, utc_now
 
 from .db import insert_arrow, reasons_text, record_rejected
 from .read import HOUR, floor, micros
@@ -218,7 +218,7 @@ class Ingestor:
         clock: Callable[[], datetime] | None = None,
         roll: bool = True,
     ) -> None:
-        """`clock`: the writer's own time, naive UTC (a batch after moemeter.clock.latest_allowed is refused);
+        """`clock`: the writer's own time, naive UTC (a batch after moemeter.contract.clock.latest_allowed is refused);
         `roll`: advance the rollups as batches of a new minute come (the collector rolls them up in
         a transaction of their own instead, so a roll-up that fails costs no round)."""
         self._ids: dict[int, int] = {}  # series key -> series id, of every stored series

@@ -52,7 +52,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import duckdb
 import pyarrow as pa
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 from .db import apply_migrations
 from .export import RACK_NAME, named_by_key

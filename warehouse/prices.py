@@ -18,7 +18,7 @@ from typing import Any
 
 import duckdb
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
 POOLS = ("prefill", "decode", "*")

@@ -30,7 +30,7 @@ from typing import Any
 
 import pandas as pd
 
-from collectors import DEFAULT_INTERVAL
+from moemeter.contract import DEFAULT_INTERVAL
 
 from .readonly import Params
 from .requests import ITL_BIN_SCALE

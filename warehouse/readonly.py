@@ -39,7 +39,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 from .limits import Limits
 

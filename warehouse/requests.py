@@ -18,10 +18,10 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from moemeter.clock import latest_allowed
-from moemeter.columns import MAX_COUNT, MAX_REQUEST_TOKENS, clean_text, is_count, is_token_count
-from moemeter.errors import MoemeterError
-from stack.gateway.records import SCHEMA, ColumnPage, records_of
+from moemeter.contract.clock import latest_allowed
+from moemeter.contract.columns import MAX_COUNT, MAX_REQUEST_TOKENS, clean_text, is_count, is_token_count
+from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import SCHEMA, ColumnPage, records_of
 
 from .db import insert_arrow, record_rejected
 from .slo import ensure_slo_sheet, slo_params
@@ -58,7 +58,7 @@ class Cursor:
 def _record_row(r: Any, repaired: Counter[str], latest: datetime) -> tuple[Any, ...]:
     """One record as a row (columns after gateway and ingested_at), or ValueError saying what is wrong.
     Text that is not valid UTF-8 is stored with U+FFFD in place, counted in `repaired`. A record
-    that finished after `latest` (moemeter.clock.latest_allowed) has not happened yet."""
+    that finished after `latest` (moemeter.contract.clock.latest_allowed) has not happened yet."""
     if not isinstance(r, dict):
         raise ValueError("not an object")
     text: dict[str, str] = {}
@@ -216,7 +216,7 @@ def _types(values: list[Any]) -> set[type]:
 
 
 def _counts(values: list[Any]) -> bool:
-    """Every value is a count (moemeter.columns.is_count)."""
+    """Every value is a count (moemeter.contract.columns.is_count)."""
     return _types(values) <= {int} and (not values or (min(values) >= 0 and max(values) <= MAX_COUNT))
 
 

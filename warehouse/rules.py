@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from moemeter.contract import POOLS, TargetInfo
-from moemeter.errors import MoemeterError
-from stack.gateway.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
-from stack.gateway.records import SERVER_FAULTS
+from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import E2E_BUCKETS, ITL_BUCKETS, SERVER_FAULTS, TTFT_BUCKETS
 from warehouse.alerts import AlertRules, eplb_group
 from warehouse.prices import PriceSheet
 from warehouse.slo import SloClass
@@ -75,7 +74,7 @@ def alert_pack(rules: AlertRules, slo: SloClass, pools: dict[str, PoolCost] | No
 
 def file_sd(targets: list[TargetInfo]) -> list[dict[str, object]]:
     """A Prometheus file_sd file of the targets, each with the labels the pack reads."""
-    from collectors.promapi import instance_of
+    from moemeter.contract.targets import instance_of
 
     return [
         {

@@ -32,9 +32,8 @@ from typing import Any
 
 import duckdb
 
-from moemeter.errors import MoemeterError
-from stack.gateway.keys import ANONYMOUS, user_of_tenant
-from stack.gateway.records import SERVER_FAULTS
+from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import ANONYMOUS, SERVER_FAULTS, user_of_tenant
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,10 @@ from warehouse.cost import (
     pool_tokens,
     price_sheet,
     rebucket,
+    with_gpu_price,
 )
 from warehouse.cost import stored_pools as pools
-from warehouse.prices import PriceSheet
+from warehouse.prices import PriceSheet, default_sheet
 from warehouse.read import run_time
 
 from .live import Query
@@ -36,6 +37,8 @@ __all__ = [
     "pools",
     "over_time",
     "latest_count",
+    "default_sheet",
+    "with_gpu_price",
 ]
 
 

@@ -12,7 +12,12 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
+# the page reads these through this module, its read layer (tests/test_layers.py)
+from warehouse.alerts import AlertRules as AlertRules
+from warehouse.alerts import evaluate_alerts as evaluate_alerts
+from warehouse.alerts import prometheus_rules as prometheus_rules
 from warehouse.alerts import trailing_run_start
+from warehouse.eplb import what_if as what_if
 from warehouse.read import HOUR, at_resolution, run
 
 from .live import Query, Window, counters

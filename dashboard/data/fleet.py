@@ -17,6 +17,7 @@ import pandas as pd
 
 from warehouse.cost import NoData, cost_report, stored_pools
 from warehouse.read import HOUR, MINUTE, Query, Window, ceil, floor
+from warehouse.readonly import QueryError as QueryError  # for the page
 
 from .alerts import burning
 from .cost import first_count

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors import DEFAULT_INTERVAL
-from moemeter.contract import computed_tokens
+from moemeter.contract import DEFAULT_INTERVAL, computed_tokens
 from warehouse.read import Query, Window, at_resolution, increases, run, run_time
 
 RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}

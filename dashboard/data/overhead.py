@@ -12,7 +12,7 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 
-from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES
+from moemeter.contract.families import STEP_PHASES as PHASES
 
 from .live import Query, Window, counters
 

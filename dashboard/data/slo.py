@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pandas as pd
 
+from warehouse.alerts import AlertRules
 from warehouse.goodput import SloReport, slo_reports, slo_sums
 from warehouse.read import ceil, floor, request_hours, run
 from warehouse.slo import slo_params
@@ -18,7 +19,15 @@ from warehouse.slo import slo_params
 from . import cost, live, users
 from .live import Query, Window
 
-__all__ = ["SloReport", "observed", "reports", "attainment_over_time", "budget_over_time", "operating_points"]
+__all__ = [
+    "AlertRules",
+    "SloReport",
+    "observed",
+    "reports",
+    "attainment_over_time",
+    "budget_over_time",
+    "operating_points",
+]
 
 
 def observed(q: Query, w: Window) -> Window:

@@ -8,7 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from moemeter.contract import computed_tokens
-from stack.gateway.keys import user_of_tenant
+from moemeter.contract.requests import user_of_tenant
 
 from .live import P90_PER_USER_REFERENCE, POOL_COLORS, _layout
 

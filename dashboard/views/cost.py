@@ -13,8 +13,6 @@ from dashboard.figures import cost as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import day_span, metric_columns, request_columns
 from dashboard.widgets import usd as _usd
-from warehouse.cost import NoData, with_gpu_price
-from warehouse.prices import default_sheet
 
 WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
 
@@ -85,7 +83,7 @@ def render() -> None:
         )
         start = first
     sheet = data.price_sheet(query)
-    latest_price = max(sheet.gpu or default_sheet().gpu, key=lambda p: p.effective).usd_per_gpu_hour
+    latest_price = max(sheet.gpu or data.default_sheet().gpu, key=lambda p: p.effective).usd_per_gpu_hour
     with st.expander("What if", expanded=False):
         c = st.columns(3)
         what_if = c[0].toggle(
@@ -111,7 +109,7 @@ def render() -> None:
             help="The same GPUs serving this many times the tokens: $/M tokens divide by it",
         )
     if what_if:
-        sheet = with_gpu_price(sheet, price)
+        sheet = data.with_gpu_price(sheet, price)
     pools = data.pools(query, start, end)
     if not pools["prefill"] and not pools["decode"]:
         st.info(
@@ -121,7 +119,7 @@ def render() -> None:
         return
     try:
         r = data.cost_report(query, pools, start, end, sheet)
-    except NoData as exc:
+    except data.NoData as exc:
         st.info(f"{exc}. Pick another window.")
         return
     except ValueError as exc:

@@ -14,11 +14,8 @@ from dashboard.data import live
 from dashboard.figures import experts as figures
 from dashboard.source import api_url, picked_rack, query, show_api_error
 from dashboard.widgets import compact, metric_columns
-from warehouse.alerts import AlertRules, evaluate_alerts, prometheus_rules
-from warehouse.eplb import what_if
-from warehouse.read import HOUR
 
-RULES = AlertRules()
+RULES = data.AlertRules()
 
 
 def _pct(v: float, digits: int = 3) -> str:
@@ -82,7 +79,7 @@ def render() -> None:
 
     now_bal = bal[bal["bucket"] == bal["bucket"].max()] if len(bal) else bal
     worst = now_bal.nsmallest(1, "balancedness") if len(now_bal) else now_bal
-    firing = evaluate_alerts(RULES, steps, events["ts"].max() if len(events) else None, pd.Timestamp(latest))
+    firing = data.evaluate_alerts(RULES, steps, events["ts"].max() if len(events) else None, pd.Timestamp(latest))
     m = metric_columns(5)
     m[0].metric(
         "Balancedness now (mean over layers)", _pct(now_bal["balancedness"].mean() if len(now_bal) else math.nan)
@@ -123,7 +120,7 @@ def render() -> None:
         help="colour by log10 of the share: hot experts stand out among many cold ones",
     )
     h1, h2 = st.columns(2)
-    if shares.empty and picked_rack() and w.period != HOUR:
+    if shares.empty and picked_rack() and w.period != data.HOUR:
         h1.info(
             f"The lake holds {picked_rack()}'s per-expert load by the hour: ranges that hold whole hours "
             "show them (per-minute snapshots are kept on the rack's own dashboard)."
@@ -132,7 +129,7 @@ def render() -> None:
         h1.info("Per-expert load needs two expert snapshots in the window (the collectors take one a minute).")
     else:
         h1.plotly_chart(figures.expert_heatmap(shares, log=log), key="expert_heatmap")
-        if picked_rack() and w.period != HOUR:
+        if picked_rack() and w.period != data.HOUR:
             h1.caption("From the lake's hourly load: the window's whole hours only.")
     ranks_matrix = data.rank_matrix(steps)
     if ranks_matrix.shape[1] == 1:  # balancedness is 1.0 by definition: no chart of it either
@@ -172,7 +169,7 @@ def render() -> None:
         st.dataframe(pd.DataFrame([f.__dict__ for f in firing]), hide_index=True, key="alerts")
     else:
         st.success("No EPLB alert is firing.")
-    rules_yaml = yaml.safe_dump(prometheus_rules(RULES), sort_keys=False)
+    rules_yaml = yaml.safe_dump(data.prometheus_rules(RULES), sort_keys=False)
     st.download_button(
         "Prometheus alerting rules (same thresholds)", rules_yaml, "moemeter-eplb.rules.yml", key="rules"
     )
@@ -203,7 +200,7 @@ def render() -> None:
         "numpy's sort on this machine, as vLLM's own does on its host. `refined` never has a higher maximum "
         "rank load."
     )
-    result = what_if(load, phy2log, ranks, redundant, policy)
+    result = data.what_if(load, phy2log, ranks, redundant, policy)
     f[2].metric(
         "Mean balancedness: current → planned",
         f"{result['current_balancedness'].mean():.3f} → {result['planned_balancedness'].mean():.3f}",

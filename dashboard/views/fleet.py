@@ -14,7 +14,6 @@ from dashboard.data import fleet as data
 from dashboard.figures import fleet as figures
 from dashboard.source import lake_query, lake_uri, lake_watermarks, show_api_error
 from dashboard.widgets import metric_columns, usd
-from warehouse.readonly import QueryError
 
 BEHIND = timedelta(minutes=5)  # a rack this far behind the newest drags the window back: say so
 SPANS = {"Last hour": timedelta(hours=1), "Last 24 h": timedelta(hours=24), "Last 7 days": timedelta(days=7)}
@@ -50,7 +49,7 @@ def render() -> None:
         )
     try:
         lines = _lines(tuple(marks), w.start, w.end)
-    except QueryError as exc:
+    except data.QueryError as exc:
         show_api_error(exc)
         return
     cost, idle = float(lines["cost_usd"].sum()), float(lines["idle_cost_usd"].sum())

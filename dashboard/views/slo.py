@@ -13,7 +13,6 @@ from dashboard.data.live import RANGES
 from dashboard.figures import slo as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import metric_columns, usd
-from warehouse.alerts import AlertRules
 
 TABLE = {
     "class": st.column_config.TextColumn("class"),
@@ -52,7 +51,7 @@ def render() -> None:
     report, by_tenant = data.reports(query, w)
     rows = report.rows
     held, met = int(rows["requests"].sum()), int(rows["met"].sum())
-    rules = AlertRules()
+    rules = data.AlertRules()
     since = f" · counted from the first scrape, {w.start:%Y-%m-%d %H:%M:%S} UTC" if w.start != asked.start else ""
     st.caption(
         f"Last request {latest:%Y-%m-%d %H:%M:%S} UTC{since} · a request meets its class's targets (or its own, from "

@@ -13,7 +13,7 @@ from dashboard.data.live import RANGES
 from dashboard.figures import users as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import compact, metric_columns, request_columns
-from stack.gateway.keys import user_of_tenant
+from moemeter.contract.requests import user_of_tenant
 
 ORDERS = {"tokens": "tokens", "generated tokens": "generated_tokens", "requests": "requests", "errors": "errors"}
 

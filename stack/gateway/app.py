@@ -25,12 +25,13 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
-from moemeter.columns import MAX_COUNT, clean_text, is_token_count
-from moemeter.errors import MoemeterError
+from moemeter.contract.columns import MAX_COUNT, clean_text, is_token_count
+from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import ANONYMOUS, RequestRecord
 
-from .keys import ANONYMOUS, Keys
+from .keys import Keys
 from .metrics import GatewayMetrics
-from .records import RecordLog, RequestRecord
+from .records import RecordLog
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20

@@ -17,16 +17,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import ANONYMOUS
 
-ANONYMOUS = "anonymous"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def user_of_tenant(user: str, tenant: str) -> str:
-    """How reports, pages and messages name a user of a tenant ("alice of acme"): users of one name
-    in two tenants are two users."""
-    return f"{user} of {tenant}"
 
 
 class KeysError(MoemeterError, ValueError):

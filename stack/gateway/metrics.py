@@ -17,13 +17,9 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from moemeter.contract import FAMILIES, Family
-
-from .records import RequestRecord
+from moemeter.contract.requests import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, RequestRecord
 
 OTHER = "other"
-TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
 class _Hist:
@@ -121,7 +117,7 @@ class GatewayMetrics(Collector):
         self.e2e.observe_many(e2e)
 
     def collect(self) -> Iterator[Metric]:
-        """The families of moemeter/contract.py whose source is the gateway, with their HELP."""
+        """The families of moemeter/contract/families.py whose source is the gateway, with their HELP."""
         req = _counter("moemeter_gateway_requests_total")
         for (u, outcome), n in sorted(self.requests.items()):
             req.add_metric([outcome, u], n)  # the contract's label order: outcome, user

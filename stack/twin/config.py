@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 DEFAULT_PROFILE = "deepseek-v4.1-flash"

@@ -7,7 +7,7 @@ token-frequency skew and does not drift. Tokens x top-k are routed per tick; rep
 expert share its tokens evenly; a rank's load is what its slots receive (docs/definitions.md).
 
 Every `rebalance_interval_seconds` the decode instance's EPLB re-plans the placement on the
-last window's load with the planner (stack/eplb/policy.py), as vLLM's EPLB does.
+last window's load with the planner (moemeter/contract/eplb.py), as vLLM's EPLB does.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stack.eplb.policy import PlanInput, evaluate, plan
+from moemeter.contract.eplb import PlanInput, evaluate, plan
 
 from .config import TwinProfile
 

@@ -52,7 +52,7 @@ class _Page:
 
 
 # ------------------------------------------------------------------------- vLLM
-# The families in the order vLLM 0.32 registers them (names, kinds and HELP: moemeter/contract.py),
+# The families in the order vLLM 0.32 registers them (names, kinds and HELP: moemeter/contract/families.py),
 # with the twin's counter behind each; None: a family that stays 0 in the twin.
 _NIXL_HISTS = [
     "vllm:nixl_xfer_time_seconds",
@@ -496,7 +496,7 @@ def _router_value(v: float) -> str:
 
 
 # ------------------------------------------------------------------- dcgm-exporter
-# The dcgm-exporter default-counters fields the twin serves (kinds and HELP: moemeter/contract.py).
+# The dcgm-exporter default-counters fields the twin serves (kinds and HELP: moemeter/contract/families.py).
 DCGM_FIELDS = [f.name for f in of("dcgm")]
 
 

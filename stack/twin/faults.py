@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 KINDS = ("straggler", "nixl-failures", "kv-saturated")
 STRAGGLER_SLOWDOWN = 1000.0

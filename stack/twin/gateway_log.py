@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
+from moemeter.contract.requests import RECORD_KEYS, SCHEMA, ColumnPage, records_of
 from stack.gateway.metrics import GatewayMetrics
-from stack.gateway.records import RECORD_KEYS, SCHEMA, ColumnPage, records_of
 
 USERS_PER_TENANT = 15
 

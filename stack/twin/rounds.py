@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from types import TracebackType
 
-from moemeter.errors import MoemeterError
-from stack.gateway.records import ColumnPage
+from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import ColumnPage
 
 from .config import TwinProfile
 from .faults import Fault

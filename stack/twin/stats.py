@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moemeter.contract.families import STEP_PHASES
+
 # The moemeter plugin's step-phase families: its own phases and buckets (pure Python, no vLLM).
 from stack.vllm_plugin.moemeter_vllm_plugin.state import BUCKETS as STEP_BUCKETS
-from stack.vllm_plugin.moemeter_vllm_plugin.state import PHASES as STEP_PHASES
 
 # vLLM 0.32 default bucket families (vllm/v1/metrics/buckets.py).
 REQUEST_LATENCY_BUCKETS = (

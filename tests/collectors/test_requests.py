@@ -71,7 +71,7 @@ def test_poison_records_in_a_feed_are_repaired_or_refused_alone(tmp_path: Path) 
     """The audit's poison, in the log of a gateway that wrote it as older gateways did (today's
     gateway cleans it first): a lone surrogate user and a prompt of 2^63 tokens. Every round is
     stored; the first record is kept with U+FFFD, the second refused, both said in `rejected`."""
-    from stack.gateway.records import RequestRecord
+    from moemeter.contract.requests import RequestRecord
 
     for d in ("old", "other"):
         (tmp_path / d).mkdir()

@@ -15,9 +15,9 @@ from collectors.parse import parse_page
 from collectors.requests import FeedResult
 from collectors.service import Collector
 from dashboard.source import collector_warning
-from moemeter.columns import MAX_REQUEST_TOKENS
 from moemeter.contract import TargetInfo
-from stack.gateway.records import SCHEMA, RequestRecord
+from moemeter.contract.columns import MAX_REQUEST_TOKENS
+from moemeter.contract.requests import SCHEMA, RequestRecord
 from tests.conftest import reply
 from warehouse.api import LocalQuery
 from warehouse.cost import user_tokens

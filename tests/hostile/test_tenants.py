@@ -26,8 +26,8 @@ import pandas as pd
 import pytest
 
 from moemeter.cli import main
+from moemeter.contract.requests import RequestRecord
 from stack.gateway.keys import Keys, KeysError, hash_key, load_keys
-from stack.gateway.records import RequestRecord
 from tests.postgres import running_postgres
 from tests.stack.gateway.conftest import start_rig
 from tests.warehouse import conftest as cost_rack

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from moemeter.cli import main
-from stack.gateway.records import RequestRecord
+from collectors.parse import parse_page
+from moemeter.contract import TargetInfo
+from moemeter.contract.requests import RequestRecord
 from warehouse.db import Warehouse
+from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.requests import RequestIngestor
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -72,26 +74,14 @@ def rack(tmp_path_factory):
             )
         )
         for name, f, role, gpus in (("prefill-0", pf, "prefill", 2), ("decode-0", dc, "decode", 4)):
-            assert (
-                main(
-                    [
-                        "ingest",
-                        "--file",
-                        str(f),
-                        "--target",
-                        name,
-                        "--at",
-                        at.isoformat(),
-                        "--db",
-                        str(db),
-                        "--role",
-                        role,
-                        "--gpus",
-                        str(gpus),
-                    ]
-                )
-                == 0
-            )
+            body = f.read_bytes()
+            target = TargetInfo(name, f"file://{f.resolve()}", role, gpus)
+            batch = ScrapeBatch(target, at, True, 0.0, parse_page(body, "text/plain"), bytes=len(body))
+            wh = Warehouse(db)
+            try:
+                wh.write(lambda con, batch=batch: Ingestor().write(con, batch))
+            finally:
+                wh.close()
     wh = Warehouse(db)
     recs = [
         RequestRecord(

@@ -10,7 +10,7 @@ import pytest
 from collectors.parse import parse_page
 from moemeter.cli import main
 from moemeter.contract import TargetInfo
-from stack.gateway.records import RequestRecord
+from moemeter.contract.requests import RequestRecord
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.export import ExportError, export_parquet

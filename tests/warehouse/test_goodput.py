@@ -41,7 +41,7 @@ import duckdb
 import pytest
 
 from moemeter.cli import main
-from stack.gateway.records import RequestRecord
+from moemeter.contract.requests import RequestRecord
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.goodput import slo_report

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stack.gateway.records import RECORD_KEYS, ColumnPage, RecordLog, RequestRecord
+from moemeter.contract.requests import RECORD_KEYS, ColumnPage, RequestRecord
+from stack.gateway.records import RecordLog
 from warehouse import requests as requests_module
 from warehouse.db import apply_migrations
 from warehouse.read import micros

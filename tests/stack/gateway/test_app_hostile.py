@@ -13,7 +13,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from moemeter.columns import MAX_COUNT
+from moemeter.contract.columns import MAX_COUNT
 from stack.twin.upstream import SimulatedUpstream
 
 from .conftest import Rig, start_rig

@@ -7,7 +7,8 @@ import math
 from prometheus_client import CollectorRegistry, Histogram
 
 from moemeter.contract import FAMILIES
-from stack.gateway.metrics import TTFT_BUCKETS, _Hist
+from moemeter.contract.requests import TTFT_BUCKETS
+from stack.gateway.metrics import _Hist
 
 
 def test_values_fall_in_the_buckets_prometheus_client_puts_them_in():

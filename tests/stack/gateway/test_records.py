@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 
-from stack.gateway.records import RequestRecord
+from moemeter.contract.requests import RequestRecord
 
 
 def test_a_record_gives_every_field_as_asdict_does():

@@ -8,8 +8,8 @@ import duckdb
 import numpy as np
 import pytest
 
+from moemeter.contract.requests import ColumnPage, RequestRecord, records_of
 from stack.gateway.metrics import GatewayMetrics
-from stack.gateway.records import ColumnPage, RequestRecord, records_of
 from stack.twin.gateway_log import TwinGatewayLog
 from warehouse.db import apply_migrations
 from warehouse.requests import RequestIngestor

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stack.gateway.records import ColumnPage
+from moemeter.contract.requests import ColumnPage
 from stack.twin.config import load_profile
 from stack.twin.rounds import TwinProcessError, TwinRounds
 from stack.twin.server import WARMUP_SECONDS, Twin

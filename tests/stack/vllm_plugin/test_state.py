@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from collectors.parse import parse_page
-from stack.eplb.policy import evaluate
+from moemeter.contract.eplb import evaluate
 from stack.vllm_plugin.moemeter_vllm_plugin.exporter import PluginCollector, experts_snapshot
 from stack.vllm_plugin.moemeter_vllm_plugin.state import (
     BUCKETS,

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stack.eplb.policy import PlanError, PlanInput, evaluate, plan, plan_refined, plan_vllm, replicate
+from moemeter.contract.eplb import PlanError, PlanInput, evaluate, plan, plan_refined, plan_vllm, replicate
 
-FIXTURES = Path(__file__).parents[2] / "fixtures" / "eplb"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "eplb"
 KEYS = ("weight", "num_replicas", "num_groups", "num_nodes", "num_gpus")
 RECORDED = json.loads((FIXTURES / "vllm-0.32-default-policy-recorded.json").read_text())["cases"]
 
@@ -57,14 +57,14 @@ def assert_tie_order_free_agreement(inp: PlanInput, got: np.ndarray, recorded: n
     assert np.allclose(np.sort(ours_load, axis=1), np.sort(theirs_load, axis=1), rtol=1e-12, atol=0)
 
 
-VLLM_PYTHON = Path(__file__).parents[3] / ".vllm-venv" / "bin" / "python"
+VLLM_PYTHON = Path(__file__).parents[2] / ".vllm-venv" / "bin" / "python"
 # Run inside the vLLM environment: vLLM's DefaultEplbPolicy and this planner on the same inputs,
 # the same numpy and the same CPU; prints both placements.
 BESIDE_VLLM = """
 import json, sys
 import numpy as np, torch
 from vllm.distributed.eplb.policy.default import DefaultEplbPolicy
-from stack.eplb.policy import PlanInput, plan_vllm
+from moemeter.contract.eplb import PlanInput, plan_vllm
 cases = json.load(sys.stdin)
 rng = np.random.default_rng(2026)
 for layers, experts, slots, groups, nodes, gpus in [(4, 16, 20, 4, 2, 4), (3, 12, 16, 3, 2, 8), (2, 64, 80, 8, 1, 16),
@@ -102,8 +102,8 @@ def _beside_vllm(code: str, stdin: str = "", **env: str) -> str:
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=Path(__file__).parents[3],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3]), **env},
+        cwd=Path(__file__).parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), **env},
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return run.stdout.strip().splitlines()[-1]

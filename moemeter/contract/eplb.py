@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from moemeter.errors import MoemeterError
+from moemeter.contract.errors import MoemeterError
 
 POLICIES = ("vllm", "refined")
 

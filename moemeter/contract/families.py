@@ -1,121 +1,16 @@
-"""moemeter's contract: what it reads and emits, declared once (client_python's `samples.py` is
-the model; vLLM's `PrometheusStatLogger` declares its families the same way).
-
-- `Sample`, `Page` and `TargetInfo`: what the parser and the collectors hand the warehouse (a
-  `Page` is a page's samples as columns: its `Layout` and its values).
-- `ROLES` and `POOLS`: what a target is, and which targets form the two GPU pools.
-- `TOKEN_MEASURES`: prompt, cached, computed and generated tokens (docs/definitions.md).
-- `FAMILIES`: every metric family moemeter reads or emits, by the name its `# TYPE` line gives
-  (counters with `_total`), with its kind, label names (`le` and `quantile` aside), unit, HELP
-  text as its source writes it, the source and the versions it is known in. The rack twin renders
-  its pages from here, the gateway its /metrics, docs/metrics.md's table is generated from here
-  (`python -m moemeter.contract > table`; tests/test_docs.py checks it), and
-  tests/stack/twin/test_contract.py holds every entry to the real captures in tests/fixtures/.
-
-This module imports nothing of moemeter's: every layer may import it.
-"""
+"""Every metric family moemeter reads or emits, by the name its `# TYPE` line gives (counters with
+`_total`), with its kind, label names (`le` and `quantile` aside), unit, HELP text as its source
+writes it, the source and the versions it is known in. The rack twin renders its pages from here,
+the gateway its /metrics, docs/metrics.md's table is generated from here (`python -m
+moemeter.contract > table`; tests/test_docs.py checks it), and tests/stack/twin/test_contract.py
+holds every entry to the real captures in tests/fixtures/ (vLLM's `PrometheusStatLogger` declares
+its families the same way)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
-
-# ------------------------------------------------------------------------ targets
-ROLES = ("prefill", "decode", "router", "gateway", "gpu")
-"""What a target in a targets file is. prefill and decode targets are vLLM API servers."""
-
-POOLS = ("prefill", "decode")
-"""The two GPU pools of a disaggregated deployment: a target's pool is its role."""
 
 
-@dataclass(frozen=True)
-class TargetInfo:
-    """One entry of a targets file."""
-
-    name: str
-    url: str
-    role: str
-    gpus: int
-    stack: str = ""
-    hostname: str = ""
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One line of an exposition page, parsed."""
-
-    name: str
-    labels: tuple[tuple[str, str], ...]  # sorted (key, value) pairs, le included
-    value: float
-    family: str
-    kind: str
-
-
-class Layout:
-    """What a page's samples are besides their values: names, labels, families and kinds, in page
-    order (each sample's value is that of the page the layout was read from). A scrape cache keeps
-    one while the target's series stay the same, so its pages share it. A layout made from another
-    by sample lines whose labels changed (a series that moved within its family) names that one as
-    `parent`, and the positions that may differ as `changed`. `template` is what the parser that
-    made it keeps to read the next page (collectors/parse.py)."""
-
-    __slots__ = ("samples", "template", "parent", "changed")
-
-    def __init__(
-        self,
-        samples: list[Sample],
-        template: object,
-        parent: Layout | None = None,
-        changed: tuple[int, ...] = (),
-    ) -> None:
-        self.samples, self.template, self.parent, self.changed = samples, template, parent, changed
-
-
-class Page(Sequence[Sample]):
-    """A plain page's samples as its layout and its values, in page order. A `Sample` is made only
-    when one is asked for: the ingestor reads the values and the layout as columns."""
-
-    __slots__ = ("layout", "values")
-
-    def __init__(self, layout: Layout, values: list[float]) -> None:
-        self.layout, self.values = layout, values
-
-    def __len__(self) -> int:
-        return len(self.values)
-
-    @overload
-    def __getitem__(self, i: int) -> Sample: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Sample]: ...
-    def __getitem__(self, i: int | slice) -> Sample | list[Sample]:
-        if isinstance(i, slice):
-            return list(self)[i]
-        s = self.layout.samples[i]
-        return Sample(s.name, s.labels, self.values[i], s.family, s.kind)
-
-    def __iter__(self) -> Iterator[Sample]:
-        for s, v in zip(self.layout.samples, self.values, strict=True):
-            yield Sample(s.name, s.labels, v, s.family, s.kind)
-
-
-# --------------------------------------------------------------------- token measures
-PROMPT, CACHED, COMPUTED, GENERATED = "prompt", "cached", "computed", "generated"
-TOKEN_MEASURES = {
-    PROMPT: "prompt tokens, cache hits included (vLLM's vllm:prompt_tokens_total on the prefill pool)",
-    CACHED: "prompt tokens served from the prefix cache (source local_cache_hit)",
-    COMPUTED: "prompt tokens the prefill pool computed: prompt - cached",
-    GENERATED: "tokens the decode pool generated (vllm:generation_tokens_total)",
-}
-"""The four token measures every page and report counts (docs/definitions.md)."""
-
-
-def computed_tokens(prompt: float, cached: float) -> float:
-    """Computed prompt tokens: the prompt tokens not served from the prefix cache."""
-    return prompt - cached
-
-
-# --------------------------------------------------------------------------- families
 @dataclass(frozen=True)
 class Source:
     title: str
@@ -132,6 +27,10 @@ SOURCES = {
     "gateway": Source("moemeter metering gateway", ()),
     "process": Source("prometheus_client's process collector (vLLM's API servers)", ("vllm 0.32.0",)),
 }
+
+STEP_PHASES = ("schedule", "prepare_inputs", "forward", "sample", "update")
+"""The phases the plugin times an engine step in (its `phase` label). The plugin is a distribution
+of its own that imports nothing of ours: tests/test_contract.py holds its PHASES equal to these."""
 
 KINDS = ("counter", "gauge", "histogram", "summary")
 
@@ -1073,7 +972,3 @@ def markdown_table() -> str:
             f"| {cell(f.read_by)} |"
         )
     return "\n".join(rows) + "\n"
-
-
-if __name__ == "__main__":
-    print(markdown_table(), end="")
