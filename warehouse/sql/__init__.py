@@ -1,12 +1,19 @@
-"""SQL the warehouse runs, one statement or CTE list per file, with named parameters ($start, $end).
+"""SQL the warehouse runs, reads and writes alike, one statement or CTE list per file, with named
+parameters ($start, $end): no statement is built in Python (dbt-duckdb's layout is the model).
 
 A line `/*name*/` of a file stands for another file that several statements share (INCLUDES).
+`{{pools}}` stands for the contract's pools as an SQL list, `('prefill', 'decode')`. Any other
+`{{key}}` is an identifier (a table's name) given by the caller, and only one of IDENTIFIERS:
+values are never templated, always bound.
 """
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
+
+from moemeter.contract import POOLS
 
 INCLUDES = (
     "increase",
@@ -16,6 +23,10 @@ INCLUDES = (
     "requests_hour_where",
     "request_slo",
 )
+IDENTIFIERS: frozenset[str] = frozenset()
+"""Every identifier a statement's `{{key}}` may be given: a fixed list, never a user's text."""
+POOLS_SQL = "(" + ", ".join(f"'{p}'" for p in POOLS) + ")"
+_SLOT = re.compile(r"\{\{(\w+)\}\}")
 
 
 @cache
@@ -25,13 +36,30 @@ def text(name: str) -> str:
 
 
 @cache
-def sql(name: str) -> str:
-    """warehouse/sql/<name>.sql with every include in place (includes may include others)."""
+def _expanded(name: str) -> str:
     out = text(name)
     while True:
         expanded = out
         for include in INCLUDES:
             expanded = expanded.replace(f"/*{include}*/", text(include))
         if expanded == out:
-            return out
+            return out.replace("{{pools}}", POOLS_SQL)
         out = expanded
+
+
+def sql(name: str, **identifiers: str) -> str:
+    """warehouse/sql/<name>.sql with every include in place (includes may include others), the
+    pools written out, and each `{{key}}` replaced by `identifiers[key]`, one of IDENTIFIERS."""
+    out = _expanded(name)
+    if not identifiers and "{{" not in out:
+        return out
+
+    def fill(m: re.Match[str]) -> str:
+        value = identifiers.get(m[1])
+        if value is None:
+            raise KeyError(f"warehouse/sql/{name}.sql needs an identifier for {{{{{m[1]}}}}}")
+        if value not in IDENTIFIERS:
+            raise ValueError(f"{value!r} is not one of the warehouse's identifiers (warehouse/sql IDENTIFIERS)")
+        return value
+
+    return _SLOT.sub(fill, out)

@@ -8,7 +8,7 @@ WITH picked AS (
     SELECT series_id, role, target, coalesce(engine, '0') AS engine, metric,
            json_extract_string(labels, '$.source') AS source
     FROM series_targets
-    WHERE role IN ('prefill', 'decode')
+    WHERE role IN {{pools}}
       AND metric IN ('vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc', 'vllm:num_preemptions_total',
                      'moemeter_step_seconds_sum', 'moemeter_step_seconds_count',
                      'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')

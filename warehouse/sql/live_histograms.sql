@@ -3,7 +3,7 @@
 -- from the pool rollups.
 WITH picked AS (
     SELECT DISTINCT /*pool_key*/ AS series_id, metric, role, le FROM series_targets
-    WHERE list_contains($families::VARCHAR[], metric) AND role IN ('prefill', 'decode') AND le IS NOT NULL
+    WHERE list_contains($families::VARCHAR[], metric) AND role IN {{pools}} AND le IS NOT NULL
 ),
 /*pool_increase*/
 SELECT s.metric, p.bucket, s.role, s.le, sum(p.delta) AS count

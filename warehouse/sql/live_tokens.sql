@@ -3,7 +3,7 @@
 WITH picked AS (
     SELECT series_id, target, role, metric, json_extract_string(labels, '$.source') AS source
     FROM series_targets
-    WHERE role IN ('prefill', 'decode')
+    WHERE role IN {{pools}}
       AND metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total', 'vllm:generation_tokens_total')
 ),
 /*increase*/

@@ -4,7 +4,7 @@ WITH picked AS (
     SELECT series_id, role AS pool, target, engine, metric,
            coalesce(json_extract_string(labels, '$.phase'), 'wall') AS phase
     FROM series_targets
-    WHERE role IN ('prefill', 'decode')
+    WHERE role IN {{pools}}
       AND metric IN ('moemeter_step_phase_seconds_sum', 'moemeter_step_phase_seconds_count',
                      'moemeter_step_seconds_sum', 'moemeter_step_seconds_count')
 ),
