@@ -36,6 +36,7 @@ from typing import Any
 import duckdb
 
 from dashboard.data.fleet import FleetWindow, fleet_lines
+from moemeter.contract import windows
 from tests.postgres import BIN, running_postgres
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
@@ -50,7 +51,6 @@ PROFILE = Path(__file__).with_name("fleet-rack.toml")
 SOURCE_SPAN = "130m"  # enough to hold one whole hour rolled up wherever the fast-forward starts
 REPEATS = 10
 BACKLOG_STEP_MINUTES = 24 * 60
-SPANS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 
 
 def scale() -> tuple[int, int]:
@@ -213,8 +213,8 @@ def _fleet_page(uri: str, data: str, racks: list[str]) -> dict[str, object]:
     out: dict[str, object] = {"fleet_page_open_seconds": round(time.perf_counter() - t0, 2)}
     try:
         queries = {r: LocalQuery(c.cursor()) for r, c in cons.items()}
-        for label, span in SPANS.items():
-            w = FleetWindow.ending(marks, span)
+        for label in windows.FLEET:
+            w = FleetWindow.ending(marks, windows.span(label))
             assert w is not None
             lines = fleet_lines(queries, w.start, w.end)
             p50, p95 = timed(lambda w=w: fleet_lines(queries, w.start, w.end), REPEATS)  # type: ignore[misc]

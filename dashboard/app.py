@@ -21,6 +21,7 @@ from dashboard.source import (
     lake_watermarks,
     picked_rack,
     query,
+    rack_label,
     starting_note,
     writer_warning,
 )
@@ -48,7 +49,9 @@ login.gate()
 fleet = [st.Page(PAGES / "fleet.py", title="Fleet", icon=":material/dns:", default=True)] if lake_uri() else []
 if fleet:  # the lake's racks, and the rack the query API serves while it answers
     racks = ([LIVE] if api_health() is not None else []) + list(lake_watermarks())
-    st.sidebar.selectbox("Rack", racks or [LIVE], key="rack", help="the rack every page but Fleet reads")
+    st.sidebar.selectbox(
+        "Rack", racks or [LIVE], key="rack", format_func=rack_label, help="the rack every page but Fleet reads"
+    )
 nav = st.navigation(
     [
         *fleet,

@@ -46,8 +46,14 @@ def query(sql: str, params: Params | None = None) -> pd.DataFrame:
     return _cached(api_url(), sql, params or [])
 
 
-LIVE = "live (query API)"
-"""The sidebar's choice of the rack the query API serves, beside the lake's racks."""
+LIVE = ""
+"""The sidebar's key for the rack the query API serves, beside the lake's racks (no rack is named ""),
+shown as `rack_label(LIVE)`."""
+
+
+def rack_label(rack: str) -> str:
+    """What the sidebar shows for a rack's key."""
+    return rack or "live (query API)"
 
 
 def lake_uri() -> str | None:

@@ -16,7 +16,6 @@ import pandas as pd
 from moemeter.contract import DEFAULT_INTERVAL, computed_tokens
 from warehouse.read import Query, Window, at_resolution, increases, run, run_time
 
-RANGES = {"5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 6 * 3600, "24 h": 86400, "7 d": 7 * 86400}
 LATENCY_FAMILIES = (
     "vllm:time_to_first_token_seconds",
     "vllm:inter_token_latency_seconds",

@@ -13,8 +13,7 @@ from dashboard.figures import cost as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import day_span, metric_columns, request_columns
 from dashboard.widgets import usd as _usd
-
-WINDOWS = ("Yesterday", "Today", "Last 24 h", "Last 7 days", "Custom")
+from moemeter.contract import windows
 
 # The daily statement's headings and formats (its CSV keeps the column names finance scripts read).
 DAILY_COLUMNS = {
@@ -47,15 +46,20 @@ def _window(latest: datetime) -> tuple[datetime, datetime, bool]:
     c = st.columns([3, 2])
     today = latest.replace(hour=0, minute=0, second=0, microsecond=0)
     first = data.first_count(query)
-    default = "Yesterday" if first is not None and first < today else "Today"  # a new install has no yesterday
-    choice = c[0].segmented_control("Window (UTC)", WINDOWS, default=default, key="cost_window") or default
-    if choice == "Yesterday":
+    default = "yesterday" if first is not None and first < today else "today"  # a new install has no yesterday
+    choice = (
+        c[0].segmented_control(
+            "Window (UTC)", windows.CALENDAR, format_func=windows.label, default=default, key="cost_window"
+        )
+        or default
+    )
+    if choice == "yesterday":
         return today - timedelta(days=1), today, False
-    if choice == "Today":
+    if choice == "today":
         return today, latest + timedelta(seconds=1), False  # through the last scrape
-    if choice == "Last 24 h":
-        return latest - timedelta(hours=24), latest, False
-    if choice == "Last 7 days":
+    if choice == "24h":
+        return latest - windows.span("24h"), latest, False
+    if choice == "week":
         return today - timedelta(days=7), today, False
     d = c[1].date_input(
         "From / to", (today.date() - timedelta(days=1), today.date() - timedelta(days=1)), key="cost_dates"

@@ -13,17 +13,23 @@ from dashboard.data.alerts import RULES
 from dashboard.figures import dp as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import metric_columns
+from moemeter.contract import windows
 
 
 def render() -> None:
     cols = st.columns([5, 2])
-    choice = cols[0].segmented_control("Time range", list(live.RANGES), default="15 min", key="dp_range") or "15 min"
+    choice = (
+        cols[0].segmented_control(
+            "Time range", windows.RECENT, format_func=windows.label, default="15m", key="dp_range"
+        )
+        or "15m"
+    )
     role = cols[1].segmented_control("Pool", ["decode", "prefill"], default="decode", key="dp_pool") or "decode"
     latest = live.latest_scrape_time(query)
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
         return
-    w = live.Window.ending(latest, live.RANGES[choice], live.scrape_interval(query))
+    w = live.Window.ending(latest, windows.span(choice).total_seconds(), live.scrape_interval(query))
     over_time = data.engines_over_time(query, w, role)
     if over_time.empty:
         st.info(f"No {role} engine was scraped in this range.")

@@ -14,6 +14,7 @@ from dashboard.data import live
 from dashboard.figures import experts as figures
 from dashboard.source import api_url, picked_rack, query, show_api_error
 from dashboard.widgets import compact, metric_columns
+from moemeter.contract import windows
 
 RULES = data.AlertRules()
 
@@ -68,8 +69,11 @@ def render() -> None:
         return
     c = st.columns([2, 3])
     target = c[0].selectbox("Instance", targets, key="target")
-    choice = c[1].segmented_control("Time range", list(live.RANGES), default="1 h", key="exp_range") or "1 h"
-    w = live.Window.ending(latest, live.RANGES[choice], live.scrape_interval(query))
+    choice = (
+        c[1].segmented_control("Time range", windows.RECENT, format_func=windows.label, default="1h", key="exp_range")
+        or "1h"
+    )
+    w = live.Window.ending(latest, windows.span(choice).total_seconds(), live.scrape_interval(query))
     steps = data.rank_steps(query, w, target)
     bal = data.balancedness_over_time(steps)
     events = data.rebalance_cost(

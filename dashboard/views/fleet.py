@@ -14,9 +14,9 @@ from dashboard.data import fleet as data
 from dashboard.figures import fleet as figures
 from dashboard.source import lake_query, lake_uri, lake_watermarks, show_api_error
 from dashboard.widgets import metric_columns, usd
+from moemeter.contract import windows
 
 BEHIND = timedelta(minutes=5)  # a rack this far behind the newest drags the window back: say so
-SPANS = {"Last hour": timedelta(hours=1), "Last 24 h": timedelta(hours=24), "Last 7 days": timedelta(days=7)}
 
 
 @st.cache_data(ttl=60, show_spinner="Reading every rack of the lake…")
@@ -30,8 +30,11 @@ def render() -> None:
     if not marks:
         st.info(f"No rack has published to the lake {lake_uri()} yet: `moemeter serve --lake` publishes a rack.")
         return
-    choice = st.segmented_control("Window (UTC)", list(SPANS), default="Last 24 h", key="fleet_span") or "Last 24 h"
-    w = data.FleetWindow.ending(marks, SPANS[choice])
+    choice = (
+        st.segmented_control("Window (UTC)", windows.FLEET, format_func=windows.label, default="24h", key="fleet_span")
+        or "24h"
+    )
+    w = data.FleetWindow.ending(marks, windows.span(choice))
     assert w is not None
     st.caption(
         f"{w.start:%Y-%m-%d %H:%M} .. {w.end:%Y-%m-%d %H:%M} UTC, ending a minute before the rack that has "

@@ -13,6 +13,7 @@ from dashboard.data import live as data
 from dashboard.figures import live as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import REFRESH_SECONDS, day_span, metric_columns, refresh_every
+from moemeter.contract import windows
 
 
 def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
@@ -23,13 +24,15 @@ def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
 
 def _window_controls() -> tuple[str, datetime | None, datetime | None, bool]:
     cols = st.columns([5, 2.5, 1.5])  # at 1280 px: every range button and "Auto-refresh" in full
-    choice = cols[0].segmented_control("Time range", [*data.RANGES, "Custom"], default="15 min", key="range")
+    choice = cols[0].segmented_control(
+        "Time range", [*windows.RECENT, "custom"], format_func=windows.label, default="15m", key="range"
+    )
     start = end = None
-    if choice == "Custom":
+    if choice == "custom":
         today = datetime.utcnow().date()
         start, end = day_span(cols[1].date_input("From / to (UTC)", (today, today), key="custom_dates"), today)
     auto = cols[2].toggle("Auto-refresh", value=True, key="auto")
-    return choice or "15 min", start, end, auto
+    return choice or "15m", start, end, auto
 
 
 def render(choice: str, start: datetime | None, end: datetime | None) -> None:
@@ -38,10 +41,10 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}: waiting for the first collector round.")
         return
     interval = data.scrape_interval(query)
-    if choice == "Custom" and start and end:
+    if choice == "custom" and start and end:
         w = data.Window.between(start, end, interval)
     else:
-        w = data.Window.ending(latest, data.RANGES.get(choice, 900), interval)
+        w = data.Window.ending(latest, windows.span("15m" if choice == "custom" else choice).total_seconds(), interval)
     tgts = data.targets(query, w)
     gpus = data.pool_gpus(tgts)
     stacks = ", ".join(sorted(s for s in tgts["stack"].dropna().unique() if s)) or "unnamed stack"

@@ -14,6 +14,7 @@ from dashboard.data import overhead as data
 from dashboard.figures import overhead as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import metric_columns
+from moemeter.contract import windows
 
 
 def _ms(v: float) -> str:
@@ -22,11 +23,14 @@ def _ms(v: float) -> str:
 
 def render() -> None:
     latest = live.latest_scrape_time(query)
-    choice = st.segmented_control("Time range", list(live.RANGES), default="15 min", key="ovh_range") or "15 min"
+    choice = (
+        st.segmented_control("Time range", windows.RECENT, format_func=windows.label, default="15m", key="ovh_range")
+        or "15m"
+    )
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
         return
-    w = live.Window.ending(latest, live.RANGES[choice], live.scrape_interval(query))
+    w = live.Window.ending(latest, windows.span(choice).total_seconds(), live.scrape_interval(query))
     steps = data.step_time(query, w)
     if steps.empty:
         st.info(
@@ -78,12 +82,12 @@ def render() -> None:
 
     st.subheader("Before / after")
     c = st.columns(2)
-    mid = latest - timedelta(seconds=live.RANGES[choice] / 2)
+    mid = latest - windows.span(choice) / 2
     a = c[0].slider(
         "Window A (UTC)",
         min_value=latest - timedelta(days=7),
         max_value=latest,
-        value=(latest - timedelta(seconds=live.RANGES[choice]), mid),
+        value=(latest - windows.span(choice), mid),
         format="MM-DD HH:mm",
         key="win_a",
     )

@@ -9,10 +9,10 @@ import streamlit as st
 
 from dashboard.data import slo as data
 from dashboard.data import users
-from dashboard.data.live import RANGES
 from dashboard.figures import slo as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import metric_columns, usd
+from moemeter.contract import windows
 
 TABLE = {
     "class": st.column_config.TextColumn("class"),
@@ -45,8 +45,11 @@ def render() -> None:
             f"(`moemeter gateway`), once the collectors behind {api_url()} have read its feed."
         )
         return
-    choice = st.segmented_control("Time range", list(RANGES), default="1 h", key="slo_range") or "1 h"
-    asked = users.window(latest, RANGES[choice])
+    choice = (
+        st.segmented_control("Time range", windows.RECENT, format_func=windows.label, default="1h", key="slo_range")
+        or "1h"
+    )
+    asked = users.window(latest, windows.span(choice).total_seconds())
     w = data.observed(query, asked)
     report, by_tenant = data.reports(query, w)
     rows = report.rows

@@ -9,10 +9,10 @@ import httpx
 import streamlit as st
 
 from dashboard.data import users as data
-from dashboard.data.live import RANGES
 from dashboard.figures import users as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import compact, metric_columns, request_columns
+from moemeter.contract import windows
 from moemeter.contract.requests import user_of_tenant
 
 ORDERS = {"tokens": "tokens", "generated tokens": "generated_tokens", "requests": "requests", "errors": "errors"}
@@ -41,8 +41,11 @@ def render() -> None:
             f"in the targets file) once the collectors behind {api_url()} have read its feed."
         )
         return
-    choice = st.segmented_control("Time range", list(RANGES), default="1 h", key="users_range") or "1 h"
-    w = data.window(latest, RANGES[choice])
+    choice = (
+        st.segmented_control("Time range", windows.RECENT, format_func=windows.label, default="1h", key="users_range")
+        or "1h"
+    )
+    w = data.window(latest, windows.span(choice).total_seconds())
     s = data.summary(query, w)
     if s is None:
         st.info(f"No requests finished in the last {choice} before {latest:%Y-%m-%d %H:%M:%S} UTC.")

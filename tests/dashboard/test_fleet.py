@@ -123,7 +123,7 @@ def test_the_fleet_page_shows_every_rack_and_their_sum(lake, sick, monkeypatch, 
     monkeypatch.setenv("MOEMETER_LAKE", uri)
     monkeypatch.setenv("MOEMETER_LAKE_DATA", data)
     at = run_page(str(ROOT / "dashboard" / "views" / "fleet.py"), empty_api, monkeypatch, timeout=120)
-    at.segmented_control(key="fleet_span").set_value("Last hour").run()
+    at.segmented_control(key="fleet_span").set_value("1h").run()
     assert not at.exception, at.exception
     table = at.dataframe[0].value
     assert list(table["rack"]) == list(RACKS)

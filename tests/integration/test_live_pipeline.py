@@ -88,7 +88,7 @@ def test_live_page_shows_the_twins_numbers(pipeline, monkeypatch):
 def test_live_page_custom_range_survives_a_half_picked_date_range(pipeline, monkeypatch):
     _, api = pipeline
     at = run_page(PAGE, api.url, monkeypatch)
-    at.segmented_control(key="range").set_value("Custom").run()
+    at.segmented_control(key="range").set_value("custom").run()
     assert not at.exception, at.exception
     today = at.date_input(key="custom_dates").value[0]
     at.date_input(key="custom_dates").set_value((today,)).run()  # the start picked, the end not yet
@@ -143,7 +143,7 @@ def test_cost_page_prices_the_twin_rack(pipeline, monkeypatch):
     prices all 72 GPUs from then to the last scrape."""
     wh, api = pipeline
     at = run_page(COST_PAGE, api.url, monkeypatch)
-    assert at.segmented_control(key="cost_window").value == "Today"
+    assert at.segmented_control(key="cost_window").value == "today"
     first, latest = wh.query_df("SELECT min(ts) f, max(ts) t FROM scrapes WHERE up").iloc[0]
     assert any(f"first saw the rack at {first:%Y-%m-%d %H:%M:%S} UTC" in i.value for i in at.info), at.info
     hours = (latest - first).total_seconds() / 3600 + 1 / 3600

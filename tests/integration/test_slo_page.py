@@ -39,7 +39,7 @@ def metric(at, label: str) -> str:  # type: ignore[no-untyped-def]
 
 def test_the_page_shows_the_reports_numbers(api, monkeypatch) -> None:
     at = run_page(PAGE, api, monkeypatch)
-    at.segmented_control(key="slo_range").set_value("6 h").run()
+    at.segmented_control(key="slo_range").set_value("6h").run()
     assert not at.exception, at.exception
     # 6 h up to the last request (14:40): chat holds 9, 1..7 and 10 (8 went away): 5 met; batch 1 of 2
     assert metric(at, "Attainment") == "54.55%"
