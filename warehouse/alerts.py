@@ -11,6 +11,15 @@ import numpy as np
 import pandas as pd
 
 from moemeter.contract import POOLS
+from moemeter.contract.alerts import (
+    NIXL_ALERTS,
+    NIXL_MINUTES,
+    POOL_IDLE_HOLD_MINUTES,
+    PREEMPTING_MINUTES,
+    PREEMPTION_RATE_MINUTES,
+    STEP_MEAN_MINUTES,
+    WAITING_MEAN_MINUTES,
+)
 
 
 @dataclass(frozen=True)
@@ -135,18 +144,10 @@ def evaluate_alerts(
     return out
 
 
-NIXL_ALERTS = {  # counter -> (alert, what), as in the Prometheus pack (warehouse/rules.py)
-    "vllm:nixl_num_failed_transfers_total": ("NIXLFailedTransfers", "KV transfers failed"),
-    "vllm:nixl_num_failed_notifications_total": ("NIXLFailedNotifications", "NIXL notifications failed"),
-    "vllm:nixl_num_kv_expired_reqs_total": ("NIXLExpiredKV", "requests' KV blocks expired before decode read them"),
-}
-NIXL_MINUTES = 5.0  # the pack's increase(...[5m]) > 0
-WAITING_MEAN = "2min"  # the pack's avg_over_time(vllm:num_requests_waiting[2m]), judged once it spans 2 min
+NIXL = {a.family: a for a in NIXL_ALERTS}
+WAITING_MEAN = f"{WAITING_MEAN_MINUTES:g}min"
 LOOKBACK = "5min"  # Prometheus's lookback for an instant selector (`x offset 2m` reads the sample before)
-STEP_MEAN = "5min"  # the pack's rate(moemeter_step_seconds_sum[5m]) / rate(..._count[5m])
-PREEMPTION_RATE_MINUTES = 10.0  # the pack's rate(vllm:num_preemptions_total[10m])
-PREEMPTING_MINUTES = 5.0  # ...held this long
-POOL_IDLE_HOLD_MINUTES = 1.0  # the pack's PoolIdle `for`
+STEP_MEAN = f"{STEP_MEAN_MINUTES:g}min"
 
 
 def signals_minutes(rules: AlertRules) -> float:
@@ -362,11 +363,11 @@ def _stragglers(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
 def _nixl(nixl: pd.DataFrame) -> list[Firing]:
     return [
         Firing(
-            NIXL_ALERTS[str(row.metric)][0],
+            NIXL[str(row.metric)].alert,
             f"{row.role} {row.target}",
             float(row.increase),
             pd.Timestamp(row.since),
-            f"{row.increase:.0f} {NIXL_ALERTS[str(row.metric)][1]} in {NIXL_MINUTES:g} min",
+            f"{row.increase:.0f} {NIXL[str(row.metric)].what} in {NIXL_MINUTES:g} min",
         )
         for row in nixl.itertuples(index=False)
     ]

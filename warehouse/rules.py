@@ -20,6 +20,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from moemeter.contract import POOLS, TargetInfo
+from moemeter.contract.alerts import (
+    NIXL_ALERTS,
+    NIXL_MINUTES,
+    POOL_IDLE_HOLD_MINUTES,
+    PREEMPTING_MINUTES,
+    PREEMPTION_RATE_MINUTES,
+    STEP_MEAN_MINUTES,
+    WAITING_MEAN_MINUTES,
+    prom_minutes,
+)
 from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import E2E_BUCKETS, ITL_BUCKETS, SERVER_FAULTS, TTFT_BUCKETS
 from warehouse.alerts import AlertRules, eplb_group
@@ -132,12 +142,12 @@ def _slo(r: AlertRules, c: SloClass) -> dict[str, object]:
 def _engines(r: AlertRules) -> dict[str, object]:
     # a moment's queue is no straggler: the 2-min mean, of an engine scraped for those 2 minutes
     waiting = (
-        f"sum by ({ENGINE}) (avg_over_time(vllm:num_requests_waiting[2m]))"
-        f" and on ({ENGINE}) vllm:num_requests_waiting offset 2m"
+        f"sum by ({ENGINE}) (avg_over_time(vllm:num_requests_waiting[{prom_minutes(WAITING_MEAN_MINUTES)}]))"
+        f" and on ({ENGINE}) vllm:num_requests_waiting offset {prom_minutes(WAITING_MEAN_MINUTES)}"
     )
     step = (
-        f"sum by ({ENGINE}) (rate(moemeter_step_seconds_sum[5m]))"
-        f" / sum by ({ENGINE}) (rate(moemeter_step_seconds_count[5m]))"
+        f"sum by ({ENGINE}) (rate(moemeter_step_seconds_sum[{prom_minutes(STEP_MEAN_MINUTES)}]))"
+        f" / sum by ({ENGINE}) (rate(moemeter_step_seconds_count[{prom_minutes(STEP_MEAN_MINUTES)}]))"
     )
     rules: list[dict[str, object]] = [
         {"record": "moemeter:engine_waiting:avg2m", "expr": waiting},
@@ -147,19 +157,16 @@ def _engines(r: AlertRules) -> dict[str, object]:
             "expr": f"sum by ({ENGINE}) (increase(moemeter_step_seconds_count[5m]))",
         },
     ]
-    for alert, family, what in (
-        ("NIXLFailedTransfers", "vllm:nixl_num_failed_transfers_total", "KV transfers failed"),
-        ("NIXLFailedNotifications", "vllm:nixl_num_failed_notifications_total", "NIXL notifications failed"),
-        ("NIXLExpiredKV", "vllm:nixl_num_kv_expired_reqs_total", "requests' KV blocks expired before decode read them"),
-    ):
+    nixl = prom_minutes(NIXL_MINUTES)
+    for a in NIXL_ALERTS:
         rules.append(
             {
-                "alert": alert,
-                "expr": f"sum by (role, instance) (increase({family}[5m])) > 0",
+                "alert": a.alert,
+                "expr": f"sum by (role, instance) (increase({a.family}[{nixl}])) > 0",
                 "labels": {"severity": "warning"},
                 "annotations": {
                     "summary": f'{{{{ $labels.role }}}} {{{{ $labels.instance }}}}: {{{{ $value | printf "%.0f" }}}} '
-                    f"{what} in 5 min"
+                    f"{a.what} in {NIXL_MINUTES:g} min"
                 },
             }
         )
@@ -176,8 +183,8 @@ def _engines(r: AlertRules) -> dict[str, object]:
         },
         {
             "alert": "EnginePreempting",
-            "expr": f"sum by ({ENGINE}) (rate(vllm:num_preemptions_total[10m])) * 60 > {r.preemptions_per_minute:g}",
-            "for": "5m",
+            "expr": f"sum by ({ENGINE}) (rate(vllm:num_preemptions_total[{prom_minutes(PREEMPTION_RATE_MINUTES)}])) * 60 > {r.preemptions_per_minute:g}",
+            "for": prom_minutes(PREEMPTING_MINUTES),
             "labels": {"severity": "warning"},
             "annotations": {
                 "summary": "{{ $labels.role }} {{ $labels.instance }} engine {{ $labels.engine }}: "
@@ -242,7 +249,7 @@ def _targets(r: AlertRules) -> dict[str, object]:
                 "alert": "PoolIdle",
                 "expr": f"sum by (role) (rate({tokens}[{r.idle_minutes:g}m])) == 0"
                 f' and on (role) max by (role) (up{{role="{pool}"}}) == 1',
-                "for": "1m",
+                "for": prom_minutes(POOL_IDLE_HOLD_MINUTES),
                 "labels": {"severity": "info", "role": pool},
                 "annotations": {"summary": f"the {pool} pool is up and produced no token in {r.idle_minutes:g} min"},
             }
