@@ -408,7 +408,7 @@ def test_dashboard_passes_a_signal_to_streamlit_and_waits_for_it(tmp_path, sig):
 
 
 def test_each_stack_has_its_own_targets_and_database(tmp_path):
-    from moemeter.cli import stack_files
+    from moemeter.cli.running import stack_files
 
     twin, local = stack_files(tmp_path, "twin"), stack_files(tmp_path, "local-cpu")
     assert twin == (tmp_path / "targets.json", tmp_path / "moemeter.duckdb")  # the twin's history stays put

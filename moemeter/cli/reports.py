@@ -1,0 +1,287 @@
+"""For finance and SLOs: `moemeter report cost|daily|slo` and the sheets they price and judge by,
+`moemeter prices load` and `moemeter slo load`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from .common import (
+    DEFAULT_DB,
+    CliError,
+    Command,
+    Commands,
+    lake_reading,
+    open_lake,
+    open_read_only,
+    open_warehouse,
+    parse_time,
+)
+
+commands = Commands()
+report_commands = Commands()
+commands.group(
+    "report",
+    report_commands,
+    help="reports: $/M tokens by pool, per user, per day; SLO attainment, goodput and $/M good tokens",
+    dest="report_command",
+    metavar="REPORT",
+)
+
+
+def _window_options(s: Command) -> None:
+    """The options every report takes, after its --targets."""
+    s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601 (UTC if no offset)")
+    s.add_argument("--to", required=True, help="end (exclusive), ISO 8601")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
+    s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
+    s.add_argument(
+        "--price-sheet",
+        help="TOML price sheet (default: the sheets loaded into the warehouse, "
+        "else warehouse/price_sheets/default.toml: $38.96/GPU-hour)",
+    )
+    fmt = s.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print JSON")
+    fmt.add_argument("--csv", action="store_true", help="print CSV")
+
+
+def _report_pools(path: str) -> dict[str, list[tuple[str, int]]]:
+    from collectors.targets import load_targets
+    from moemeter.contract import POOLS
+
+    targets = load_targets(path)
+    return {role: [(t.name, t.gpus) for t in targets if t.role == role] for role in POOLS}
+
+
+def _report_sheet(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from warehouse.prices import load_sheet
+
+    return load_sheet(args.price_sheet) if args.price_sheet else None
+
+
+def _with_query(args: argparse.Namespace, fn):  # type: ignore[no-untyped-def]
+    """Run fn(query) on one rack of the lake (--lake, --rack), the query API (--api) or the file
+    opened read-only (--db)."""
+    import duckdb
+
+    from warehouse.api import LocalQuery, QueryClient, QueryError
+
+    try:
+        if getattr(args, "lake", None):
+            with open_lake(args) as con:
+                return fn(LocalQuery(con))
+        if args.api:
+            return fn(QueryClient(args.api))
+        with open_read_only(args.db) as con:
+            return fn(LocalQuery(con))
+    except QueryError as exc:
+        raise CliError(str(exc)) from exc
+    except duckdb.Error as exc:
+        raise CliError(f"query failed: {exc}") from exc
+
+
+def _print_report(args: argparse.Namespace, report: Any) -> int:
+    """A report as --json, --csv or text (its as_json, as_csv, as_text)."""
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    elif args.csv:
+        sys.stdout.write(report.as_csv())
+    else:
+        print(report.as_text())
+    return 0
+
+
+def _cost_options(s: Command) -> None:
+    s.add_argument(
+        "--targets",
+        help="targets file: roles and GPUs of the pools (with --lake: the ones each rack published)",
+    )
+    lake_reading(s)
+    _window_options(s)
+
+
+@report_commands.command(
+    "cost",
+    _cost_options,
+    help="GPU-hours, cost, $/M input/output/blended tokens, idle cost, revenue, per-user allocation over a window",
+)
+def cmd_report_cost(args: argparse.Namespace) -> int:
+    from warehouse.cost import NoData, cost_report, stored_pools
+
+    start, end = parse_time(args.from_), parse_time(args.to)
+    sheet = _report_sheet(args)
+    if args.lake and any(t != t.replace(minute=0, second=0, microsecond=0) for t in (start, end)):
+        print(
+            "the lake holds request sums per closed hour: per-user costs count the window's whole hours only",
+            file=sys.stderr,
+        )
+    if args.lake and not args.rack:
+        return _print_report(args, _fleet_cost(args, start, end, sheet))
+    if not args.targets and not args.lake:
+        raise CliError("--targets is needed: the roles and GPUs of the pools (a lake's racks carry their own)")
+    pools = _report_pools(args.targets) if args.targets else None
+    try:
+        report = _with_query(args, lambda q: cost_report(q, pools or stored_pools(q, start, end), start, end, sheet))
+    except (NoData, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    return _print_report(args, report)
+
+
+def _fleet_cost(args: argparse.Namespace, start: datetime, end: datetime, sheet):  # type: ignore[no-untyped-def]
+    """report cost --lake without --rack: every rack's report (its own pools and sheets) and the fleet's."""
+    from warehouse.api import LocalQuery
+    from warehouse.cost import NoData, cost_report, stored_pools
+    from warehouse.fleet import FleetCost
+    from warehouse.lake import racks
+
+    with open_lake(args) as con:
+        names = racks(con)
+    if not names:
+        raise CliError(f"no rack has published to the lake {args.lake} yet")
+    reports, missing = {}, {}
+    for rack in names:
+        with open_lake(argparse.Namespace(**{**vars(args), "rack": rack})) as con:
+            q = LocalQuery(con)
+            pools = stored_pools(q, start, end)
+            if not any(pools.values()):
+                missing[rack] = "none of its prefill or decode targets was scraped in the window"
+                continue
+            try:
+                reports[rack] = cost_report(q, pools, start, end, sheet)
+            except (NoData, ValueError) as exc:
+                missing[rack] = str(exc)
+    if not reports:
+        raise CliError("no rack has counters in the window: " + "; ".join(f"{r}: {m}" for r, m in missing.items()))
+    return FleetCost(start, end, reports, missing)
+
+
+def _daily_options(s: Command) -> None:
+    s.add_argument("--targets", required=True, help="targets file: roles and GPUs of the pools")
+    _window_options(s)
+    s.add_argument("--parquet", help="also write the statement to this Parquet file")
+
+
+@report_commands.command(
+    "daily",
+    _daily_options,
+    help="the daily statement: GPUs in service, GPU-hours, cost, "
+    "input tokens and cache-hit share, output tokens, revenue, margin",
+)
+def cmd_report_daily(args: argparse.Namespace) -> int:
+    from warehouse.cost import daily_statement
+
+    start, end = parse_time(args.from_), parse_time(args.to)
+    if end <= start:
+        raise CliError("--to must be after --from")
+    pools, sheet = _report_pools(args.targets), _report_sheet(args)
+    try:
+        df = _with_query(args, lambda q: daily_statement(q, pools, start, end, sheet))
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    if args.parquet:
+        df.to_parquet(args.parquet, index=False)
+    if args.json:
+        print(df.to_json(orient="records"))
+    elif args.csv:
+        print(df.to_csv(index=False), end="")
+    else:
+        import pandas as pd
+
+        with pd.option_context("display.width", 250, "display.max_columns", 30):
+            print(df.to_string(index=False))
+    return 0
+
+
+def _slo_options(s: Command) -> None:
+    s.add_argument(
+        "--targets", help="targets file: roles and GPUs of the pools (default: the targets the warehouse saw)"
+    )
+    s.add_argument("--by", choices=("class", "tenant"), default="class", help="a row per class, or per tenant")
+    _window_options(s)
+
+
+@report_commands.command(
+    "slo",
+    _slo_options,
+    help="per SLO class (or tenant): requests, met, attainment, goodput, $/M good tokens, error budget left, burn rates",
+)
+def cmd_report_slo(args: argparse.Namespace) -> int:
+    from warehouse.goodput import NoSloSheet, slo_report
+
+    start, end = parse_time(args.from_), parse_time(args.to)
+    pools = _report_pools(args.targets) if args.targets else None
+    sheet = _report_sheet(args)
+    try:
+        report = _with_query(args, lambda q: slo_report(q, start, end, pools, sheet, args.by))
+    except (NoSloSheet, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    return _print_report(args, report)
+
+
+# ----------------------------------------------------------------- prices and slo
+prices_commands = Commands()
+commands.group(
+    "prices",
+    prices_commands,
+    help="price sheets: load a new version into the warehouse",
+    dest="prices_command",
+    metavar="PRICES_COMMAND",
+)
+
+
+def _prices_load_options(s: Command) -> None:
+    s.add_argument("file", help="TOML price sheet")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (needs the writer: stop `serve` first)")
+
+
+@prices_commands.command(
+    "load", _prices_load_options, help="add a price sheet's entries (never changes a stored price)"
+)
+def cmd_prices_load(args: argparse.Namespace) -> int:
+    from warehouse.prices import PriceSheetError, load_sheet, store_sheet
+
+    sheet = load_sheet(args.file)
+    wh = open_warehouse(args.db)
+    try:
+        added = wh.write(lambda con: store_sheet(con, sheet, datetime.now(UTC).replace(tzinfo=None)))
+    except PriceSheetError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        wh.close()
+    print(f"price sheet {sheet.name}: {added} new entries stored in {args.db}")
+    return 0
+
+
+slo_commands = Commands()
+commands.group(
+    "slo",
+    slo_commands,
+    help="SLO sheets: load a new version of the classes and assignments",
+    dest="slo_command",
+    metavar="SLO_COMMAND",
+)
+
+
+def _slo_load_options(s: Command) -> None:
+    s.add_argument("file", help="TOML SLO sheet (warehouse/slo_sheets/default.toml shows the form)")
+    s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (needs the writer: stop `serve` first)")
+
+
+@slo_commands.command(
+    "load", _slo_load_options, help="add an SLO sheet's entries (never changes a stored target or assignment)"
+)
+def cmd_slo_load(args: argparse.Namespace) -> int:
+    from warehouse.slo import load_slo_sheet, store_slo_sheet
+
+    sheet = load_slo_sheet(args.file)
+    wh = open_warehouse(args.db)
+    try:
+        added = wh.write(lambda con: store_slo_sheet(con, sheet, datetime.now(UTC).replace(tzinfo=None)))
+    finally:
+        wh.close()
+    classes = ", ".join(sorted({c.name for c in sheet.classes}))
+    print(f"SLO sheet {sheet.name} ({classes}): {added} new entries stored in {args.db}")
+    return 0

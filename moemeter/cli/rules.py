@@ -1,0 +1,67 @@
+"""`moemeter rules`: the alert pack as one Prometheus rules file (and a file_sd file of the targets)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from .common import Command, Commands
+
+commands = Commands()
+
+
+def _rules_options(s: Command) -> None:
+    s.add_argument("--targets", help="targets file: each pool's GPUs, for the $/M-token rules (else left out)")
+    s.add_argument("--price-sheet", help="TOML price sheet (default: warehouse/price_sheets/default.toml)")
+    s.add_argument(
+        "--slo-sheet",
+        help="TOML SLO sheet: its default class sets the burn-rate objectives (default: warehouse/slo_sheets/default.toml)",
+    )
+    s.add_argument("--out", help="write the rules file here instead of stdout")
+    s.add_argument(
+        "--sd-out", help="also write a Prometheus file_sd file of the targets, with the labels the rules read"
+    )
+
+
+@commands.command(
+    "rules",
+    _rules_options,
+    help="the alert pack: SLO burn, NIXL, KV cache, preemptions, stragglers, targets, idle, $/M, EPLB",
+)
+def cmd_rules(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
+    from collectors.targets import load_targets
+    from warehouse.alerts import AlertRules
+    from warehouse.prices import default_sheet, load_sheet
+    from warehouse.rules import RulesError, alert_pack, file_sd, pool_costs
+    from warehouse.slo import default_slo_sheet, load_slo_sheet
+
+    targets = load_targets(args.targets) if args.targets else None
+    pools = None
+    if targets is not None:
+        sheet = load_sheet(args.price_sheet) if args.price_sheet else default_sheet()
+        pools = pool_costs(targets, sheet, datetime.now(UTC).replace(tzinfo=None))  # the prices in effect now
+    else:
+        print("no --targets: the $/M-token rules (they need each pool's GPUs) are left out", file=sys.stderr)
+    slo_sheet = load_slo_sheet(args.slo_sheet) if args.slo_sheet else default_slo_sheet()
+    now = datetime.now(UTC).replace(tzinfo=None)
+    slo = slo_sheet.default_at(now)
+    if slo is None:
+        raise RulesError(f"SLO sheet {slo_sheet.name}: no default class is in effect now")
+    text = yaml.safe_dump(alert_pack(AlertRules(), slo, pools), sort_keys=False, width=1000)
+    if args.sd_out:
+        if targets is None:
+            raise RulesError("--sd-out needs --targets: the file_sd file lists them")
+        Path(args.sd_out).write_text(json.dumps(file_sd(targets), indent=2) + "\n")
+        print(f"wrote {args.sd_out}", file=sys.stderr)
+    if args.out:
+        Path(args.out).write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
