@@ -103,3 +103,22 @@ def test_docs_index_links_every_doc_and_every_link_resolves():
     assert missing == [], f"docs/README.md links to files that do not exist: {missing}"
     unlisted = sorted(p.name for p in docs.glob("*.md") if p.name != "README.md" and p.resolve() not in linked)
     assert unlisted == [], f"docs/README.md does not link: {unlisted}"
+
+
+def test_the_readme_table_of_commands_is_the_parsers():
+    """Each command's README row is declared beside it (moemeter/cli/), as its --help description."""
+    from moemeter.cli.reference import README_BEGIN, README_END, readme_table
+
+    readme = (ROOT / "README.md").read_text()
+    begin = readme.index(README_BEGIN)
+    table = readme[readme.index("\n", begin) + 1 : readme.index(README_END)]
+    assert table == readme_table(), "regenerate it: python -m moemeter.cli.reference --readme"
+
+
+def test_docs_cli_md_is_the_parsers():
+    """docs/cli.md shows every command's usage and every option's flags, default and help."""
+    from moemeter.cli.reference import markdown_reference
+
+    assert (ROOT / "docs" / "cli.md").read_text() == markdown_reference(), (
+        "regenerate it: python -m moemeter.cli.reference --docs > docs/cli.md"
+    )

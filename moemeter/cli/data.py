@@ -14,6 +14,7 @@ from .common import (
     CliError,
     Command,
     Commands,
+    Row,
     lake_reading,
     open_lake,
     open_read_only,
@@ -36,7 +37,17 @@ def _ingest_options(s: Command) -> None:
     s.add_argument("--openmetrics", action="store_true", help="the file is OpenMetrics")
 
 
-@commands.command("ingest", _ingest_options, help="load one exposition snapshot file offline")
+@commands.command(
+    "ingest",
+    _ingest_options,
+    help="load one exposition snapshot file offline",
+    rows=[
+        Row(
+            "moemeter ingest --file F --target NAME --at ISO8601 --db F",
+            "load one exposition snapshot offline",
+        ),
+    ],
+)
 def cmd_ingest(args: argparse.Namespace) -> int:
     from collectors.parse import ExpositionError, parse_page
     from moemeter.contract import ROLES, TargetInfo
@@ -78,7 +89,17 @@ def _pull_options(s: Command) -> None:
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
 
 
-@commands.command("pull", _pull_options, help="backfill from a Prometheus-compatible HTTP API (query_range)")
+@commands.command(
+    "pull",
+    _pull_options,
+    help="backfill from a Prometheus-compatible HTTP API (query_range)",
+    rows=[
+        Row(
+            "moemeter pull --prometheus URL --targets F --from T --to T --db F",
+            "backfill from Prometheus/Thanos/Mimir/VictoriaMetrics (`query_range`) through the same ingest path",
+        ),
+    ],
+)
 def cmd_pull(args: argparse.Namespace) -> int:
     """Backfill from a Prometheus-compatible API through the same ingest path as a scrape."""
     from collectors.promapi import http_get, pull_range
@@ -117,7 +138,17 @@ def _query_options(s: Command) -> None:
     lake_reading(s)
 
 
-@commands.command("query", _query_options, help="run one SELECT on the warehouse and print it")
+@commands.command(
+    "query",
+    _query_options,
+    help="run one SELECT on the warehouse and print it",
+    rows=[
+        Row(
+            'moemeter query --db F "SELECT ..." [--json]',
+            "print a query result (only SELECT passes)",
+        ),
+    ],
+)
 def cmd_query(args: argparse.Namespace) -> int:
     import duckdb
     import pandas as pd
@@ -161,7 +192,17 @@ def _export_options(s: Command) -> None:
     lake_reading(s, rack=False)
 
 
-@commands.command("export", _export_options, help="export the warehouse to Parquet, partitioned by day")
+@commands.command(
+    "export",
+    _export_options,
+    help="export the warehouse to Parquet, partitioned by day",
+    rows=[
+        Row(
+            "moemeter export --out DIR --from T --to T [--db F | --api URL] [--rack NAME]",
+            "Parquet, `<table>/[rack=NAME/]day=YYYY-MM-DD/`, readable by DuckDB or any Parquet engine",
+        ),
+    ],
+)
 def cmd_export(args: argparse.Namespace) -> int:
     from warehouse.api import LocalQuery, QueryClient, QueryError
     from warehouse.export import DIMENSION_TABLES, FACT_TABLES, ExportError, export_parquet

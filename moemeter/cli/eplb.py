@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from .common import CliError, Command, Commands
+from .common import CliError, Command, Commands, Row
 
 commands = Commands()
 eplb_commands = Commands()
@@ -31,7 +31,17 @@ def _plan_options(s: Command) -> None:
     s.add_argument("--json", action="store_true", help="print phy2log, rank_load and balancedness as JSON")
 
 
-@eplb_commands.command("plan", _plan_options, help="place logical experts into physical slots (vllm or refined policy)")
+@eplb_commands.command(
+    "plan",
+    _plan_options,
+    help="place logical experts into physical slots (vllm or refined policy)",
+    rows=[
+        Row(
+            "moemeter eplb plan --input F.json --policy vllm|refined [--json]",
+            "expert placement: vLLM's default EPLB policy exactly, or a refined one",
+        ),
+    ],
+)
 def cmd_eplb_plan(args: argparse.Namespace) -> int:
     from moemeter.contract.eplb import PlanError, PlanInput, plan
 
@@ -67,7 +77,15 @@ def _rules_options(s: Command) -> None:
 
 
 @eplb_commands.command(
-    "rules", _rules_options, help="print the EPLB hot-spot alerts as a Prometheus alerting-rules file"
+    "rules",
+    _rules_options,
+    help="print the EPLB hot-spot alerts as a Prometheus alerting-rules file",
+    rows=[
+        Row(
+            "moemeter eplb rules [--out F]",
+            "only the EPLB hot-spot alerts, as a Prometheus alerting-rules file",
+        ),
+    ],
 )
 def cmd_eplb_rules(args: argparse.Namespace) -> int:
     import yaml

@@ -12,7 +12,9 @@ import signal
 import sys
 import time
 
-from .common import CliError, Command, Commands, parse_duration
+from .common import CliError, Command, Commands, Row, parse_duration
+
+DEFAULT_GATEWAY_PORT = 8000
 
 commands = Commands()
 
@@ -22,7 +24,7 @@ def _gateway_options(s: Command) -> None:
     from stack.gateway.app import MAX_IN_FLIGHT
 
     s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")
-    s.add_argument("--port", type=int, default=8000, help="port to listen on")
+    s.add_argument("--port", type=int, default=DEFAULT_GATEWAY_PORT, help="port to listen on")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
     s.add_argument(
         "--admin-port",
@@ -51,7 +53,20 @@ def _gateway_options(s: Command) -> None:
     )
 
 
-@commands.command("gateway", _gateway_options, help="the metering gateway: OpenAI-compatible, in front of vllm-router")
+@commands.command(
+    "gateway",
+    _gateway_options,
+    help="the metering gateway: OpenAI-compatible, in front of vllm-router",
+    rows=[
+        Row(
+            f"moemeter gateway --upstream URL [--port {DEFAULT_GATEWAY_PORT}] [--keys FILE]",
+            "the **metering gateway**: OpenAI-compatible (`/v1/completions`, `/v1/chat/completions`, "
+            "streaming or not) in front of vllm-router (or any OpenAI-compatible server); attributes each "
+            "request to its `user` field or API key's tenant, records usage, TTFT and inter-token latency in "
+            "a durable log the collectors read (target role `gateway`)",
+        ),
+    ],
+)
 def cmd_gateway(args: argparse.Namespace) -> int:
     from stack.gateway.app import Gateway, serve
     from stack.gateway.keys import hash_key, load_keys
@@ -150,7 +165,19 @@ def _field_doc(cls: type, name: str) -> str:
     return name
 
 
-@commands.command("loadgen", _loadgen_options, help="AgentX-like agent sessions from many users, through the gateway")
+@commands.command(
+    "loadgen",
+    _loadgen_options,
+    help="AgentX-like agent sessions from many users, through the gateway",
+    rows=[
+        Row(
+            "moemeter loadgen --url URL [--sessions N] [--users N] [--concurrency N | --rate R] [--seed N]",
+            "AgentX-like agent sessions (growing context, shared prefixes, tool-call and long turns, "
+            "subagents, think time) through the gateway; prints requests, tokens, P50/P90 per-user tokens/s, "
+            "TTFT, errors",
+        ),
+    ],
+)
 def cmd_loadgen(args: argparse.Namespace) -> int:
     import dataclasses
 

@@ -15,6 +15,7 @@ from .common import (
     CliError,
     Command,
     Commands,
+    Row,
     open_read_only,
     rack_name,
 )
@@ -27,6 +28,14 @@ commands.group(
     help="the fleet's DuckLake, as its owner: its guard, its racks' roles, its files",
     dest="lake_command",
     metavar="LAKE_COMMAND",
+    rows=[
+        Row(
+            "moemeter lake setup|owners|assign RACK ROLE|tidy --lake CATALOG",
+            "as the lake's owner: install the catalog's guard (each rack writable only by its own PostgreSQL "
+            "role), list or give racks to roles, merge every rack's files (docs/operations.md, \"A fleet on "
+            'DuckLake")',
+        ),
+    ],
 )
 
 
@@ -146,7 +155,17 @@ def _publish_options(s: Command) -> None:
 
 
 @commands.command(
-    "publish", _publish_options, help="publish what a warehouse file holds to a DuckLake, as serve --lake does"
+    "publish",
+    _publish_options,
+    help="publish what a warehouse file holds to a DuckLake, as serve --lake does",
+    rows=[
+        Row(
+            "moemeter publish --db F --lake CATALOG [--lake-data PATH] --rack NAME",
+            "publish a warehouse file to the fleet's DuckLake (PostgreSQL catalog, Parquet data), "
+            "idempotently; `report cost`, `query` and `export` read it with `--lake CATALOG [--rack NAME]` "
+            "(no `--rack`: every rack and the fleet's total)",
+        ),
+    ],
 )
 def cmd_publish(args: argparse.Namespace) -> int:
     """Publish what a warehouse file holds to the lake, up to its rollup watermark."""

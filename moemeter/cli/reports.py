@@ -14,6 +14,7 @@ from .common import (
     CliError,
     Command,
     Commands,
+    Row,
     lake_reading,
     open_lake,
     open_read_only,
@@ -107,6 +108,14 @@ def _cost_options(s: Command) -> None:
     "cost",
     _cost_options,
     help="GPU-hours, cost, $/M input/output/blended tokens, idle cost, revenue, per-user allocation over a window",
+    rows=[
+        Row(
+            "moemeter report cost --targets F --from T --to T [--db F | --api URL] [--price-sheet F] [--json | --csv]",
+            "for finance: GPU-hours and cost per pool, $/M input (computed prompt tokens), $/M output, "
+            "blended, cache hits apart, idle cost, revenue and margin at the token prices, each user's share "
+            "of the cost",
+        ),
+    ],
 )
 def cmd_report_cost(args: argparse.Namespace) -> int:
     from warehouse.cost import NoData, cost_report, stored_pools
@@ -169,6 +178,13 @@ def _daily_options(s: Command) -> None:
     _daily_options,
     help="the daily statement: GPUs in service, GPU-hours, cost, "
     "input tokens and cache-hit share, output tokens, revenue, margin",
+    rows=[
+        Row(
+            "moemeter report daily --targets F --from T --to T [--json | --csv] [--parquet F]",
+            "the daily statement: GPUs in service (average, peak), GPU-hours, cost, input tokens and "
+            "cache-hit share, output tokens, revenue, margin",
+        ),
+    ],
 )
 def cmd_report_daily(args: argparse.Namespace) -> int:
     from warehouse.cost import daily_statement
@@ -207,6 +223,15 @@ def _slo_options(s: Command) -> None:
     "slo",
     _slo_options,
     help="per SLO class (or tenant): requests, met, attainment, goodput, $/M good tokens, error budget left, burn rates",
+    rows=[
+        Row(
+            "moemeter report slo --from T --to T [--by class|tenant] [--targets F] [--db F | --api URL] "
+            "[--json | --csv]",
+            "per SLO class (or tenant): requests held, met, attainment, misses by target, goodput "
+            "(requests/s and tokens/s that met their targets), $/M good tokens, error budget left over the "
+            "class's period, burn rates over 5 min, 30 min, 1 h and 6 h",
+        ),
+    ],
 )
 def cmd_report_slo(args: argparse.Namespace) -> int:
     from warehouse.goodput import NoSloSheet, slo_report
@@ -238,7 +263,16 @@ def _prices_load_options(s: Command) -> None:
 
 
 @prices_commands.command(
-    "load", _prices_load_options, help="add a price sheet's entries (never changes a stored price)"
+    "load",
+    _prices_load_options,
+    help="add a price sheet's entries (never changes a stored price)",
+    rows=[
+        Row(
+            "moemeter prices load SHEET.toml --db F",
+            "add a price sheet's entries to the warehouse (versions by effective time; a stored price is "
+            "never changed)",
+        ),
+    ],
 )
 def cmd_prices_load(args: argparse.Namespace) -> int:
     from warehouse.prices import PriceSheetError, load_sheet, store_sheet
@@ -271,7 +305,17 @@ def _slo_load_options(s: Command) -> None:
 
 
 @slo_commands.command(
-    "load", _slo_load_options, help="add an SLO sheet's entries (never changes a stored target or assignment)"
+    "load",
+    _slo_load_options,
+    help="add an SLO sheet's entries (never changes a stored target or assignment)",
+    rows=[
+        Row(
+            "moemeter slo load SHEET.toml --db F",
+            "add an SLO sheet's classes (TTFT, inter-token and end-to-end targets, objective, period) and "
+            "user/tenant assignments (`warehouse/slo_sheets/default.toml` shows the form; "
+            "docs/definitions.md, SLOs)",
+        ),
+    ],
 )
 def cmd_slo_load(args: argparse.Namespace) -> int:
     from warehouse.slo import load_slo_sheet, store_slo_sheet

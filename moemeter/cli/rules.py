@@ -7,7 +7,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .common import Command, Commands
+from .common import Command, Commands, Row
 
 commands = Commands()
 
@@ -29,6 +29,14 @@ def _rules_options(s: Command) -> None:
     "rules",
     _rules_options,
     help="the alert pack: SLO burn, NIXL, KV cache, preemptions, stragglers, targets, idle, $/M, EPLB",
+    rows=[
+        Row(
+            "moemeter rules [--targets F] [--slo-sheet F] [--out F] [--sd-out F]",
+            "the **alert pack** as one Prometheus rules file: SLO fast and slow burn, NIXL failures and "
+            "expired KV, KV-cache saturation, preemptions, DP-engine stragglers, targets down or absent, "
+            "idle pools, $/M spikes, EPLB hot spots; each with promtool tests (docs/alerts.md)",
+        ),
+    ],
 )
 def cmd_rules(args: argparse.Namespace) -> int:
     import json

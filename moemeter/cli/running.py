@@ -14,7 +14,7 @@ from pathlib import Path
 
 from moemeter.contract import DEFAULT_INTERVAL
 
-from .common import DEFAULT_API_PORT, DEFAULT_DB, CliError, Command, Commands, lake_reading, open_lake
+from .common import DEFAULT_API_PORT, DEFAULT_DB, CliError, Command, Commands, Row, lake_reading, open_lake
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DASHBOARD_PORT = 8501
@@ -65,7 +65,24 @@ def stack_files(workdir: Path, stack: str) -> tuple[Path, Path]:
     return workdir / f"targets-{stack}.json", workdir / f"moemeter-{stack}.duckdb"
 
 
-@commands.command("up", _up_options, help="start twin, collectors/warehouse and dashboard; Ctrl-C stops all")
+@commands.command(
+    "up",
+    _up_options,
+    help="start twin, collectors/warehouse and dashboard; Ctrl-C stops all",
+    rows=[
+        Row(
+            "moemeter up [--profile P] [--seed N]",
+            "twin + `serve` + `dashboard` as child processes",
+        ),
+        Row(
+            "make run-vllm / moemeter up --stack local-cpu",
+            "the same, observing **real vLLM on this CPU**: prefill + decode of a tiny MoE with NIXL KV "
+            "transfer, vllm-router in front, the metering gateway in front of that, the moemeter plugin in "
+            "both, traffic from the load generator; its own database "
+            "(`.moemeter/moemeter-local-cpu.duckdb`), never mixed with the twin's",
+        ),
+    ],
+)
 def cmd_up(args: argparse.Namespace) -> int:
     """twin (or the local CPU stack) + serve + dashboard as child processes; Ctrl-C stops all."""
     workdir = Path(args.workdir)
@@ -244,7 +261,18 @@ def _launch_options(s: Command) -> None:
     s.add_argument("--targets-out", help="also write the targets file the collectors need")
 
 
-@commands.command("launch", _launch_options, help="print a GPU rack profile's vLLM and vllm-router commands")
+@commands.command(
+    "launch",
+    _launch_options,
+    help="print a GPU rack profile's vLLM and vllm-router commands",
+    rows=[
+        Row(
+            "moemeter launch gb300-nvl72 [--targets-out F]",
+            "the GB300 NVL72 rack's vLLM (DEP2 prefill, DP64 Wide-EP decode with EPLB) and vllm-router "
+            "commands, per tray",
+        ),
+    ],
+)
 def cmd_launch(args: argparse.Namespace) -> int:
     """Print a GPU rack profile's launch commands (and write its targets file)."""
     from stack.launch import commands, load, targets
@@ -298,7 +326,18 @@ def _streamlit_cmd(port: int, host: str) -> list[str]:
     ]  # no "Deploy" button: this dashboard is deployed
 
 
-@commands.command("dashboard", _dashboard_options, help="run the Streamlit dashboard")
+@commands.command(
+    "dashboard",
+    _dashboard_options,
+    help="run the Streamlit dashboard",
+    rows=[
+        Row(
+            "moemeter dashboard [--api URL] [--require-login] [--lake CATALOG]",
+            f"the Streamlit app (:{DEFAULT_DASHBOARD_PORT}), optionally behind OIDC sign-in; with `--lake`, a "
+            "**Fleet** page of every rack in the lake",
+        ),
+    ],
+)
 def cmd_dashboard(args: argparse.Namespace) -> int:
     env = {**os.environ, "MOEMETER_API": args.api, "PYTHONPATH": str(ROOT)}
     if args.require_login:

@@ -23,6 +23,7 @@ from .common import (
     CliError,
     Command,
     Commands,
+    Row,
     open_warehouse,
     rack_name,
 )
@@ -90,7 +91,19 @@ def _serve_options(s: Command) -> None:
     s.add_argument("--chunk-minutes", type=float, default=60.0, help=CHUNK_HELP)
 
 
-@commands.command("serve", _serve_options, help="run the collectors, the warehouse writer and the query API")
+@commands.command(
+    "serve",
+    _serve_options,
+    help="run the collectors, the warehouse writer and the query API",
+    rows=[
+        Row(
+            "moemeter serve --targets FILE --db F [--prometheus URL] [--lake CATALOG --lake-data PATH --rack NAME]",
+            "collectors (scraping, or reading a Prometheus-compatible API) + the one warehouse writer + "
+            f"read-only query API (loopback :{DEFAULT_API_PORT}); with `--lake`, also publishes what has "
+            'closed to the fleet\'s DuckLake (docs/operations.md, "A fleet on DuckLake")',
+        ),
+    ],
+)
 def cmd_serve(args: argparse.Namespace) -> int:
     from collectors.service import Collector
     from collectors.targets import load_targets

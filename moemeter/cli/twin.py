@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from moemeter.contract import DEFAULT_INTERVAL
 
-from .common import MEMORY_HELP, CliError, Command, Commands, open_warehouse, parse_duration
+from .common import MEMORY_HELP, CliError, Command, Commands, Row, open_warehouse, parse_duration
 
 if TYPE_CHECKING:
     from stack.twin.faults import Fault
@@ -63,7 +63,31 @@ def _twin_options(s: Command) -> None:
     )
 
 
-@commands.command("twin", _twin_options, help="serve the simulated GB300 NVL72 rack's metrics endpoints")
+@commands.command(
+    "twin",
+    _twin_options,
+    help="serve the simulated GB300 NVL72 rack's metrics endpoints",
+    rows=[
+        Row(
+            "moemeter twin [--profile NAME] [--seed N] [--targets-out FILE]",
+            "serve the rack twin and write its targets file",
+        ),
+        Row(
+            "moemeter twin --fast-forward 24h --db F",
+            "write a day of twin history through the real ingest path",
+        ),
+        Row(
+            "moemeter twin --openai-port N",
+            "also serve a simulated OpenAI API, as an upstream for the gateway and the load generator",
+        ),
+        Row(
+            "moemeter twin --fault KIND:INSTANCE[:ENGINE]",
+            "the twin with a named fault on a decode instance or engine: `straggler` (its KV reads crawl, "
+            "its queue grows), `nixl-failures` (5% of its KV transfers fail and are read again), "
+            "`kv-saturated` (its KV cache runs full and it preempts); repeatable (`stack/twin/faults.py`)",
+        ),
+    ],
+)
 def cmd_twin(args: argparse.Namespace) -> int:
     from stack.twin.config import load_profile
     from stack.twin.faults import Fault
