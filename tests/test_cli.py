@@ -55,6 +55,19 @@ def test_every_subcommand_has_help(sub):
     assert out.returncode == 0 and "usage: moemeter" in out.stdout
 
 
+def test_help_loads_no_command_s_dependencies():
+    """A command's options are declared when it is used (moemeter/cli/common.py, Command): `moemeter
+    --help` loads neither DuckDB, pandas, numpy nor the gateway, so it answers at once."""
+    code = (
+        "import sys\nfrom moemeter.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = ('duckdb', 'pandas', 'numpy', 'aiohttp', 'httpx', 'warehouse', 'collectors', 'stack', 'dashboard')\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)), file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip() == "[]"
+
+
 def test_ingest_then_query_a_real_capture(tmp_path, capsys):
     db = str(tmp_path / "w.duckdb")
     for at in ("2026-11-30T10:00:00Z", "2026-11-30T10:00:05Z"):

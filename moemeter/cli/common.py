@@ -8,7 +8,7 @@ import argparse
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,7 +23,6 @@ MEMORY_HELP = (
     "default: DuckDB's, 80%% of RAM"
 )
 LAKE_HELP = "its catalog, e.g. 'postgres:dbname=lake host=/run/postgresql user=moemeter'"
-CHUNK_HELP = "the most minutes one lake transaction publishes (a backlog goes in steps of this)"
 LAKE_DATA_HELP = "where the lake's Parquet files go (a directory or s3://...); needed when the lake is new"
 
 
@@ -156,6 +155,18 @@ class Commands:
             s.pending, s.rows = spec.options, spec.rows
             if spec.func is not None:
                 s.set_defaults(func=spec.func)
+
+
+def chunk_minutes(s: argparse.ArgumentParser) -> None:
+    """--chunk-minutes, for publishing to the lake (its default warehouse.lake's CHUNK)."""
+    from warehouse.lake import CHUNK
+
+    s.add_argument(
+        "--chunk-minutes",
+        type=float,
+        default=CHUNK / timedelta(minutes=1),
+        help="the most minutes one lake transaction publishes (a backlog goes in steps of this)",
+    )
 
 
 def lake_reading(s: argparse.ArgumentParser, rack: bool = True) -> None:

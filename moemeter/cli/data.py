@@ -7,6 +7,7 @@ import argparse
 from functools import partial
 from pathlib import Path
 
+from moemeter.contract import DEFAULT_INTERVAL, ROLES
 from moemeter.contract.clock import latest_allowed, utc_now
 
 from .common import (
@@ -31,7 +32,7 @@ def _ingest_options(s: Command) -> None:
     s.add_argument("--target", required=True, help="target name to file it under")
     s.add_argument("--at", required=True, help="scrape time, ISO 8601 (UTC if no offset)")
     s.add_argument("--db", required=True, help="DuckDB file")
-    s.add_argument("--role", default="decode", help="target role: prefill, decode, router, gateway or gpu")
+    s.add_argument("--role", default="decode", help=f"target role: {', '.join(ROLES[:-1])} or {ROLES[-1]}")
     s.add_argument("--gpus", type=int, default=0, help="GPUs the target holds")
     s.add_argument("--stack", default="offline", help="what is observed")
     s.add_argument("--openmetrics", action="store_true", help="the file is OpenMetrics")
@@ -85,7 +86,9 @@ def _pull_options(s: Command) -> None:
     s.add_argument("--targets", required=True, help="targets file; series map to targets by their instance label")
     s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601")
     s.add_argument("--to", required=True, help="end, ISO 8601")
-    s.add_argument("--step", type=float, default=5.0, help="evaluation step, seconds (the scrape interval)")
+    s.add_argument(
+        "--step", type=float, default=DEFAULT_INTERVAL, help="evaluation step, seconds (the scrape interval)"
+    )
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
 
 

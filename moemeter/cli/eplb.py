@@ -21,13 +21,15 @@ commands.group(
 
 
 def _plan_options(s: Command) -> None:
+    from moemeter.contract.eplb import POLICIES
+
     s.add_argument(
         "--input",
         required=True,
         help='JSON: {"weight": [[load per logical expert] per layer], '
         '"num_replicas", "num_groups", "num_nodes", "num_gpus"}',
     )
-    s.add_argument("--policy", choices=["vllm", "refined"], default="vllm", help="placement policy")
+    s.add_argument("--policy", choices=POLICIES, default="vllm", help="placement policy")
     s.add_argument("--json", action="store_true", help="print phy2log, rank_load and balancedness as JSON")
 
 

@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from .common import (
-    CHUNK_HELP,
     DEFAULT_DB,
     LAKE_DATA_HELP,
     LAKE_HELP,
@@ -16,6 +15,7 @@ from .common import (
     Command,
     Commands,
     Row,
+    chunk_minutes,
     open_read_only,
     rack_name,
 )
@@ -151,7 +151,7 @@ def _publish_options(s: Command) -> None:
     s.add_argument("--lake", required=True, metavar="CATALOG", help=LAKE_HELP)
     s.add_argument("--lake-data", metavar="PATH", help=LAKE_DATA_HELP)
     s.add_argument("--rack", help="the name this rack publishes under (default: the host's name)")
-    s.add_argument("--chunk-minutes", type=float, default=60.0, help=CHUNK_HELP)
+    chunk_minutes(s)
 
 
 @commands.command(

@@ -35,6 +35,9 @@ commands.group(
 
 def _window_options(s: Command) -> None:
     """The options every report takes, after its --targets."""
+    from warehouse.prices import default_sheet
+
+    gpu_hour = max((p for p in default_sheet().gpu if p.pool == "*"), key=lambda p: p.effective).usd_per_gpu_hour
     s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601 (UTC if no offset)")
     s.add_argument("--to", required=True, help="end (exclusive), ISO 8601")
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
@@ -42,7 +45,7 @@ def _window_options(s: Command) -> None:
     s.add_argument(
         "--price-sheet",
         help="TOML price sheet (default: the sheets loaded into the warehouse, "
-        "else warehouse/price_sheets/default.toml: $38.96/GPU-hour)",
+        f"else warehouse/price_sheets/default.toml: ${gpu_hour:g}/GPU-hour)",
     )
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="print JSON")
@@ -215,7 +218,9 @@ def _slo_options(s: Command) -> None:
     s.add_argument(
         "--targets", help="targets file: roles and GPUs of the pools (default: the targets the warehouse saw)"
     )
-    s.add_argument("--by", choices=("class", "tenant"), default="class", help="a row per class, or per tenant")
+    from warehouse.goodput import GROUPS
+
+    s.add_argument("--by", choices=tuple(GROUPS), default="class", help="a row per class, or per tenant")
     _window_options(s)
 
 

@@ -18,6 +18,7 @@ from .common import DEFAULT_API_PORT, DEFAULT_DB, CliError, Command, Commands, R
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DASHBOARD_PORT = 8501
+DEFAULT_WORKDIR = ".moemeter"  # `up`'s targets files and databases
 DEFAULT_LOCAL_BASE_PORT = 18100  # the local CPU stack's router; its other parts on the next nine ports
 
 commands = Commands()
@@ -25,16 +26,19 @@ commands = Commands()
 
 # ----------------------------------------------------------------------------- up
 def _up_options(s: Command) -> None:
-    s.add_argument("--profile", default="deepseek-v4.1-flash", help="twin profile name or TOML path")
+    from stack.twin.config import DEFAULT_PROFILE
+
+    twin_db, local_db = (stack_files(Path(), stack)[1] for stack in ("twin", "local-cpu"))
+    s.add_argument("--profile", default=DEFAULT_PROFILE, help="twin profile name or TOML path")
     s.add_argument("--seed", type=int, default=0, help="twin random seed")
     s.add_argument(
         "--db",
-        help="DuckDB file (default: the stack's own in the work directory: moemeter.duckdb for "
-        "the twin, moemeter-local-cpu.duckdb for the local CPU stack)",
+        help="DuckDB file (default: the stack's own in the work directory: "
+        f"{twin_db} for the twin, {local_db} for the local CPU stack)",
     )
     s.add_argument(
         "--workdir",
-        default=".moemeter",
+        default=DEFAULT_WORKDIR,
         help="where the targets file and the database go; the database "
         "is kept between runs, so history survives a restart",
     )
@@ -79,7 +83,7 @@ def stack_files(workdir: Path, stack: str) -> tuple[Path, Path]:
             "the same, observing **real vLLM on this CPU**: prefill + decode of a tiny MoE with NIXL KV "
             "transfer, vllm-router in front, the metering gateway in front of that, the moemeter plugin in "
             "both, traffic from the load generator; its own database "
-            "(`.moemeter/moemeter-local-cpu.duckdb`), never mixed with the twin's",
+            f"(`{stack_files(Path(DEFAULT_WORKDIR), 'local-cpu')[1]}`), never mixed with the twin's",
         ),
     ],
 )
@@ -177,7 +181,9 @@ def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
 
 # ---------------------------------------------------------------------- localstack
 def _localstack_options(s: Command) -> None:
-    s.add_argument("--workdir", default=".moemeter/local-cpu", help="model directory and logs go here")
+    s.add_argument(
+        "--workdir", default=str(Path(DEFAULT_WORKDIR, "local-cpu")), help="model directory and logs go here"
+    )
     s.add_argument("--targets-out", help="write the targets file here once every part answers")
     s.add_argument(
         "--base-port",

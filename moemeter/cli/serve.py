@@ -14,7 +14,6 @@ from pathlib import Path
 from moemeter.contract import DEFAULT_INTERVAL
 
 from .common import (
-    CHUNK_HELP,
     DEFAULT_API_PORT,
     DEFAULT_DB,
     LAKE_DATA_HELP,
@@ -24,6 +23,7 @@ from .common import (
     Command,
     Commands,
     Row,
+    chunk_minutes,
     open_warehouse,
     rack_name,
 )
@@ -33,6 +33,7 @@ commands = Commands()
 
 def _serve_options(s: Command) -> None:
     from warehouse.limits import MAX_CONCURRENT, QUEUE_SECONDS, Limits
+    from warehouse.rollup import Retention
 
     s.add_argument("--targets", required=True, help="targets file (JSON list of name, url, role, gpus)")
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
@@ -50,9 +51,16 @@ def _serve_options(s: Command) -> None:
         metavar="URL",
         help="read the targets' series from this Prometheus-compatible API (query_range) instead of scraping them",
     )
-    s.add_argument("--keep-raw-days", type=float, default=2.0, help="days raw samples are kept (then minute rollups)")
-    s.add_argument("--keep-minute-days", type=float, default=30.0, help="days per-minute rollups are kept")
-    s.add_argument("--keep-hour-days", type=float, default=365.0, help="days per-hour rollups are kept")
+    s.add_argument(
+        "--keep-raw-days",
+        type=float,
+        default=Retention.raw_days,
+        help="days raw samples are kept (then minute rollups)",
+    )
+    s.add_argument(
+        "--keep-minute-days", type=float, default=Retention.minute_days, help="days per-minute rollups are kept"
+    )
+    s.add_argument("--keep-hour-days", type=float, default=Retention.hour_days, help="days per-hour rollups are kept")
     s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
     s.add_argument(
         "--query-timeout",
@@ -88,7 +96,7 @@ def _serve_options(s: Command) -> None:
     s.add_argument(
         "--publish-every", type=float, default=60.0, metavar="SECONDS", help="publish to the lake this often"
     )
-    s.add_argument("--chunk-minutes", type=float, default=60.0, help=CHUNK_HELP)
+    chunk_minutes(s)
 
 
 @commands.command(

@@ -25,7 +25,10 @@ commands = Commands()
 
 
 def _twin_options(s: Command) -> None:
-    s.add_argument("--profile", default="deepseek-v4.1-flash", help="profile name (stack/twin/profiles) or TOML path")
+    from stack.twin.config import DEFAULT_PROFILE
+    from stack.twin.model import TICK_SECONDS
+
+    s.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name (stack/twin/profiles) or TOML path")
     s.add_argument("--seed", type=int, default=0, help="random seed (same seed and start, same numbers)")
     s.add_argument("--targets-out", help="write the targets file the twin serves here")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
@@ -59,7 +62,7 @@ def _twin_options(s: Command) -> None:
         type=float,
         default=1.0,
         help="simulation step for --fast-forward, seconds (serving "
-        "uses 0.1 s; 1 s runs ~4x faster and gives ~3%% fewer tokens)",
+        f"uses {TICK_SECONDS:g} s; 1 s runs ~4x faster and gives ~3%% fewer tokens)",
     )
 
 
