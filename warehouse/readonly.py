@@ -42,6 +42,7 @@ import pyarrow as pa
 from moemeter.contract.errors import MoemeterError
 
 from .limits import Limits
+from .sql import sql
 
 # Table functions a reader may call: row generators and catalog introspection, none reads a
 # file, the network, or runs SQL of its own.
@@ -119,18 +120,19 @@ UNSENDABLE = {
     "bit": "it would arrive as DuckDB's internal bytes",
     "bignum": "it would arrive as DuckDB's internal bytes",
 }
-# Settings for every connection readers use: no file or network access from SQL, no Python
-# variable read as a table, and no SQL can change a setting afterwards.
-LOCKED_DOWN = {"enable_external_access": False, "python_enable_replacements": False}
+# Settings turned off for every connection readers use (warehouse/sql/readonly_lock_down.sql): no
+# file or network access from SQL, no Python variable read as a table; and no SQL can change a
+# setting afterwards (readonly_lock_configuration.sql).
+LOCKED_DOWN = ("enable_external_access", "python_enable_replacements")
 Params = list[Any] | dict[str, Any]
 """A statement's parameters: a list for `?` placeholders, an object for `$name` ones."""
 
 
 def lock_down(con: duckdb.DuckDBPyConnection) -> None:
-    """Apply LOCKED_DOWN to a database instance and lock its configuration."""
-    for name, value in LOCKED_DOWN.items():
-        con.execute(f"SET {name} = {str(value).lower()}")
-    con.execute("SET lock_configuration = true")
+    """Turn off LOCKED_DOWN on a database instance and lock its configuration."""
+    for setting in LOCKED_DOWN:
+        con.execute(sql("readonly_lock_down", setting=setting))
+    con.execute(sql("readonly_lock_configuration"))
 
 
 class QueryError(MoemeterError, RuntimeError):
@@ -174,17 +176,15 @@ _parser: duckdb.DuckDBPyConnection | None = None
 _refused_scalars: frozenset[str] = frozenset()
 
 
-def _parse_tree(sql: str) -> dict[str, Any]:
-    """DuckDB's own parse tree of `sql`, from a private in-memory connection."""
+def _parse_tree(statement: str) -> dict[str, Any]:
+    """DuckDB's own parse tree of `statement`, from a private in-memory connection."""
     global _parser, _refused_scalars
     with _parser_lock:
         if _parser is None:
             _parser = duckdb.connect(":memory:")
-            volatile = _parser.execute(
-                "SELECT DISTINCT function_name FROM duckdb_functions() WHERE stability = 'VOLATILE'"
-            ).fetchall()
+            volatile = _parser.execute(sql("readonly_volatile_functions")).fetchall()
             _refused_scalars = frozenset(name for (name,) in volatile) - HARMLESS_VOLATILE
-        text = _parser.execute("SELECT json_serialize_sql(?::VARCHAR)", [sql]).fetchone()
+        text = _parser.execute(sql("readonly_parse"), {"sql": statement}).fetchone()
     assert text is not None
     try:
         tree: dict[str, Any] = json.loads(text[0])
@@ -395,7 +395,7 @@ def _refuse_unsendable(description: list[Any]) -> None:
 @contextmanager
 def _guarded(
     con: duckdb.DuckDBPyConnection,
-    sql: str,
+    statement: str,
     params: Params | None,
     limits: Limits,
     gone: Callable[[], bool] | None,
@@ -415,7 +415,7 @@ def _guarded(
                         con.interrupt()
                 return
 
-    con.execute("BEGIN TRANSACTION READ ONLY")
+    con.execute(sql("readonly_begin"))  # the connection API's begin() has no read-only form
     reader: pa.RecordBatchReader | None = None
     watcher = threading.Thread(target=watch, name="query-watch", daemon=True)
     running.set()
@@ -423,7 +423,7 @@ def _guarded(
     try:
         # execute, not con.sql: given parameters, con.sql runs the statement at once into a result
         # it then scans again to stream it (a day's 310k rows of rank tokens: 0.34 s, then 0.6 s more)
-        con.execute(sql, params or None)
+        con.execute(statement, params or None)
         description = con.description or []
         _refuse_unsendable(description)
         columns = ", ".join(f"{c!r} {t}" for c, t, *_ in description)[:500]
@@ -448,6 +448,6 @@ def _guarded(
         if reader is not None:  # a result left unread (refused past a limit) is released here
             reader.close()
         try:
-            con.execute("ROLLBACK")
+            con.rollback()
         except duckdb.Error:  # nothing to roll back
             pass
