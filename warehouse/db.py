@@ -28,17 +28,54 @@ import pyarrow as pa
 from moemeter.contract.errors import MoemeterError
 
 from . import readonly
+from .sql import sql, text
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+_PART = re.compile(r"/\*(\w+)\*/")
 
 
-def insert_arrow(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any], on_conflict: str = "") -> None:
-    """Append columns (pyarrow arrays, in the table's column order) to a table in one statement,
-    `on_conflict` its ON CONFLICT clause if any."""
+def sql_with(name: str, *parts: str, **identifiers: str) -> str:
+    """warehouse/sql/<name>.sql (as `sql` gives it) with each line `/*part*/` replaced by
+    warehouse/sql/<part>.sql: a write around a statement that is also run alone (a roll-up's INSERT
+    around the SELECT a page reads), where the statement is not one of warehouse/sql's INCLUDES."""
+    out = sql(name, **identifiers)
+    for part in parts:
+        if f"/*{part}*/" not in out:
+            raise ValueError(f"warehouse/sql/{name}.sql has no /*{part}*/ line")
+        out = out.replace(f"/*{part}*/", sql(part))
+    return out
+
+
+def quoted(value: str | int) -> str:
+    """`value` as an SQL literal: an int as its digits, anything else as a string in single quotes,
+    each quote in it doubled. Only for the statements DuckDB binds no parameter in (SET)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def literal_sql(name: str, **values: str | int) -> str:
+    """warehouse/sql/<name>.sql with each `{{key}}` filled by `quoted(values[key])`: for a statement
+    DuckDB binds no parameter in (SET), and only with a value the caller checked (Warehouse's sizes
+    and thread count). Anything that can be bound is bound instead (`sql`, named parameters)."""
+    out = text(name)
+    for key, value in values.items():
+        out = out.replace(f"{{{{{key}}}}}", quoted(value))
+    if "{{" in out:
+        raise KeyError(f"warehouse/sql/{name}.sql needs a value for each of its slots")
+    return out
+
+
+def insert_arrow(
+    con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any], statement: str = "db_insert_batch"
+) -> None:
+    """Append columns (pyarrow arrays, in the table's column order) to a table in one statement:
+    warehouse/sql/<statement>.sql reads them as `_insert_batch` (db_insert_batch.sql appends them to
+    `table`; ingest_targets.sql, an upsert, names its table itself)."""
     con.register("_insert_batch", pa.table(columns))
     try:
-        con.execute(f"INSERT INTO {table} SELECT * FROM _insert_batch {on_conflict}")
+        con.execute(sql(statement, table=table))
     finally:
         con.unregister("_insert_batch")
 
@@ -51,9 +88,13 @@ def record_rejected(
 ) -> None:
     """Store what was refused or repaired (reason -> count) in `rejected`, inside the caller's
     transaction (the caller logs it)."""
-    rows = [(ts, target, kind, reason[:REASON_CHARS], n) for reason, n in reasons.items() if n]
+    rows = [
+        {"ts": ts, "target": target, "kind": kind, "reason": reason[:REASON_CHARS], "count": n}
+        for reason, n in reasons.items()
+        if n
+    ]
     if rows:
-        con.executemany("INSERT INTO rejected VALUES (?, ?, ?, ?, ?)", rows)
+        con.executemany(sql("db_rejected"), rows)
 
 
 def reasons_text(reasons: Counter[str]) -> str:
@@ -124,7 +165,7 @@ def migrations() -> list[tuple[int, str, str]]:
 def pending_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Migrations a database has not had (read-only: without creating anything)."""
     try:
-        done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+        done = {row[0] for row in con.execute(sql("db_migrations_done")).fetchall()}
     except duckdb.CatalogException:
         done = set()
     return [name for version, name, _ in migrations() if version not in done]
@@ -132,21 +173,19 @@ def pending_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def apply_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Apply the migrations not yet recorded; returns the names applied. Idempotent."""
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)"
-    )
-    done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    con.execute(sql("db_schema_migrations"))
+    done = {row[0] for row in con.execute(sql("db_migrations_done")).fetchall()}
     applied = []
-    for version, name, sql in migrations():
+    for version, name, migration in migrations():
         if version in done:
             continue
-        con.execute("BEGIN")
+        con.begin()
         try:
-            con.execute(sql)
-            con.execute("INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [version, name])
-            con.execute("COMMIT")
+            con.execute(migration)
+            con.execute(sql("db_migration_applied"), {"version": version, "name": name})
+            con.commit()
         except Exception:
-            con.execute("ROLLBACK")
+            con.rollback()
             raise
         applied.append(name)
     return applied
@@ -203,12 +242,14 @@ class Warehouse:
 
     def _connect(self, locked: bool = True) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(self.path, read_only=self.read_only is not None)
+        # DuckDB binds no parameter in SET: each value was checked in __init__ (a size matches
+        # MEMORY_LIMIT whole, threads is an int of at least 1) and is written quoted (literal_sql)
         if self._memory_limit is not None:
-            con.execute(f"SET memory_limit = '{self._memory_limit.strip()}'")
+            con.execute(literal_sql("db_memory_limit", size=self._memory_limit.strip()))
         if self._threads is not None:
-            con.execute(f"SET threads = {int(self._threads)}")
+            con.execute(literal_sql("db_threads", count=int(self._threads)))
         if self._checkpoint_threshold is not None:
-            con.execute(f"SET checkpoint_threshold = '{self._checkpoint_threshold.strip()}'")
+            con.execute(literal_sql("db_checkpoint_threshold", size=self._checkpoint_threshold.strip()))
         if locked and self._lock_down:
             readonly.lock_down(con)
         return con
@@ -249,12 +290,12 @@ class Warehouse:
                 fut.set_exception(WarehouseError(f"{self.path} cannot be reopened yet: {self.health.error}"))
                 continue
             try:
-                con.execute("BEGIN")
+                con.begin()
                 result = job(con)
-                con.execute("COMMIT")
+                con.commit()
             except BaseException as exc:  # the writer must outlive a bad batch and a full disk
                 try:
-                    con.execute("ROLLBACK")
+                    con.rollback()
                 except duckdb.Error:
                     pass
                 self._failed(exc)
@@ -343,7 +384,7 @@ class Warehouse:
         """A connection of the reader's own (one per thread)."""
         return self._con.cursor()
 
-    def query_df(self, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+    def query_df(self, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pd.DataFrame:
         with self.cursor() as cur:
             return cur.execute(sql, params or []).df()
 

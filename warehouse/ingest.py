@@ -33,7 +33,7 @@ import pyarrow as pa
 from moemeter.contract import Layout, Page, Sample, TargetInfo
 from moemeter.contract.clock import latest_allowed, utc_now
 
-from .db import insert_arrow, reasons_text, record_rejected
+from .db import insert_arrow, reasons_text, record_rejected, sql_with
 from .read import HOUR, floor, micros
 from .rollup import Retention, Rollups
 from .sql import sql
@@ -129,11 +129,10 @@ class _Raw:
                 con,
                 "targets",
                 {n: pa.array(c) for n, c in zip(names, zip(*self.targets.values()), strict=True)},
-                """ON CONFLICT (name) DO UPDATE SET url = excluded.url, role = excluded.role, gpus = excluded.gpus,
-                   stack = excluded.stack, hostname = excluded.hostname, last_seen = excluded.last_seen""",
+                "ingest_targets",  # an upsert
             )
         if self.seen:  # one column updated: a tenth of the upsert's CPU
-            con.execute("UPDATE targets SET last_seen = ? WHERE list_contains(?, name)", [self.ts, self.seen])
+            con.execute(sql("ingest_targets_seen"), {"ts": self.ts, "names": self.seen})
         if self.scrapes:
             names = ["ts", "target", "up", "duration_seconds", "samples", "bytes", "error"]
             types = [pa.timestamp("us"), pa.string(), _BOOL, _F64, pa.int32(), _I64, pa.string()]
@@ -244,15 +243,15 @@ class Ingestor:
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
         """After a restart: known series, and the last reading of each series seen in the last hour
         (a counter's: its last stored reading plus the increases since)."""
-        self._ids = dict(con.execute("SELECT series_key, series_id FROM series").fetchall())
+        self._ids = dict(con.execute(sql("ingest_series_ids")).fetchall())
         self._next_id = _next_ids(max(self._ids.values(), default=0))
         self._grow(max(self._ids.values(), default=0))
-        self._series_of = Counter(dict(con.execute("SELECT target, count(*) FROM series GROUP BY 1").fetchall()))
-        last = con.execute(f"SELECT series_id, epoch_us(ts) AS us, value FROM ({sql('last_readings')})").fetchnumpy()
+        self._series_of = Counter(dict(con.execute(sql("ingest_series_per_target")).fetchall()))
+        last = con.execute(sql_with("ingest_last_readings", "last_readings")).fetchnumpy()
         self._last_us[last["series_id"]] = last["us"]
         self._last_v[last["series_id"]] = last["value"]
-        self._longest = float(con.execute("SELECT coalesce(max(seconds), 0) FROM longest_interval").fetchall()[0][0])
-        rows = con.execute("SELECT name, url, role, gpus, stack, hostname FROM targets").fetchall()
+        self._longest = float(con.execute(sql("ingest_longest")).fetchall()[0][0])
+        rows = con.execute(sql("ingest_targets_known")).fetchall()
         self._targets = {name: tuple(about) for name, *about in rows}
         self._loaded = True
 
@@ -345,8 +344,8 @@ class Ingestor:
             record_rejected(con, batch.ts, t.name, "series", refused)
         if rolled > self._longest:  # how far a raw row reaches back (read.py)
             self._longest = rolled
-            con.execute("DELETE FROM longest_interval")
-            con.execute("INSERT INTO longest_interval VALUES (?)", [self._longest])
+            con.execute(sql("ingest_longest_clear"))
+            con.execute(sql("ingest_longest_set"), {"seconds": self._longest})
         return int(mapped.keep.sum()) - late
 
     def _map(self, target: str, samples: Sequence[Sample], refused: Counter[str]) -> _Mapped:

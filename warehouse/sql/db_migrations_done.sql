@@ -1,0 +1,2 @@
+-- The versions of the migrations a database has had.
+SELECT version FROM schema_migrations
