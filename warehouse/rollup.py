@@ -17,11 +17,11 @@ from datetime import datetime, timedelta
 
 import duckdb
 
+from .db import sql_with
 from .read import HOUR, floor
 from .requests import roll_requests_1h, roll_requests_slo_1m
 from .sql import sql
 
-GAUGE_KINDS = ("gauge", "unknown", "untyped", "info", "stateset")
 # rollup_state names: counter rows of the table before this time were dropped by retention
 KEPT_FROM = {"increments": "increments_from", "increments_1m": "increments_1m_from"}
 
@@ -42,10 +42,10 @@ SLO_MINUTES_BACKFILL = timedelta(hours=7)
 """A warehouse without the per-minute SLO counts (new, or from before them) rolls the records stored
 this long before its first minute: the alert banner's burn rates look back 6 h 16 min."""
 
-# (state name, unit, source increments, source samples, target table suffix)
+# (state name, unit, source increments, target table suffix: warehouse/sql/rollup_samples_<suffix>.sql)
 _LEVELS = (
-    ("1m", timedelta(minutes=1), "increments", "samples", "1m"),
-    ("1h", timedelta(hours=1), "increments_1m", "samples_1m", "1h"),
+    ("1m", timedelta(minutes=1), "increments", "1m"),
+    ("1h", timedelta(hours=1), "increments_1m", "1h"),
 )
 
 
@@ -56,27 +56,20 @@ MINUTE_REACH = timedelta(minutes=10)
 """How long after an hour's end its minute rows are compacted: the interval that straddles the end
 adds to the hour's last minute in the next minute's roll."""
 
-# The columns a compaction keeps per key: a per-series rollup's sums and resets, a pool rollup's sums.
-SUMS = "sum(delta) AS delta, sum(seconds) AS seconds, sum(idle_seconds) AS idle_seconds"
-PER_SERIES = ("series_id", f"{SUMS}, sum(resets)::INTEGER AS resets")
-PER_POOL = ("role, metric, le", SUMS)
+# How each counter rollup is compacted: per series and its resets (warehouse/sql/rollup_compact_series.sql),
+# or per pool, sample name and bound (rollup_compact_pools.sql).
+PER_SERIES, PER_POOL = "rollup_compact_series", "rollup_compact_pools"
 
 
-def _compact(
-    con: duckdb.DuckDBPyConnection, tables: dict[str, tuple[str, str]], start: datetime, until: datetime
-) -> None:
+def _compact(con: duckdb.DuckDBPyConnection, tables: dict[str, str], start: datetime, until: datetime) -> None:
     """One row per period and key of each table's rows in [start, until), stored hour by hour, key by
     key (a minute table's series' minutes side by side)."""
-    for table, (key, sums) in tables.items():
-        con.execute(
-            f"""CREATE OR REPLACE TEMP TABLE compacted AS
-                SELECT ts, {key}, {sums} FROM {table} WHERE ts >= ? AND ts < ?
-                GROUP BY ts, {key} ORDER BY time_bucket(INTERVAL 1 HOUR, ts), {key}, ts""",
-            [start, until],
-        )
-        con.execute(f"DELETE FROM {table} WHERE ts >= ? AND ts < ?", [start, until])
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM compacted")
-        con.execute("DROP TABLE compacted")
+    window = {"start": start, "until": until}
+    for table, compaction in tables.items():
+        con.execute(sql(compaction, table=table), window)
+        con.execute(sql("rollup_compact_delete", table=table), window)
+        con.execute(sql("rollup_compact_insert", table=table))
+        con.execute(sql("rollup_drop", table="compacted"))
 
 
 def compacted(start: datetime, until: datetime) -> dict[str, tuple[datetime, datetime]]:
@@ -123,22 +116,11 @@ def compact_minutes(con: duckdb.DuckDBPyConnection, start: datetime, until: date
     _compact(con, {"increments_1m": PER_SERIES, "pool_histograms_1m": PER_POOL}, start, until)
 
 
-def from_minutes(width: str) -> str:
-    """Rows of `width` (an interval that a minute divides: six minutes, an hour) from minute rows
-    (FROM and GROUP BY ALL to follow): a raw row's shares of the minutes of a period add up to its
-    share of the period, its reset to the period its scrape closed (migration 019 fills the
-    six-minute table from the minutes the same way)."""
-    return (
-        f"SELECT time_bucket(INTERVAL {width}, ts) AS ts, series_id, sum(delta) AS delta, sum(seconds) AS seconds, "
-        "sum(idle_seconds) AS idle_seconds, sum(resets)::INTEGER AS resets"
-    )
-
-
 def _store_rolled(con: duckdb.DuckDBPyConnection, table: str, pools: str) -> None:
     """The temp table `rolled` (a roll's rows of a per-series rollup) into `table`, and its
     histogram and summary series summed per pool into `pools`."""
-    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM rolled")
-    con.execute(f"INSERT INTO {pools} BY NAME " + sql("roll_pool_histograms"))
+    con.execute(sql("rollup_store", table=table))
+    con.execute(sql_with("rollup_store_pools", "roll_pool_histograms", table=pools))
 
 
 class Rollups:
@@ -148,9 +130,8 @@ class Rollups:
         self._loaded = False
 
     def _load(self, con: duckdb.DuckDBPyConnection) -> None:
-        stored = dict(con.execute("SELECT name, through FROM rollup_state").fetchall())
-        first = con.execute("""SELECT least((SELECT min(ts) FROM samples), (SELECT min(ts) FROM expert_load),
-                                            (SELECT min(ingested_at) FROM requests))""").fetchall()[0][0]
+        stored = dict(con.execute(sql("rollup_state")).fetchall())
+        first = con.execute(sql("rollup_first")).fetchall()[0][0]
         for name, unit, *_ in _LEVELS:
             # start at the oldest data (of any kind: a file may hold request records alone), so a
             # database from before rollups is covered too
@@ -163,33 +144,27 @@ class Rollups:
         if not self._loaded:
             self._load(con)
         hour_closed = False
-        for name, unit, inc, smp, suffix in _LEVELS:
+        for name, unit, inc, suffix in _LEVELS:
             until = floor(now, unit)
             start = self._through.get(name) or until
             if until <= start:
                 self._through[name] = start
                 continue
-            self._roll(con, unit, inc, smp, suffix, start, until)
+            self._roll(con, inc, suffix, start, until)
             if name == "1m":
                 hours = compacted(start, until)
                 if "increments_1h" in hours:
                     compact_hours(con, *hours["increments_1h"])
                 if "increments_1m" in hours:
                     compact_minutes(con, *hours["increments_1m"])
-            con.execute(
-                "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
-                [name, until],
-            )
+            con.execute(sql("rollup_state_set"), {"name": name, "through": until})
             self._through[name] = until
             hour_closed |= name == "1h"
         until = floor(now, timedelta(minutes=1))
         start = self._through.get(SLO_MINUTES) or until - SLO_MINUTES_BACKFILL
         if start < until:
             roll_requests_slo_1m(con, start, until)
-            con.execute(
-                "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
-                [SLO_MINUTES, until],
-            )
+            con.execute(sql("rollup_state_set"), {"name": SLO_MINUTES, "through": until})
             self._through[SLO_MINUTES] = until
         if hour_closed:
             self.apply_retention(con, now)
@@ -197,49 +172,31 @@ class Rollups:
     @staticmethod
     def _roll(
         con: duckdb.DuckDBPyConnection,
-        unit: timedelta,
         inc: str,
-        smp: str,
         suffix: str,
         start: datetime,
         until: datetime,
     ) -> None:
-        width = f"INTERVAL {int(unit.total_seconds())} SECOND"
         if inc == "increments":  # raw increments split by wall time into minutes, and those minutes summed
             con.execute(  # per six minutes and per hour, which they nest in
-                "CREATE OR REPLACE TEMP TABLE rolled AS " + sql("roll_increments"),
+                sql_with("rollup_rolled", "roll_increments"),
                 {"from": start, "until": until, "unit_us": 60_000_000},
             )
             _store_rolled(con, "increments_1m", "pool_histograms_1m")
-            con.execute("ALTER TABLE rolled RENAME TO rolled_minutes")
+            con.execute(sql("rollup_rename_rolled"))
             for table, pools, period in (
-                ("increments_6m", "pool_histograms_6m", "6 MINUTE"),
-                ("increments_1h", "pool_histograms_1h", "1 HOUR"),
+                ("increments_6m", "pool_histograms_6m", timedelta(minutes=6)),
+                ("increments_1h", "pool_histograms_1h", HOUR),
             ):
-                con.execute(f"CREATE TEMP TABLE rolled AS {from_minutes(period)} FROM rolled_minutes GROUP BY ALL")
+                con.execute(sql("rollup_from_minutes"), {"width": period})
                 _store_rolled(con, table, pools)
-                con.execute("DROP TABLE rolled")
-            con.execute("DROP TABLE rolled_minutes")
-        if smp == "samples":
-            values = "avg(x.value), max(x.value), count(x.value)"
-            kinds = f"AND s.kind IN {GAUGE_KINDS}"
-        else:  # from minutes: the mean weighted by samples, the max of maxima
-            values = "sum(x.value * x.n) / nullif(sum(x.n), 0), max(x.max), sum(x.n)"
-            kinds = ""
-        con.execute(
-            f"""INSERT INTO samples_{suffix}
-                        SELECT time_bucket({width}, x.ts), x.series_id, {values}
-                        FROM {smp} x JOIN series s USING (series_id)
-                        WHERE x.ts >= ? AND x.ts < ? {kinds} GROUP BY ALL""",
-            [start, until],
-        )
+                con.execute(sql("rollup_drop", table="rolled"))
+            con.execute(sql("rollup_drop", table="rolled_minutes"))
+        # gauges: from raw samples into minutes, from minutes into hours (the mean weighted by samples)
+        window = {"start": start, "until": until}
+        con.execute(sql(f"rollup_samples_{suffix}"), window)
         if suffix == "1h":
-            con.execute(
-                """INSERT INTO expert_load_1h
-                           SELECT time_bucket(INTERVAL 1 HOUR, ts), target, layer, expert, sum(tokens), count(*)
-                           FROM expert_load WHERE ts >= ? AND ts < ? GROUP BY ALL""",
-                [start, until],
-            )
+            con.execute(sql("rollup_expert_load_1h"), window)
             roll_requests_1h(con, start, until)
 
     def apply_retention(self, con: duckdb.DuckDBPyConnection, now: datetime) -> dict[str, int]:
@@ -270,13 +227,10 @@ class Rollups:
         for table, cutoff, rolled in plan:
             if rolled is not None:
                 cutoff = min(cutoff, rolled)
-            col = "ingested_at" if table == "requests" else "ts"
-            n = con.execute(f"DELETE FROM {table} WHERE {col} < ?", [cutoff]).fetchall()[0][0]
+            # the records by when they were stored (what their roll-up follows), the others by ts
+            delete = sql("rollup_retention_requests") if table == "requests" else sql("rollup_retention", table=table)
+            n = con.execute(delete, {"cutoff": cutoff}).fetchall()[0][0]
             deleted[table] = int(n)
             if table in KEPT_FROM:  # the read layer serves a window's edges before it from a coarser table
-                con.execute(
-                    """INSERT INTO rollup_state VALUES (?, ?)
-                               ON CONFLICT (name) DO UPDATE SET through = greatest(through, excluded.through)""",
-                    [KEPT_FROM[table], cutoff],
-                )
+                con.execute(sql("rollup_state_keep"), {"name": KEPT_FROM[table], "through": cutoff})
         return deleted
