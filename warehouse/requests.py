@@ -23,7 +23,7 @@ from moemeter.contract.columns import MAX_COUNT, MAX_REQUEST_TOKENS, clean_text,
 from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import SCHEMA, ColumnPage, records_of
 
-from .db import insert_arrow, record_rejected
+from .db import insert_arrow, record_rejected, sql_with
 from .slo import ensure_slo_sheet, slo_params
 from .sql import sql
 
@@ -275,9 +275,7 @@ class RequestIngestor:
     def cursor(self, con: duckdb.DuckDBPyConnection, gateway: str) -> Cursor | None:
         """Where this gateway's feed was read up to (None: never read)."""
         if gateway not in self._cursors:
-            row = con.execute(
-                "SELECT log_id, seq, records, lost, rejected FROM request_feeds WHERE gateway = ?", [gateway]
-            ).fetchall()
+            row = con.execute(sql("requests_feed_cursor"), {"gateway": gateway}).fetchall()
             self._cursors[gateway] = Cursor(*row[0]) if row else None
         return self._cursors[gateway]
 
@@ -330,13 +328,8 @@ class RequestIngestor:
                     table["ingested_at"] = pa.array([now] * stored, pa.timestamp("us"))
             insert_arrow(con, "requests", table)
         cur.seq, cur.records = last, cur.records + stored
-        con.execute(
-            """INSERT INTO request_feeds VALUES (?, ?, ?, ?, ?, ?, ?)
-                       ON CONFLICT (gateway) DO UPDATE SET log_id = excluded.log_id, seq = excluded.seq,
-                       records = excluded.records, lost = excluded.lost, rejected = excluded.rejected,
-                       updated_at = excluded.updated_at""",
-            [gateway, cur.log_id, cur.seq, cur.records, cur.lost, cur.rejected, now],
-        )
+        feed = {"gateway": gateway, "log_id": cur.log_id, "seq": cur.seq, "records": cur.records, "lost": cur.lost}
+        con.execute(sql("requests_feed_store"), {**feed, "rejected": cur.rejected, "updated_at": now})
         self._cursors[gateway] = cur
         return stored
 
@@ -383,9 +376,7 @@ def roll_requests_slo_1m(con: duckdb.DuckDBPyConnection, start: datetime, until:
     """Add the requests ingested in [start, until) to their finishing minute's per-class SLO counts."""
     ensure_slo_sheet(con, until)
     con.execute(
-        "INSERT INTO requests_slo_1m "
-        + sql("requests_slo_minutes")
-        + " ON CONFLICT (ts, class) DO UPDATE SET held = held + excluded.held, met = met + excluded.met",
+        sql_with("requests_roll_slo_1m", "requests_slo_minutes"),
         {
             "ingested_from": start,
             "ingested_until": until,
@@ -401,37 +392,6 @@ def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: dat
     latency histogram and per-class SLO sums."""
     window = {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
     ensure_slo_sheet(con, until)  # a warehouse from before SLO sheets holds requests and no sheet
-    con.execute(
-        "INSERT INTO requests_1h "
-        + sql("requests_hour_sums")
-        + """ ON CONFLICT (ts, user_id, tenant, model) DO UPDATE SET
-                 requests = requests + excluded.requests, errors = errors + excluded.errors,
-                 prompt_tokens = prompt_tokens + excluded.prompt_tokens,
-                 cached_prompt_tokens = cached_prompt_tokens + excluded.cached_prompt_tokens,
-                 generated_tokens = generated_tokens + excluded.generated_tokens,
-                 timed = timed + excluded.timed, itl_sum_seconds = itl_sum_seconds + excluded.itl_sum_seconds,
-                 ttft_sum_seconds = ttft_sum_seconds + excluded.ttft_sum_seconds,
-                 e2e_sum_seconds = e2e_sum_seconds + excluded.e2e_sum_seconds""",
-        window,
-    )
-    con.execute(
-        "INSERT INTO requests_itl_1h "
-        + sql("requests_hour_itl")
-        + " ON CONFLICT (ts, bin) DO UPDATE SET requests = requests + excluded.requests",
-        {**window, "bin_scale": ITL_BIN_SCALE},
-    )
-    con.execute(
-        "INSERT INTO requests_slo_1h "
-        + sql("requests_slo")
-        + """ ON CONFLICT (ts, class, tenant) DO UPDATE SET
-                 requests = requests + excluded.requests, held = held + excluded.held, met = met + excluded.met,
-                 failed = failed + excluded.failed, missed_ttft = missed_ttft + excluded.missed_ttft,
-                 missed_itl = missed_itl + excluded.missed_itl, missed_e2e = missed_e2e + excluded.missed_e2e,
-                 prompt_tokens = prompt_tokens + excluded.prompt_tokens,
-                 cached_prompt_tokens = cached_prompt_tokens + excluded.cached_prompt_tokens,
-                 generated_tokens = generated_tokens + excluded.generated_tokens,
-                 good_prompt_tokens = good_prompt_tokens + excluded.good_prompt_tokens,
-                 good_cached_prompt_tokens = good_cached_prompt_tokens + excluded.good_cached_prompt_tokens,
-                 good_generated_tokens = good_generated_tokens + excluded.good_generated_tokens""",
-        {**window, **slo_params(None, None)},
-    )
+    con.execute(sql("requests_roll_1h"), window)
+    con.execute(sql("requests_roll_itl_1h"), {**window, "bin_scale": ITL_BIN_SCALE})
+    con.execute(sql_with("requests_roll_slo_1h", "requests_slo"), {**window, **slo_params(None, None)})
