@@ -23,7 +23,7 @@ from .alerts import AlertRules
 from .cost import HOUR, NoData, Pools, allocate, cost_report, stored_pools
 from .prices import PriceSheet
 from .read import Query, request_window, run
-from .slo import STORED_ASSIGNMENTS_SQL, STORED_CLASSES_SQL, SloClass, SloSheet, slo_params, stored_slo_sheet
+from .slo import SloClass, SloSheet, slo_params, stored_slo_sheet
 
 BURN_WINDOWS = {"5m": timedelta(minutes=5), "30m": timedelta(minutes=30), "1h": HOUR, "6h": timedelta(hours=6)}
 """The multi-window burn rates of Google's SRE workbook: page on 1 h and 5 min, ticket on 6 h and 30 min."""
@@ -44,8 +44,8 @@ def slo_sums(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
 
 def stored_sheet(q: Query) -> SloSheet:
     sheet = stored_slo_sheet(
-        list(q(STORED_CLASSES_SQL, None).itertuples(index=False)),
-        list(q(STORED_ASSIGNMENTS_SQL, None).itertuples(index=False)),
+        list(run(q, "slo_stored_classes").itertuples(index=False)),
+        list(run(q, "slo_stored_assignments").itertuples(index=False)),
     )
     if sheet is None:
         raise NoSloSheet("the warehouse holds no SLO sheet: `moemeter slo load SHEET.toml`, or ingest request records")

@@ -36,6 +36,8 @@ from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import ANONYMOUS, SERVER_FAULTS, user_of_tenant
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
+from .sql import sql
+
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CLASS_KEYS = {
@@ -244,11 +246,8 @@ def default_slo_sheet() -> SloSheet:
 
 
 # --------------------------------------------------------------------------- storage
+# A class's targets as stored (warehouse/sql/slo_class_stored.sql's columns, slo_class_store.sql's parameters).
 _CLASS_COLUMNS = ("ttft_seconds", "itl_seconds", "e2e_seconds", "objective", "period_days", "is_default", "own_targets")
-
-
-NEWEST_REQUEST_SQL = """SELECT greatest((SELECT max(finished_at) FROM requests),
-                                  (SELECT max(ts) + INTERVAL 1 HOUR FROM requests_slo_1h))"""
 
 
 def store_slo_sheet(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime) -> int:
@@ -257,16 +256,11 @@ def store_slo_sheet(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: dateti
     new one effective at or before the newest stored request, whose attainment it would change.
     Warns (log) of each user of "anonymous" it assigns who sent nothing while keyed tenants' users
     of that name did (`unreached_users`)."""
-    newest = con.execute(NEWEST_REQUEST_SQL).fetchall()[0][0]
+    newest = con.execute(sql("slo_newest_request")).fetchall()[0][0]
     added = _store(con, sheet, now, newest)
     for warning in unreached_users(con, sheet):
         log.warning("%s", warning)
     return added
-
-
-TENANTS_OF_USERS_SQL = """SELECT DISTINCT user_id, tenant
-FROM (SELECT user_id, tenant FROM requests UNION ALL SELECT user_id, tenant FROM requests_1h)
-WHERE list_contains(?, user_id) ORDER BY ALL"""
 
 
 def unreached_users(con: duckdb.DuckDBPyConnection, sheet: SloSheet) -> list[str]:
@@ -274,7 +268,7 @@ def unreached_users(con: duckdb.DuckDBPyConnection, sheet: SloSheet) -> list[str
     tenant names) whose name has requests stored only in keyed tenants (the records and the hourly
     sums): a sheet written before tenants held them by that name, and the entry now holds none."""
     names = sorted({a.name for a in sheet.assignments if a.kind == "user" and a.tenant == ANONYMOUS})
-    rows = con.execute(TENANTS_OF_USERS_SQL, [names]).fetchall() if names else []
+    rows = con.execute(sql("slo_tenants_of_users"), {"names": names}).fetchall() if names else []
     tenants: dict[str, list[str]] = {}
     for user, tenant in rows:
         tenants.setdefault(user, []).append(tenant)
@@ -290,7 +284,7 @@ def unreached_users(con: duckdb.DuckDBPyConnection, sheet: SloSheet) -> list[str
 
 def ensure_slo_sheet(con: duckdb.DuckDBPyConnection, now: datetime) -> None:
     """Store the default sheet if the warehouse holds none: requests are always held to a stored sheet."""
-    if not con.execute("SELECT count(*) FROM slo_classes").fetchall()[0][0]:
+    if not con.execute(sql("slo_classes_count")).fetchall()[0][0]:
         _store(con, default_slo_sheet(), now, None)
 
 
@@ -307,10 +301,7 @@ def _store(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime, newes
     added = 0
     for c in sheet.classes:
         values = [c.ttft_seconds, c.itl_seconds, c.e2e_seconds, c.objective, c.period_days, c.default, c.own_targets]
-        row = con.execute(
-            f"SELECT {', '.join(_CLASS_COLUMNS)} FROM slo_classes WHERE class = ? AND effective = ?",
-            [c.name, c.effective],
-        ).fetchall()
+        row = con.execute(sql("slo_class_stored"), {"slo_class": c.name, "effective": c.effective}).fetchall()
         if row and list(row[0]) != values:
             raise SloSheetError(
                 f"{sheet.name}: class {c.name!r} effective {c.effective:%Y-%m-%d %H:%M} is already stored with "
@@ -319,16 +310,14 @@ def _store(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime, newes
         if not row:
             _past(sheet, f"class {c.name!r}", c.effective, newest)
             con.execute(
-                f"INSERT INTO slo_classes (effective, class, {', '.join(_CLASS_COLUMNS)}, sheet, source, loaded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [c.effective, c.name, *values, sheet.name, c.source, now],
+                sql("slo_class_store"),
+                {"effective": c.effective, "slo_class": c.name, **dict(zip(_CLASS_COLUMNS, values, strict=True))}
+                | {"sheet": sheet.name, "source": c.source, "loaded_at": now},
             )
             added += 1
     for a in sheet.assignments:
-        row = con.execute(
-            "SELECT class FROM slo_assignments WHERE kind = ? AND tenant = ? AND name = ? AND effective = ?",
-            [a.kind, a.tenant, a.name, a.effective],
-        ).fetchall()
+        who = {"kind": a.kind, "tenant": a.tenant, "name": a.name, "effective": a.effective}
+        row = con.execute(sql("slo_assignment_stored"), who).fetchall()
         if row and row[0][0] != a.slo_class:
             raise SloSheetError(
                 f"{sheet.name}: {a.kind} {a.who!r} is already in class {row[0][0]!r} from "
@@ -337,23 +326,15 @@ def _store(con: duckdb.DuckDBPyConnection, sheet: SloSheet, now: datetime, newes
         if not row:
             _past(sheet, f"the assignment of {a.kind} {a.who!r}", a.effective, newest)
             con.execute(
-                "INSERT INTO slo_assignments (effective, kind, tenant, name, class, sheet, loaded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [a.effective, a.kind, a.tenant, a.name, a.slo_class, sheet.name, now],
+                sql("slo_assignment_store"), {**who, "slo_class": a.slo_class, "sheet": sheet.name, "loaded_at": now}
             )
             added += 1
     return added
 
 
-STORED_CLASSES_SQL = f"SELECT class, effective, {', '.join(_CLASS_COLUMNS)} FROM slo_classes ORDER BY class, effective"
-STORED_ASSIGNMENTS_SQL = (
-    "SELECT effective, kind, name, class, tenant FROM slo_assignments ORDER BY kind, tenant, name, effective"
-)
-
-
 def stored_slo_sheet(classes: list[tuple[Any, ...]], assignments: list[tuple[Any, ...]]) -> SloSheet | None:
-    """The versions stored in the warehouse (rows of STORED_CLASSES_SQL and STORED_ASSIGNMENTS_SQL) as
-    one sheet; None when none is stored."""
+    """The versions stored in the warehouse (rows of warehouse/sql/slo_stored_classes.sql and
+    slo_stored_assignments.sql) as one sheet; None when none is stored."""
     if not classes:
         return None
     return SloSheet(
