@@ -24,7 +24,7 @@ from moemeter.contract import POOLS, computed_tokens
 from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import user_of_tenant
 
-from .prices import STORED_GPU_SQL, STORED_TOKENS_SQL, PriceSheet, default_sheet, stored_sheet
+from .prices import PriceSheet, default_sheet, stored_sheet
 from .read import Query, floor, increases, request_window, run, timestamp
 
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
@@ -62,7 +62,8 @@ def price_sheet(q: Query, override: PriceSheet | None = None) -> PriceSheet:
     if override is not None:
         return override
     stored = stored_sheet(
-        list(q(STORED_GPU_SQL, None).itertuples(index=False)), list(q(STORED_TOKENS_SQL, None).itertuples(index=False))
+        list(run(q, "prices_stored_gpu").itertuples(index=False)),
+        list(run(q, "prices_stored_tokens").itertuples(index=False)),
     )
     return stored or default_sheet()
 
@@ -421,13 +422,6 @@ def rebucket(tokens: pd.DataFrame, step: timedelta) -> pd.DataFrame:
     return tokens.drop(columns="bucket").groupby(steps.rename("bucket")).sum().reset_index()
 
 
-GPUS_IN_SERVICE_SQL = """
-SELECT ts, sum(CASE WHEN up THEN g.gpus ELSE 0 END) AS gpus
-FROM scrapes JOIN (SELECT unnest(?) AS target, unnest(?) AS gpus) g USING (target)
-WHERE ts >= ? AND ts < ? GROUP BY ts
-"""
-
-
 def daily_statement(
     q: Query, pools: dict[str, list[tuple[str, int]]], start: datetime, end: datetime, sheet: PriceSheet | None = None
 ) -> pd.DataFrame:
@@ -451,7 +445,8 @@ def daily_statement(
             rows.append({"day": day.date().isoformat(), "note": "no data"})
             day += timedelta(days=1)
             continue
-        g = q(GPUS_IN_SERVICE_SQL, [[n for n, _ in members], [x for _, x in members], a, b])
+        targets, gpus = [n for n, _ in members], [x for _, x in members]
+        g = run(q, "cost_gpus_in_service", {"targets": targets, "gpus": gpus, "start": a, "end": b})
         rev = r.revenue_usd
         rows.append(
             {

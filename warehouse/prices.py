@@ -21,6 +21,8 @@ import duckdb
 from moemeter.contract.errors import MoemeterError
 from warehouse.sheets import entry_at, known, lines, load_toml, read_sheet, when
 
+from .sql import sql
+
 POOLS = ("prefill", "decode", "*")
 TOKEN_PRICES = ("usd_per_mtok_input_cache_hit", "usd_per_mtok_input_cache_miss", "usd_per_mtok_output")
 _WINDOW = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-3]):([0-5]\d)$")
@@ -190,9 +192,7 @@ def store_sheet(con: duckdb.DuckDBPyConnection, sheet: PriceSheet, now: datetime
     change a stored price (same pool and effective time, another price)."""
     added = 0
     for g in sheet.gpu:
-        row = con.execute(
-            "SELECT usd_per_gpu_hour FROM gpu_prices WHERE pool = ? AND effective = ?", [g.pool, g.effective]
-        ).fetchall()
+        row = con.execute(sql("prices_gpu_stored"), {"pool": g.pool, "effective": g.effective}).fetchall()
         if row and row[0][0] != g.usd_per_gpu_hour:
             raise PriceSheetError(
                 f"{sheet.name}: pool {g.pool!r} already has ${row[0][0]}/GPU-hour from "
@@ -201,15 +201,14 @@ def store_sheet(con: duckdb.DuckDBPyConnection, sheet: PriceSheet, now: datetime
             )
         if not row:
             con.execute(
-                "INSERT INTO gpu_prices VALUES (?, ?, ?, ?, ?, ?)",
-                [g.effective, g.pool, g.usd_per_gpu_hour, sheet.name, g.source, now],
+                sql("prices_gpu_store"),
+                {"effective": g.effective, "pool": g.pool, "usd_per_gpu_hour": g.usd_per_gpu_hour}
+                | {"sheet": sheet.name, "source": g.source, "loaded_at": now},
             )
             added += 1
     for t in sheet.tokens:
         values = [t.usd_per_mtok_input_cache_hit, t.usd_per_mtok_input_cache_miss, t.usd_per_mtok_output]
-        row = con.execute(
-            f"SELECT {', '.join(TOKEN_PRICES)} FROM token_prices WHERE effective = ?", [t.effective]
-        ).fetchall()
+        row = con.execute(sql("prices_tokens_stored"), {"effective": t.effective}).fetchall()
         if row and list(row[0]) != values:
             raise PriceSheetError(
                 f"{sheet.name}: token prices effective {t.effective:%Y-%m-%d %H:%M} are already "
@@ -217,16 +216,20 @@ def store_sheet(con: duckdb.DuckDBPyConnection, sheet: PriceSheet, now: datetime
             )
         if not row:
             off = list(t.off_peak) if t.off_peak else [None, None, None]
+            prices = dict(zip(TOKEN_PRICES, values, strict=True))
+            off_peak = {f"off_peak_{k}": v for k, v in zip(TOKEN_PRICES, off, strict=True)}
             con.execute(
-                "INSERT INTO token_prices VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [t.effective, *values, t.off_peak_utc, *off, sheet.name, t.source, now],
+                sql("prices_tokens_store"),
+                {"effective": t.effective, **prices, "off_peak_utc": t.off_peak_utc, **off_peak}
+                | {"sheet": sheet.name, "source": t.source, "loaded_at": now},
             )
             added += 1
     return added
 
 
 def stored_sheet(rows_gpu: list[tuple[Any, ...]], rows_tokens: list[tuple[Any, ...]]) -> PriceSheet | None:
-    """The sheet the warehouse holds (every version loaded), from its two tables' rows."""
+    """The sheet the warehouse holds (every version loaded), from its two tables' rows
+    (warehouse/sql/prices_stored_gpu.sql and prices_stored_tokens.sql)."""
     if not rows_gpu and not rows_tokens:
         return None
     gpu = tuple(GpuPrice(r[0], r[1], float(r[2]), r[3]) for r in rows_gpu)
@@ -234,8 +237,3 @@ def stored_sheet(rows_gpu: list[tuple[Any, ...]], rows_tokens: list[tuple[Any, .
         TokenPrice(r[0], r[1], r[2], r[3], r[4], (r[5], r[6], r[7]) if r[4] else None, r[8]) for r in rows_tokens
     )
     return PriceSheet("warehouse", gpu, tokens)
-
-
-STORED_GPU_SQL = "SELECT effective, pool, usd_per_gpu_hour, source FROM gpu_prices ORDER BY effective"
-STORED_TOKENS_SQL = f"""SELECT effective, {", ".join(TOKEN_PRICES)}, off_peak_utc, off_peak_{", off_peak_".join(TOKEN_PRICES)},
-                              source FROM token_prices ORDER BY effective"""
