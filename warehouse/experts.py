@@ -13,6 +13,7 @@ import pyarrow as pa
 from moemeter.contract.errors import MoemeterError
 
 from .db import insert_arrow
+from .sql import sql
 
 
 class SnapshotError(MoemeterError, ValueError):
@@ -102,9 +103,10 @@ class ExpertIngestor:
             rows = delta.size
         if prev is None or ts > prev[0]:
             self._last[target] = (ts, snap.logical_tokens_total)
+        shape = {"layers": layers, "experts": experts, "slots": snap.phy2log.shape[1], "ranks": snap.ranks}
         con.execute(
-            "INSERT INTO expert_snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [ts, target, seconds, layers, experts, snap.phy2log.shape[1], snap.ranks, bool(reset)],
+            sql("experts_snapshot_store"),
+            {"ts": ts, "target": target, "seconds": seconds, **shape, "reset": bool(reset)},
         )
         self._store_placement(con, target, ts, snap)
         self._store_rebalances(con, target, snap.rebalances)
@@ -113,7 +115,7 @@ class ExpertIngestor:
     def _store_rebalances(self, con: duckdb.DuckDBPyConnection, target: str, events: list[RebalanceEvent]) -> None:
         """Only the events newer than the last one stored: a snapshot repeats the recent ones every time."""
         if target not in self._events_until:
-            row = con.execute("SELECT max(ts) FROM eplb_rebalances WHERE target = ?", [target]).fetchall()
+            row = con.execute(sql("experts_rebalances_until"), {"target": target}).fetchall()
             self._events_until[target] = row[0][0] if row and row[0][0] is not None else datetime.min
         new = [ev for ev in events if ev.at > self._events_until[target]]
         if not new:
@@ -124,32 +126,22 @@ class ExpertIngestor:
             for layer, (before, planned) in enumerate(zip(ev.balancedness_before, ev.balancedness_planned))
         ]
         cols = list(zip(*rows))
-        batch = pa.table(
-            {
-                "ts": pa.array(cols[0], type=pa.timestamp("us")),
-                "target": pa.array([target] * len(rows), type=pa.string()),
-                "duration_seconds": pa.array(cols[1], type=pa.float64()),
-                "moved_replicas": pa.array(cols[2], type=pa.int32()),
-                "layer": pa.array(cols[3], type=pa.int16()),
-                "balancedness_before": pa.array(cols[4], type=pa.float64()),
-                "balancedness_planned": pa.array(cols[5], type=pa.float64()),
-            }
-        )
-        con.register("_rebalances", batch)
-        try:
-            con.execute("INSERT OR IGNORE INTO eplb_rebalances SELECT * FROM _rebalances")
-        finally:
-            con.unregister("_rebalances")
+        batch = {
+            "ts": pa.array(cols[0], type=pa.timestamp("us")),
+            "target": pa.array([target] * len(rows), type=pa.string()),
+            "duration_seconds": pa.array(cols[1], type=pa.float64()),
+            "moved_replicas": pa.array(cols[2], type=pa.int32()),
+            "layer": pa.array(cols[3], type=pa.int16()),
+            "balancedness_before": pa.array(cols[4], type=pa.float64()),
+            "balancedness_planned": pa.array(cols[5], type=pa.float64()),
+        }
+        insert_arrow(con, "eplb_rebalances", batch, "experts_rebalances_store")  # events stored already kept
         self._events_until[target] = max(ev.at for ev in new)
 
     def _store_placement(self, con: duckdb.DuckDBPyConnection, target: str, ts: datetime, snap: ExpertSnapshot) -> None:
         known = self._placement.get(target)
         if known is None:  # after a restart: the latest placement stored for this target
-            df = con.execute(
-                """SELECT layer, slot, expert FROM expert_placement
-                                WHERE target = ? AND ts = (SELECT max(ts) FROM expert_placement WHERE target = ?)""",
-                [target, target],
-            ).df()
+            df = con.execute(sql("experts_placement_latest"), {"target": target}).df()
             rows, cols = snap.phy2log.shape
             if len(df) == rows * cols and df["layer"].max() < rows and df["slot"].max() < cols:
                 known = np.full((rows, cols), -1, dtype=np.int64)
