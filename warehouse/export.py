@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from moemeter.contract.errors import MoemeterError
 
 from .read import Query
+from .sql import sql
 
 FACT_TABLES = (
     "samples",
@@ -59,17 +60,17 @@ DIMENSION_TABLES = (
 
 
 def named_by_key(table: str, where: str = "TRUE") -> str:
-    """SELECT the rows of `table` that `where` keeps, every series named by its key: `series_id`
-    is a number of this file (migration 015), the key (a hash of target, name and labels) is the
-    series' identity wherever its rows go, the lake and exports."""
+    """The statement that reads the rows of `table` that `where` keeps (a condition from a file of
+    warehouse/sql, over the table's own columns: the lake's window edges), every series named by
+    its key: `series_id` is a number of this file (migration 015), the key (a hash of target, name
+    and labels) is the series' identity wherever its rows go, the lake and exports."""
     if table == "series":
-        return f"SELECT * REPLACE (series_key AS series_id) FROM series WHERE {where}"
-    if table in BY_SERIES:
-        return (
-            f"SELECT x.* REPLACE (s.series_key AS series_id) "
-            f"FROM (SELECT * FROM {table} WHERE {where}) x JOIN series s USING (series_id)"
-        )
-    return f"SELECT * FROM {table} WHERE {where}"
+        statement = sql("export_series")
+    elif table in BY_SERIES:
+        statement = sql("export_by_key", table=table)
+    else:
+        statement = sql("export_rows", table=table)
+    return statement.replace("/*where*/", where)
 
 
 class ExportError(MoemeterError, ValueError):
@@ -121,11 +122,11 @@ def export_parquet(
             t = lo
             while t < hi:
                 t_next = min(hi, t + chunk)
-                col = TIME_COLUMN.get(table, "ts")
-                df = q(
-                    f"{named_by_key(table, f'{col} >= ?::TIMESTAMP AND {col} < ?::TIMESTAMP')} ORDER BY {col}",
-                    [t, t_next],
-                )
+                window = {"from": t, "until": t_next}
+                if table in BY_SERIES:
+                    df = q(sql("export_chunk_by_key", table=table), window)
+                else:
+                    df = q(sql("export_chunk", table=table, time=TIME_COLUMN.get(table, "ts")), window)
                 if len(df):
                     parts.append(pa.Table.from_pandas(df, preserve_index=False))
                 t = t_next
