@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from collectors.parse import parse_page
+from collectors.parse import PageCache
 from moemeter.contract import TargetInfo
 from stack.twin.config import load_profile
 from stack.twin.faults import Fault
@@ -30,12 +30,14 @@ def sick_rack(tmp_path_factory):
     twin.pages(START)  # builds the model
     assert twin.model is not None
     pools = [e for e in twin.endpoints() if e.role in ("prefill", "decode")]
-    ing = Ingestor()
+    ing, caches = Ingestor(), {e.name: PageCache() for e in pools}  # as a collector keeps them
     for k in range(ROUNDS):
         twin.model.advance(START + 10 * k)
         for e in pools:
             t = TargetInfo(e.name, f"http://twin/{e.name}", e.role, e.gpus, "twin:test", e.hostname)
-            batch = ScrapeBatch(t, T0 + timedelta(seconds=10 * k), True, 0.01, parse_page(e.render().encode()))
+            batch = ScrapeBatch(
+                t, T0 + timedelta(seconds=10 * k), True, 0.01, caches[e.name].parse(e.render().encode())
+            )
             wh.write(lambda con, b=batch: ing.write(con, b))
     yield wh
     wh.close()

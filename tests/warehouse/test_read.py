@@ -18,7 +18,9 @@ output per million, half off-peak 16:30 .. 00:30 UTC):
 
 from __future__ import annotations
 
+import shutil
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -101,15 +103,29 @@ def ingest(retention: Retention | None = None) -> duckdb.DuckDBPyConnection:
         if t > FIRST and not IDLE[0] < t <= IDLE[1]:
             generated += 4_000 * EVERY.total_seconds()
         page = prefill_page(10_000 * s, 2_000 * s) + histogram("prefill", s)
-        ing.write(con, ScrapeBatch(PREFILL, t, True, 0.01, parse_page(page.encode())))
-        ing.write(con, ScrapeBatch(DECODE, t, True, 0.01, parse_page(decode_page(generated).encode())))
+        round_ = [  # one round, as a collector stores it
+            ScrapeBatch(PREFILL, t, True, 0.01, parse_page(page.encode())),
+            ScrapeBatch(DECODE, t, True, 0.01, parse_page(decode_page(generated).encode())),
+        ]
+        ing.write_all(con, round_)
         t += EVERY
     return con
 
 
 @pytest.fixture(scope="module")
-def day():
-    return LocalQuery(ingest())
+def day_file(tmp_path_factory) -> Path:
+    """The day, written once to a file that the fixtures without some rollups copy."""
+    path = tmp_path_factory.mktemp("day") / "day.duckdb"
+    con = ingest()  # in memory, then copied whole: a file's own writes take twice as long
+    con.execute(f"ATTACH '{path}' AS day")
+    con.execute("COPY FROM DATABASE memory TO day")
+    con.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def day(day_file):
+    return LocalQuery(duckdb.connect(str(day_file), read_only=True))
 
 
 @pytest.fixture(scope="module")
@@ -124,10 +140,12 @@ def hours_only():
     return LocalQuery(ingest(Retention(raw_days=0.25, minute_days=0.5)))
 
 
-def without(marker: str, *tables: str) -> LocalQuery:
+def without(day_file: Path, marker: str, *tables: str) -> LocalQuery:
     """The day in a file without some rollups: their tables dropped (nothing can read them) and the
     rollup_state row that says the file keeps them deleted."""
-    con = ingest()
+    copy = day_file.with_name(f"without-{marker}.duckdb")
+    shutil.copyfile(day_file, copy)
+    con = duckdb.connect(str(copy))
     for table in tables:
         con.execute(f"DROP TABLE {table}")
     con.execute("DELETE FROM rollup_state WHERE name = ?", [marker])
@@ -135,15 +153,15 @@ def without(marker: str, *tables: str) -> LocalQuery:
 
 
 @pytest.fixture(scope="module")
-def unpooled():
+def unpooled(day_file):
     """The day in a file without pool rollups (as a lake's rack reads)."""
-    return without("pool_histograms", "pool_histograms_1m", "pool_histograms_1h")
+    return without(day_file, "pool_histograms", "pool_histograms_1m", "pool_histograms_1h")
 
 
 @pytest.fixture(scope="module")
-def without_sixes():
+def without_sixes(day_file):
     """The day in a file without six-minute rollups (a lake's rack, or one before migration 019)."""
-    return without("increments_6m", "increments_6m", "pool_histograms_6m")
+    return without(day_file, "increments_6m", "increments_6m", "pool_histograms_6m")
 
 
 def seconds(a: datetime, b: datetime) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from pathlib import Path
 
 import duckdb
@@ -235,8 +236,22 @@ def stored(records: list[dict[str, object]], plain: bool, in_columns: bool = Fal
     """What writing one page of these records leaves: the requests, the cursor and the refusals.
     `in_columns`: the page made in process, its records as columns (a record without a field has
     None there)."""
+    c = _migrated().cursor()
+    c.begin()  # rolled back: every example starts from the same empty, migrated schema
+    try:
+        return _stored(c, records, plain, in_columns)
+    finally:
+        c.rollback()
+
+
+@cache
+def _migrated() -> duckdb.DuckDBPyConnection:
     c = duckdb.connect()
     apply_migrations(c)
+    return c
+
+
+def _stored(c: duckdb.DuckDBPyConnection, records: list[dict[str, object]], plain: bool, in_columns: bool) -> object:
     page: dict[str, object] = {"schema": "moemeter.requests/1", "log_id": "A", "records": records}
     if in_columns:
         page = ColumnPage(page, fields={k: [r.get(k) for r in records] for k in RECORD_KEYS})
