@@ -99,9 +99,17 @@ class Window:
         return None
 
 
+def fragment(name: str, **identifiers: str) -> str:
+    """warehouse/sql/<name>.sql, a piece the read layer puts in a statement, as one line without its
+    comment: a statement may name the piece's marker in a comment of its own (increase.sql's
+    /*members*/, live_gauges.sql's /*samples*/)."""
+    lines = sql(name, **identifiers).splitlines()
+    return " ".join(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("--"))
+
+
 # Gauge samples at a window's resolution (/*samples*/ in a statement): raw rows or a rollup, with
 # the same columns (a raw sample is its own mean and max); and per-expert load likewise.
-SAMPLES = {None: "(SELECT ts, series_id, value, value AS max FROM samples)", MINUTE: "samples_1m", HOUR: "samples_1h"}
+SAMPLES = {None: fragment("read_raw_samples"), MINUTE: "samples_1m", HOUR: "samples_1h"}
 EXPERT_LOAD = {None: "expert_load", MINUTE: "expert_load", HOUR: "expert_load_1h"}
 
 
@@ -258,23 +266,10 @@ SOURCES = {"raw": "increments", "minutes": "increments_1m", "sixes": "increments
 POOL_TABLES = {"minutes": "pool_histograms_1m", "sixes": "pool_histograms_6m", "hours": "pool_histograms_1h"}
 
 
-MEMBERS = (
-    f"members AS (SELECT series_id, {POOL_KEY} AS pool FROM series_targets "
-    "WHERE kind IN ('histogram', 'summary') AND pool IN (SELECT series_id FROM picked)),"
-)
+MEMBERS = fragment("read_members").replace("/*pool_key*/", POOL_KEY)
 """A pooled statement's member series (histogram and summary series only, as the pool rollups hold):
 the statement's pools' series first, a join of the few picked, not a key for every row."""
-
-
-def per_pool(table: str, columns: str) -> str:
-    """The rows of a per-series counter table with the pool key as their series_id."""
-    return f"(SELECT x.ts, k.pool AS series_id, {columns} FROM {table} x JOIN members k USING (series_id))"
-
-
-NO_ROWS = (
-    "(SELECT NULL::TIMESTAMP AS ts, NULL AS series_id, NULL::DOUBLE AS delta, NULL::DOUBLE AS seconds, "
-    "NULL::DOUBLE AS idle_seconds WHERE false)"
-)
+NO_ROWS = fragment("read_no_rows")
 """What a file without six-minute rollups (a lake's rack) reads for them: `plan` leaves their pieces
 empty, and a table it does not have could not be named (nor another read: the query API's limit on
 relations)."""
@@ -287,14 +282,12 @@ def sources(pooled: bool, held: Holdings) -> dict[str, str]:
     way."""
     if not pooled:
         return {"members": "", **SOURCES, **({} if held.sixes else {"sixes": NO_ROWS})}
-    out = {"members": MEMBERS, "raw": per_pool("increments", "x.delta, x.seconds")}
-    for piece, table in POOL_TABLES.items():
-        out[piece] = (
-            # the picked pools' sample names first: a join on the name, then on the whole key
-            f"(SELECT ts, {POOL_KEY} AS series_id, delta, seconds, idle_seconds FROM {table} "
-            "WHERE metric IN (SELECT series_id.metric FROM picked))"
+    out = {"members": MEMBERS, "raw": fragment("read_per_pool_raw")}
+    for name, table in POOL_TABLES.items():
+        out[name] = (
+            fragment("read_pool_rollup", table=table).replace("/*pool_key*/", POOL_KEY)
             if held.pooled
-            else per_pool(SOURCES[piece], "x.delta, x.seconds, x.idle_seconds")
+            else fragment("read_per_pool", table=SOURCES[name])
         )
     if not held.sixes:
         out["sixes"] = NO_ROWS
