@@ -26,6 +26,7 @@ from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.requests import FeedError, RequestIngestor
 from warehouse.rollup import Retention, Rollups
+from warehouse.sql import sql
 
 from .experts import NOT_READY, SnapshotResult, fetch_snapshot
 from .parse import PageCache
@@ -121,7 +122,7 @@ class Collector:
         """A target name the database already holds for another stack: both histories would mix
         under one name (the twin's decode-0 and real vLLM's), so say it, once per load."""
         try:
-            stored = dict(self.warehouse.query_df("SELECT name, stack FROM targets").itertuples(index=False))
+            stored = dict(self.warehouse.query_df(sql("service_target_stacks")).itertuples(index=False))
         except Exception:  # noqa: BLE001 - a warning only; the round reports storage trouble itself
             return
         for t in targets:
@@ -222,9 +223,7 @@ class Collector:
                     )
                     break
         names = sorted({b.target.name for b in batches} | {f.target.name for f in feeds})
-        refused = con.execute(
-            "SELECT coalesce(sum(count), 0) FROM rejected WHERE ts = ? AND list_contains(?, target)", [ts, names]
-        ).fetchone()
+        refused = con.execute(sql("service_refused"), {"ts": ts, "targets": names}).fetchone()
         return n, int(refused[0])
 
     def _store_apart(
