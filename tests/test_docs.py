@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from moemeter.contract import FAMILIES
 from stack.twin.config import load_profile
 from stack.twin.server import Twin
 
@@ -56,11 +57,22 @@ def test_every_family_the_twin_emits_is_documented(twin_pages):
 
 def test_every_metric_a_page_reads_is_documented():
     sources = "\n".join(p.read_text() for p in (ROOT / "dashboard").rglob("*.py"))
+    sources += "".join("\n" + p.read_text() for p in (ROOT / "warehouse" / "sql").glob("*.sql"))  # what pages run
     read = set(re.findall(r"'((?:vllm:|vllm_router_|DCGM_)[A-Za-z0-9_:]+)'", sources))
     read |= set(re.findall(r'"((?:vllm:|vllm_router_|DCGM_)[A-Za-z0-9_:]+)"', sources))
     assert read, "the pages read no metric?"
     base = {re.sub(r"_(bucket|count|sum)$", "", m) for m in read}
     assert sorted(m for m in base if f"`{m}" not in METRICS_MD) == []
+
+
+def test_every_family_a_statement_names_is_the_contracts():
+    """A quoted family name in warehouse/sql/*.sql ('vllm:...', 'moemeter_...', 'DCGM_...') is a
+    family of the contract, or a sample name of one (_bucket, _sum, _count, _total)."""
+    statements = "\n".join(p.read_text() for p in (ROOT / "warehouse" / "sql").glob("*.sql"))
+    named = set(re.findall(r"'((?:vllm:|vllm_router_|moemeter_|DCGM_|process_)[A-Za-z0-9_:]+)'", statements))
+    assert named, "the statements name no family?"
+    sample = re.compile(r"_(bucket|sum|count|total)$")
+    assert sorted(m for m in named if m not in FAMILIES and sample.sub("", m) not in FAMILIES) == []
 
 
 def test_nothing_cites_a_file_outside_the_repository():
