@@ -41,7 +41,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -54,11 +54,12 @@ import pyarrow as pa
 
 from moemeter.contract.errors import MoemeterError
 
-from .db import apply_migrations
+from .db import apply_migrations, sql_with
 from .export import RACK_NAME, named_by_key
 from .read import HOUR, MINUTE, floor
 from .readonly import lock_down
 from .rollup import compacted
+from .sql import sql
 
 log = logging.getLogger(__name__)
 
@@ -119,19 +120,11 @@ class Table:
     reach: str | None = None
     period: timedelta = MINUTE
     whole: bool = False
-    column: str = "ts"
 
-    def edges(self, since: datetime | None, end: datetime | None) -> tuple[str, list[Any]]:
-        """The SQL condition (and its parameters) for the rows of [since, end) of this table (None:
-        unbounded on that side)."""
-        where, params = ["TRUE"], []
-        if end is not None:
-            where.append(f"{self.column} < ?")
-            params.append(floor(end, self.period) if self.whole else end)
-        if since is not None:
-            where.append(f"{self.column} >= ?")
-            params.append(since)
-        return " AND ".join(where), params
+    def edges(self, since: datetime | None, end: datetime | None) -> dict[str, datetime | None]:
+        """The parameters of lake_edges.sql, the condition for the rows of [since, end) of this table
+        (None: unbounded on that side)."""
+        return {"since": since, "end": floor(end, self.period) if self.whole and end is not None else end}
 
     def overlaps(self, since: datetime | None, published: datetime | None) -> bool:
         """Whether the lake may hold rows of a window from `since` already: a rack's rows of this
@@ -205,11 +198,12 @@ def _postgres_scanner() -> Path:
 
 
 def _load_extensions(con: duckdb.DuckDBPyConnection) -> None:
-    """LOAD ducklake and postgres from their wheels (never from the network)."""
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET autoload_known_extensions = false")
-    con.execute(f"LOAD '{_postgres_scanner()}'")
-    con.execute(f"LOAD '{_extension('duckdb_extension_ducklake')}'")
+    """Load the ducklake and postgres extensions from their wheels (never from the network)."""
+    con.execute(sql("lake_no_autoinstall"))
+    con.execute(sql("lake_no_autoload"))
+    # DuckDB binds no parameter in LOAD: the extension's path is written as a literal (_quoted)
+    con.execute(_statement("lake_load", quoted={"extension": str(_postgres_scanner())}))
+    con.execute(_statement("lake_load", quoted={"extension": str(_extension("duckdb_extension_ducklake"))}))
 
 
 def catalog_uri(uri: str) -> str:
@@ -222,7 +216,61 @@ def catalog_uri(uri: str) -> str:
 
 
 def _quoted(text: str) -> str:
+    """`text` as a DuckDB string literal: each quote doubled (DuckDB reads no backslash escape in one)."""
     return "'" + text.replace("'", "''") + "'"
+
+
+def _pg_quoted(text: str) -> str:
+    """`text` as a PostgreSQL string literal, as PostgreSQL's quote_literal writes it: each quote doubled,
+    and where it holds a backslash, an E'' string with each backslash doubled (the same value whatever
+    the server's standard_conforming_strings)."""
+    body = text.replace("'", "''")
+    return "E'" + body.replace("\\", "\\\\") + "'" if "\\" in text else "'" + body + "'"
+
+
+def _names(names: str | Sequence[str]) -> str:
+    """A name, or names separated by commas, each a DuckDB identifier in double quotes (each double quote
+    in it doubled)."""
+    return ", ".join('"' + n.replace('"', '""') + '"' for n in ([names] if isinstance(names, str) else names))
+
+
+_UNBOUND = re.compile(r"""\{\{(?:'(\w+)'|"(\w+)"|:(\w+))\}\}""")
+"""A slot of a lake statement for what its engine binds no parameter in (ATTACH's path, LOAD, a view, DDL,
+or PostgreSQL SQL sent whole through postgres_execute and postgres_query): `{{'key'}}` a value written as a
+string literal, `{{"key"}}` a name (or names) written as identifiers, `{{:key}}` a column's type."""
+_COLUMN_TYPE = re.compile(r"[A-Z][A-Z0-9_ ,()\[\]]*")
+"""A column's type as duckdb_columns() writes it (`TIMESTAMP WITH TIME ZONE`, `MAP(VARCHAR, VARCHAR)`,
+`VARCHAR[]`): no quote, semicolon or comment can end the statement it is written into."""
+
+
+def _statement(name: str, *parts: str, quoted: Mapping[str, str | Sequence[str]], **identifiers: str) -> str:
+    """warehouse/sql/<name>.sql as sql_with gives it (each `/*part*/` line replaced by that file, each
+    `{{key}}` by one of warehouse/sql's IDENTIFIERS), with each slot of _UNBOUND filled from `quoted`:
+    a value as a string literal by the rules of the statement's engine (PostgreSQL's for lake_pg_*.sql,
+    _pg_quoted; DuckDB's otherwise, _quoted), a name as identifiers (_names), a type as DuckDB wrote it.
+    Only for what the engine cannot bind: every other value is a named parameter."""
+    used: set[str] = set()
+
+    def fill(m: re.Match[str]) -> str:
+        key = m[1] or m[2] or m[3]
+        value = quoted.get(key)
+        if value is None:
+            raise KeyError(f"warehouse/sql/{name}.sql needs a value for its slot {m[0]}")
+        used.add(key)
+        if m[2]:
+            return _names(value)
+        if not isinstance(value, str):
+            raise TypeError(f"warehouse/sql/{name}.sql takes one value for its slot {m[0]}, not {value!r}")
+        if m[3]:
+            if not _COLUMN_TYPE.fullmatch(value):
+                raise LakeError(f"cannot add a column of type {value!r} to the lake")
+            return value
+        return _pg_quoted(value) if name.startswith("lake_pg_") else _quoted(value)
+
+    out = _UNBOUND.sub(fill, sql_with(name, *parts, **identifiers))
+    if unused := sorted(set(quoted) - used):
+        raise KeyError(f"warehouse/sql/{name}.sql has no slot for {', '.join(unused)}")
+    return out
 
 
 SEARCH_PATH = "pg_catalog,pg_temp"
@@ -262,11 +310,9 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
     """An in-memory DuckDB with the lake attached as `lake` (created on the first write when the
     catalog is empty; its data path then defaults to `<catalog dir>/lake.files` for a file catalog
     and must be given for PostgreSQL)."""
-    options = []
+    params: dict[str, Any] = {"read_only": read_only}
     if data_path:
-        options.append(f"DATA_PATH {_quoted(str(data_path))}")
-    if read_only:
-        options.append("READ_ONLY")
+        params["data_path"] = str(data_path)
     for attempt in range(1, CONFLICT_TRIES + 1):
         con = duckdb.connect()
         try:
@@ -274,11 +320,12 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
             catalog = catalog_uri(uri).removeprefix("ducklake:")
             if catalog.startswith("postgres:"):  # every session on it, DuckLake's and the lock's (SEARCH_PATH)
                 catalog = "postgres:" + pinned(catalog.removeprefix("postgres:"))
-            con.execute(
-                f"ATTACH {_quoted('ducklake:' + catalog)} AS lake" + (f" ({', '.join(options)})" if options else "")
-            )
+            # DuckDB binds no parameter in ATTACH's path (its options it binds): the catalog is a literal
+            attach = "lake_attach_data" if data_path else "lake_attach"
+            con.execute(_statement(attach, quoted={"catalog": "ducklake:" + catalog}), params)
             if not read_only and catalog.startswith("postgres:"):
-                con.execute(f"ATTACH {_quoted(catalog.removeprefix('postgres:'))} AS {LOCK_DB} (TYPE postgres)")
+                plain = {"catalog": catalog.removeprefix("postgres:")}
+                con.execute(_statement("lake_attach_commits", quoted=plain, lock_db=LOCK_DB))
             return con
         except duckdb.Error as exc:
             con.close()
@@ -293,7 +340,7 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
 
 def data_path_of(con: duckdb.DuckDBPyConnection) -> str:
     """Where the attached lake keeps its files (readers may read there and nowhere else)."""
-    row = con.execute("SELECT value FROM ducklake_options('lake') WHERE option_name = 'data_path'").fetchone()
+    row = con.execute(sql("lake_data_path")).fetchone()
     if row is None:
         raise LakeError("the lake does not say where its data files are")
     return str(row[0])
@@ -302,12 +349,7 @@ def data_path_of(con: duckdb.DuckDBPyConnection) -> str:
 # ---------------------------------------------------------------------------------------- schema
 def _columns(con: duckdb.DuckDBPyConnection, database: str, table: str) -> list[tuple[str, str]]:
     return [
-        (str(n), str(t))
-        for n, t in con.execute(
-            "SELECT column_name, data_type FROM duckdb_columns() WHERE database_name = ? AND table_name = ? "
-            "AND schema_name = 'main' ORDER BY column_index",
-            [database, table],
-        ).fetchall()
+        (str(n), str(t)) for n, t in con.execute(sql("lake_columns"), {"database": database, "table": table}).fetchall()
     ]
 
 
@@ -344,17 +386,14 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             have = dict(_columns(con, "lake", name))
             cols = _columns(con, "memory", name)
             if not have:
-                body = ", ".join(f'"{c}" {t}' for c, t in [("rack", "VARCHAR"), *cols])
-                con.execute(f"CREATE TABLE lake.{name} ({body})")
-                con.execute(f"ALTER TABLE lake.{name} SET PARTITIONED BY (rack)")
+                con.execute(sql("lake_create_table", table=name))
+                con.execute(sql("lake_partition", table=name))
                 continue
             for c, t in cols:
-                if c not in have:
-                    con.execute(f'ALTER TABLE lake.{name} ADD COLUMN "{c}" {t}')
+                if c not in have:  # DuckDB binds no parameter in DDL: the name an identifier, the type as it wrote it
+                    con.execute(_statement("lake_add_column", quoted={"column": c, "type": t}, table=name))
         if not _columns(con, "lake", STATE):
-            con.execute(
-                f"CREATE TABLE lake.{STATE} (rack VARCHAR, name VARCHAR, through TIMESTAMP, published_at TIMESTAMP)"
-            )
+            con.execute(sql("lake_create_state", state=STATE))
 
     retry_conflicts(con, create)
     if g is not None and g.is_owner:
@@ -376,31 +415,28 @@ def commit_lock(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
         return
     lock = con.cursor()
     try:
-        lock.execute("BEGIN TRANSACTION")
-        try:
-            lock.execute(
-                f"CALL postgres_execute('{LOCK_DB}', "
-                f"'SET LOCAL lock_timeout = ''{LOCK_WAIT}''; SELECT pg_advisory_xact_lock({COMMIT_LOCK})')"
-            )
+        lock.begin()
+        try:  # PostgreSQL binds no parameter in SET, nor in SQL sent whole: the wait and the lock are literals
+            _pg_execute(lock, _statement("lake_pg_commit_lock", quoted={"wait": LOCK_WAIT, "lock": str(COMMIT_LOCK)}))
         except duckdb.Error as exc:
             raise LakeError(f"waited {LOCK_WAIT} for the lake's commit lock, held by another writer: {exc}") from exc
         yield
     finally:
         try:
-            lock.execute("ROLLBACK")  # ends the lock's transaction: PostgreSQL releases it
+            lock.rollback()  # ends the lock's transaction: PostgreSQL releases it
         finally:
             lock.close()
 
 
 def _transaction(con: duckdb.DuckDBPyConnection, job: Callable[[], Any]) -> Any:
     """job() in one transaction of `con`: committed if it returns, rolled back if it raises."""
-    con.execute("BEGIN TRANSACTION")
+    con.begin()
     try:
         out = job()
-        con.execute("COMMIT")
+        con.commit()
     except BaseException:
         try:
-            con.execute("ROLLBACK")
+            con.rollback()
         except duckdb.Error:
             pass
         raise
@@ -441,23 +477,23 @@ def tidy(con: duckdb.DuckDBPyConnection) -> Tidied:
     and those no commit ever named (once they too are that old). Under the commit lock; the rows
     any snapshot reads are unchanged."""
 
-    def count(call: str) -> int:
+    def count(statement: str, **params: int) -> int:
         # its own transaction: left to autocommit while the lock's transaction was open on another
         # cursor, a rewrite and a merge reported their files and committed none (DuckLake 1.5.5)
-        row = _transaction(con, lambda: con.execute(f"SELECT count(*) FROM {call}").fetchone())
+        row = _transaction(con, lambda: con.execute(sql(statement), params).fetchone())
         return int(row[0]) if row else 0
 
     g = guard_of(con)
     if g is not None and g.installed and not g.is_owner:
         raise LakeError(f"tidying rewrites every rack's files: only the lake's owner, role {g.owner}, may")
-    keep = f"now() - INTERVAL {int(KEEP_SNAPSHOTS.total_seconds())} SECOND"
+    keep = int(KEEP_SNAPSHOTS.total_seconds())
     with commit_lock(con):
-        rewritten = count("ducklake_rewrite_data_files('lake', delete_threshold => 0)")
-        merged = count(f"ducklake_merge_adjacent_files('lake', max_file_size => {MERGED_FILE_BYTES})")
-        expired = count(f"ducklake_expire_snapshots('lake', older_than => {keep})")
-    removed = count(f"ducklake_cleanup_old_files('lake', older_than => {keep})")  # deletes files: no lock needed
+        rewritten = count("lake_tidy_rewrite")
+        merged = count("lake_tidy_merge", bytes=MERGED_FILE_BYTES)
+        expired = count("lake_tidy_expire", keep=keep)
+    removed = count("lake_tidy_cleanup", keep=keep)  # deletes files: no lock needed
     # files no commit names (a writer killed mid-step), as old: a step in flight commits long before
-    removed += count(f"ducklake_delete_orphaned_files('lake', older_than => {keep})")
+    removed += count("lake_tidy_orphans", keep=keep)
     return Tidied(rewritten, merged, expired, removed)
 
 
@@ -475,12 +511,7 @@ def table_files(con: duckdb.DuckDBPyConnection) -> dict[str, Files]:
     file; files a replaced snapshot still reads wait KEEP_SNAPSHOTS on disk, not counted here)."""
     out = {}
     for name in [t.name for t in TABLES] + [*SHEETS, SERIES]:
-        row = con.execute(
-            "SELECT count(*), count(delete_file), "
-            "coalesce(sum(data_file_size_bytes + coalesce(delete_file_size_bytes, 0)), 0) "
-            "FROM ducklake_list_files('lake', ?)",
-            [name],
-        ).fetchone()
+        row = con.execute(sql("lake_table_files"), {"table": name}).fetchone()
         out[name] = Files(*(int(v) for v in row)) if row else Files(0, 0, 0)
     return out
 
@@ -503,564 +534,42 @@ GUARD_LOCK = COMMIT_LOCK + 1
 one after the other."""
 DUCKLAKE_CATALOG = "1.0"
 """The DuckLake catalog version the guard knows: it names DuckLake's tables and what each row means."""
-GUARD_SQL = r"""
--- moemeter's guard on a DuckLake 1.0 catalog in PostgreSQL (warehouse/lake.py): each rack's rows are
--- written by the role that owns the rack, checked here, whatever SQL a publisher sends.
-CREATE SCHEMA IF NOT EXISTS moemeter;
-GRANT USAGE ON SCHEMA moemeter TO PUBLIC;
-CREATE TABLE IF NOT EXISTS moemeter.rack_owners (
-    rack varchar PRIMARY KEY,
-    owner name NOT NULL,
-    claimed_at timestamptz NOT NULL DEFAULT now()
-);
-REVOKE ALL ON moemeter.rack_owners FROM PUBLIC;
-GRANT SELECT ON moemeter.rack_owners TO PUBLIC;
-CREATE INDEX IF NOT EXISTS moemeter_guard_snapshot_id ON public.ducklake_snapshot (snapshot_id);
-CREATE INDEX IF NOT EXISTS moemeter_guard_file_id ON public.ducklake_data_file (data_file_id);
-CREATE INDEX IF NOT EXISTS moemeter_guard_partition_file ON public.ducklake_file_partition_value (data_file_id);
-CREATE INDEX IF NOT EXISTS moemeter_guard_stats_file ON public.ducklake_file_column_stats (data_file_id);
-
--- the lake's owner: the role that owns DuckLake's tables (it made the lake), and its members
-CREATE OR REPLACE FUNCTION moemeter.owner() RETURNS name
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT pg_get_userbyid(c.relowner) FROM pg_class c WHERE c.oid = 'public.ducklake_metadata'::regclass
-$$;
-
-CREATE OR REPLACE FUNCTION moemeter.is_owner() RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT pg_has_role(session_user, moemeter.owner(), 'MEMBER')
-$$;
-
-CREATE OR REPLACE FUNCTION moemeter.refuse(what text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    RAISE EXCEPTION 'lake guard: %', what USING ERRCODE = 'insufficient_privilege';
-END $$;
-
-CREATE OR REPLACE FUNCTION moemeter.owner_only(what text) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF NOT moemeter.is_owner() THEN
-        PERFORM moemeter.refuse(format('role %s may not %s: only the lake''s owner, role %s, may', session_user,
-            what, moemeter.owner()));
-    END IF;
-END $$;
-
--- the rack's owner, claimed by the session's role when nobody owns it yet
-CREATE OR REPLACE FUNCTION moemeter.claim_rack(r varchar) RETURNS name
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE o name;
-BEGIN
-    SELECT owner INTO o FROM moemeter.rack_owners WHERE rack = r;
-    IF NOT FOUND THEN
-        INSERT INTO moemeter.rack_owners (rack, owner) VALUES (r, session_user) ON CONFLICT (rack) DO NOTHING;
-        SELECT owner INTO o FROM moemeter.rack_owners WHERE rack = r;
-    END IF;
-    RETURN o;
-END $$;
-
--- refuses unless the session's role owns rack r (or is the lake's owner); `what` says what was tried
-CREATE OR REPLACE FUNCTION moemeter.check_rack(r varchar, what text) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE o name;
-BEGIN
-    IF r IS NOT NULL THEN
-        o := moemeter.claim_rack(r);
-    END IF;
-    IF moemeter.is_owner() THEN
-        RETURN;
-    END IF;
-    IF r IS NULL THEN
-        PERFORM moemeter.refuse(format('role %s may not %s rows that name no rack', session_user, what));
-    END IF;
-    IF r !~ '^{rack_name}$' THEN  -- the folder of its files is rack=<r>/: one name, no path
-        PERFORM moemeter.refuse(format('role %s may not %s rows of rack %L: a rack is named by 1-64 letters, '
-            'digits, ''.'', ''_'' or ''-'', starting with a letter or digit', session_user, what, r));
-    END IF;
-    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = o) AND pg_has_role(session_user, o, 'MEMBER') THEN
-        RETURN;
-    END IF;
-    PERFORM moemeter.refuse(format('rack %L belongs to role %s; role %s may not %s its rows', r, o,
-        session_user, what));
-END $$;
-
--- the rack an inlined row names (DuckLake 1.0 keeps a VARCHAR inline as bytea)
-CREATE OR REPLACE FUNCTION moemeter.row_rack(j jsonb, kind text) RETURNS varchar
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE kind WHEN 'bytea' THEN convert_from(decode(substr(j->>'rack', 3), 'hex'), 'UTF8')
-                     WHEN 'text' THEN j->>'rack' END
-$$;
-
--- the racks a data file's partition names (one, for a file a rack wrote)
-CREATE OR REPLACE FUNCTION moemeter.file_racks(fid bigint) RETURNS varchar[]
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce(array_agg(pv.partition_value), '{}')
-    FROM public.ducklake_data_file f
-    JOIN public.ducklake_partition_column pc
-      ON pc.partition_id = f.partition_id AND pc.table_id = f.table_id AND pc.transform = 'identity'
-    JOIN public.ducklake_file_partition_value pv
-      ON pv.data_file_id = f.data_file_id AND pv.partition_key_index = pc.partition_key_index
-    WHERE f.data_file_id = fid
-      AND EXISTS (SELECT 1 FROM public.ducklake_column c
-                  WHERE c.table_id = f.table_id AND c.column_id = pc.column_id AND c.column_name = 'rack')
-$$;
-
-CREATE OR REPLACE FUNCTION moemeter.file_rack(fid bigint) RETURNS varchar
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN cardinality(r) = 1 THEN r[1] END FROM (SELECT moemeter.file_racks(fid) AS r) x
-$$;
-
--- a new data file: one rack in its partition, the writer's; its statistics say so; lake_state stays inline
-CREATE OR REPLACE FUNCTION moemeter.check_file(fid bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    copies bigint; tid bigint; tname varchar; racks varchar[]; seen bigint; bad bigint; f record;
-BEGIN
-    SELECT count(*), min(table_id) INTO copies, tid FROM public.ducklake_data_file WHERE data_file_id = fid;
-    IF copies = 0 OR moemeter.is_owner() THEN
-        RETURN;  -- gone again in the same transaction (a merge's intermediate file), or the owner's
-    END IF;
-    SELECT table_name INTO tname FROM public.ducklake_table WHERE table_id = tid ORDER BY begin_snapshot DESC LIMIT 1;
-    IF copies > 1 THEN
-        PERFORM moemeter.refuse(format('data file id %s of table %s is used twice', fid, tname));
-    END IF;
-    IF tname = 'lake_state' THEN
-        PERFORM moemeter.refuse(format('role %s may not write lake_state in a data file: a rack''s watermarks '
-            'are a few rows, written inline where each is checked', session_user));
-    END IF;
-    racks := moemeter.file_racks(fid);
-    IF cardinality(racks) <> 1 THEN
-        PERFORM moemeter.refuse(format('role %s may not write a data file of table %s that names %s racks '
-            'in its partition (one, its own)', session_user, tname, cardinality(racks)));
-    END IF;
-    PERFORM moemeter.check_rack(racks[1], 'write');
-    SELECT count(*), count(*) FILTER (WHERE s.min_value IS DISTINCT FROM racks[1] OR s.max_value IS DISTINCT FROM racks[1]
-                                        OR s.null_count IS DISTINCT FROM 0)
-      INTO seen, bad
-      FROM public.ducklake_file_column_stats s
-     WHERE s.data_file_id = fid
-       AND s.column_id IN (SELECT column_id FROM public.ducklake_column WHERE table_id = tid AND column_name = 'rack');
-    IF seen = 0 OR bad > 0 THEN
-        PERFORM moemeter.refuse(format('the statistics of a data file of table %s must say that its rack column '
-            'holds %L alone', tname, racks[1]));
-    END IF;
-    SELECT path, path_is_relative INTO f FROM public.ducklake_data_file WHERE data_file_id = fid;
-    PERFORM moemeter.check_path('data', tid, racks[1], f.path, f.path_is_relative, 1);
-END $$;
-
--- a <= b, as values of the DuckLake type typ (statistics are kept as text)
-CREATE OR REPLACE FUNCTION moemeter.stat_le(a varchar, b varchar, typ varchar) RETURNS boolean
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF a = b THEN
-        RETURN true;
-    ELSIF typ ~ '^u?int(8|16|32|64|128)$' OR typ LIKE 'decimal%' THEN
-        RETURN a::numeric <= b::numeric;
-    ELSIF typ IN ('float32', 'float64') THEN
-        RETURN a::float8 <= b::float8;
-    ELSIF typ LIKE 'timestamptz%' THEN
-        RETURN a::timestamptz <= b::timestamptz;
-    ELSIF typ LIKE 'timestamp%' OR typ = 'date' THEN
-        RETURN a::timestamp <= b::timestamp;
-    ELSIF typ = 'boolean' THEN
-        RETURN a::boolean <= b::boolean;
-    ELSIF typ IN ('varchar', 'blob', 'uuid') THEN
-        RETURN a COLLATE "C" <= b COLLATE "C";  -- DuckDB orders strings by their bytes
-    END IF;
-    RETURN false;  -- a type not ordered here: its statistics may only stay as they are
-EXCEPTION WHEN others THEN
-    RETURN false;
-END $$;
-
--- ---------------------------------------------------------------------------------------- triggers
--- an inlined row (ducklake_inlined_data_*): written, and ended, by its rack's owner; removed by the lake's
-CREATE OR REPLACE FUNCTION moemeter.guard_inlined() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        PERFORM moemeter.owner_only(format('remove rows of %s', TG_TABLE_NAME));
-        RETURN OLD;
-    END IF;
-    IF TG_OP = 'UPDATE' THEN
-        IF OLD.end_snapshot IS NOT NULL OR NEW.end_snapshot IS NULL
-           OR (to_jsonb(NEW) - 'end_snapshot') IS DISTINCT FROM (to_jsonb(OLD) - 'end_snapshot') THEN
-            PERFORM moemeter.owner_only(format('change rows of %s other than by ending them', TG_TABLE_NAME));
-            RETURN NEW;
-        END IF;
-        PERFORM moemeter.check_rack(moemeter.row_rack(to_jsonb(OLD), TG_ARGV[0]), 'delete');
-        RETURN NEW;
-    END IF;
-    PERFORM moemeter.check_rack(moemeter.row_rack(to_jsonb(NEW), TG_ARGV[0]), 'write');
-    RETURN NEW;
-END $$;
-
--- ducklake_data_file, ducklake_delete_file: a rack's owner may end or remove a file of its rack (DuckLake
--- removes a delete file that a larger one replaces); the rest is the lake's owner's
-CREATE OR REPLACE FUNCTION moemeter.guard_file_rows() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        RETURN NEW;  -- checked at commit, with its partition and statistics
-    ELSIF TG_OP = 'DELETE' THEN
-        PERFORM moemeter.check_rack(moemeter.file_rack(OLD.data_file_id), 'remove');
-        RETURN OLD;
-    END IF;
-    IF OLD.end_snapshot IS NOT NULL OR NEW.end_snapshot IS NULL
-       OR (to_jsonb(NEW) - 'end_snapshot') IS DISTINCT FROM (to_jsonb(OLD) - 'end_snapshot') THEN
-        PERFORM moemeter.owner_only(format('change rows of %s other than by ending a live file', TG_TABLE_NAME));
-        RETURN NEW;
-    END IF;
-    PERFORM moemeter.check_rack(moemeter.file_rack(OLD.data_file_id), 'delete');
-    RETURN NEW;
-END $$;
-
--- what is said of a data file (partition, statistics) and inlined deletions: added (checked at commit),
--- and removed with the file or by its rack's owner
-CREATE OR REPLACE FUNCTION moemeter.guard_file_facts() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE fid bigint;
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        RETURN NEW;
-    ELSIF TG_OP = 'UPDATE' THEN
-        PERFORM moemeter.owner_only(format('change rows of %s', TG_TABLE_NAME));
-        RETURN NEW;
-    END IF;
-    fid := coalesce(to_jsonb(OLD)->>'data_file_id', to_jsonb(OLD)->>'file_id')::bigint;
-    IF EXISTS (SELECT 1 FROM public.ducklake_data_file WHERE data_file_id = fid) THEN
-        PERFORM moemeter.check_rack(moemeter.file_rack(fid), 'remove');
-    END IF;
-    RETURN OLD;
-END $$;
-
--- a file scheduled for deletion: the lake's owner's cleanup deletes it from the data path. A rack's
--- writer may schedule a file no longer in the catalog (one its commit removed), under the data path
-CREATE OR REPLACE FUNCTION moemeter.file_name(path varchar) RETURNS varchar
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT substring(path from '[^/]*$')
-$$;
-CREATE INDEX IF NOT EXISTS moemeter_guard_data_file_name ON public.ducklake_data_file (moemeter.file_name(path));
-CREATE INDEX IF NOT EXISTS moemeter_guard_delete_file_name ON public.ducklake_delete_file (moemeter.file_name(path));
-
--- a file a rack's writer adds: relative, in rack=<r>/ under its table's folder (a delete file also in the table's
--- folder itself, where DuckLake writes them), named as no other data or delete file of the catalog (`own`: the
--- rows that are this file, 1 or 0 once removed again). The owner's cleanup deletes the path of each file ended
--- and expired: a file at the path of another rack's, ended by its writer, would delete that one
-CREATE OR REPLACE FUNCTION moemeter.check_path(kind text, tid bigint, r varchar, fpath varchar, frelative boolean,
-                                               own bigint) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    folder varchar := 'rack=' || r || '/';
-    fname varchar := CASE WHEN starts_with(fpath, folder) THEN substr(fpath, length(folder) + 1)
-                          WHEN kind = 'delete' THEN fpath END;
-    tname varchar;
-BEGIN
-    SELECT table_name INTO tname FROM public.ducklake_table WHERE table_id = tid ORDER BY begin_snapshot DESC LIMIT 1;
-    IF frelative IS NOT TRUE OR fname IS NULL OR fname !~ '^[A-Za-z0-9][A-Za-z0-9._-]*\.parquet$' THEN
-        PERFORM moemeter.refuse(format('role %s may not add a %s file of table %s at %s%L: a file of rack %L is a '
-            'Parquet file in %s', session_user, kind, tname, CASE WHEN frelative THEN '' ELSE 'the absolute path ' END,
-            fpath, r, CASE kind WHEN 'delete' THEN format('its table''s folder or in %s under it', folder)
-                                ELSE format('%s under its table''s folder', folder) END));
-    END IF;
-    IF (SELECT count(*) FROM public.ducklake_data_file WHERE moemeter.file_name(path) = fname)
-       + (SELECT count(*) FROM public.ducklake_delete_file WHERE moemeter.file_name(path) = fname) > own THEN
-        PERFORM moemeter.refuse(format('role %s may not add a %s file of table %s at %L: the catalog names a file %L '
-            'already, which the lake''s cleanup would delete with it', session_user, kind, tname, fpath, fname));
-    END IF;
-END $$;
-
-CREATE OR REPLACE FUNCTION moemeter.guard_scheduled() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        PERFORM moemeter.owner_only(format('change or remove rows of %s', TG_TABLE_NAME));
-    ELSIF NOT moemeter.is_owner() AND (NOT NEW.path_is_relative OR NEW.path LIKE '/%' OR NEW.path ~ '(^|/)\.\.(/|$)') THEN
-        PERFORM moemeter.refuse(format('role %s may not schedule %s for deletion: a path outside the data path',
-            session_user, NEW.path));
-    END IF;
-    IF TG_OP = 'DELETE' THEN
-        RETURN OLD;
-    END IF;
-    RETURN NEW;
-END $$;
-
-CREATE OR REPLACE FUNCTION moemeter.commit_scheduled() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF NOT moemeter.is_owner()
-       AND (EXISTS (SELECT 1 FROM public.ducklake_data_file WHERE moemeter.file_name(path) = moemeter.file_name(NEW.path))
-            OR EXISTS (SELECT 1 FROM public.ducklake_delete_file
-                       WHERE moemeter.file_name(path) = moemeter.file_name(NEW.path))) THEN
-        PERFORM moemeter.refuse(format('role %s may not schedule %s for deletion: the catalog still names it',
-            session_user, NEW.path));
-    END IF;
-    RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION moemeter.commit_file() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM moemeter.check_file(NEW.data_file_id);
-    RETURN NULL;
-END $$;
-
--- a delete file or inlined deletion: of rows of the writer's rack; a delete file where check_path says
-CREATE OR REPLACE FUNCTION moemeter.commit_deletes() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    rec jsonb := to_jsonb(NEW);
-    fid bigint := coalesce(rec->>'data_file_id', rec->>'file_id')::bigint;
-    r varchar := moemeter.file_rack(fid);
-BEGIN
-    PERFORM moemeter.check_rack(r, 'delete');
-    IF TG_TABLE_NAME = 'ducklake_delete_file' AND NOT moemeter.is_owner() THEN
-        PERFORM moemeter.check_path('delete', (rec->>'table_id')::bigint, r, rec->>'path',
-            (rec->>'path_is_relative')::boolean,
-            (SELECT count(*) FROM public.ducklake_delete_file WHERE delete_file_id = (rec->>'delete_file_id')::bigint));
-    END IF;
-    RETURN NULL;
-END $$;
-
--- a snapshot follows the last one, with the same schema; history is changed by the lake's owner
-CREATE OR REPLACE FUNCTION moemeter.guard_snapshot() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE last record;
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        PERFORM moemeter.owner_only(format('change or remove rows of %s', TG_TABLE_NAME));
-        IF TG_OP = 'DELETE' THEN
-            RETURN OLD;
-        END IF;
-        RETURN NEW;
-    END IF;
-    IF moemeter.is_owner() THEN
-        RETURN NEW;
-    END IF;
-    SELECT * INTO last FROM public.ducklake_snapshot ORDER BY snapshot_id DESC LIMIT 1;
-    IF NEW.snapshot_id <= last.snapshot_id OR NEW.schema_version IS DISTINCT FROM last.schema_version
-       OR NEW.next_catalog_id IS DISTINCT FROM last.next_catalog_id OR NEW.next_file_id < last.next_file_id THEN
-        PERFORM moemeter.refuse(format('role %s may not add snapshot %s after snapshot %s: a rack''s commit '
-            'follows the last one and changes no schema', session_user, NEW.snapshot_id, last.snapshot_id));
-    END IF;
-    RETURN NEW;
-END $$;
-
--- at commit: every table of the catalog is the owner's (a table a publisher made would be unguarded)
-CREATE OR REPLACE FUNCTION moemeter.commit_catalog() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE t record;
-BEGIN
-    IF moemeter.is_owner() THEN
-        RETURN NULL;
-    END IF;
-    SELECT c.relname, pg_get_userbyid(c.relowner) AS owner INTO t
-      FROM pg_class c
-     WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
-       AND c.relname LIKE 'ducklake%'
-       AND pg_get_userbyid(c.relowner) <> moemeter.owner()
-     LIMIT 1;
-    IF FOUND THEN
-        PERFORM moemeter.refuse(format('table %s of the catalog belongs to role %s, not to the lake''s owner: '
-            'nothing commits until it is dropped', t.relname, t.owner));
-    END IF;
-    RETURN NULL;
-END $$;
-
--- who committed: the session's role, whatever the writer says
-CREATE OR REPLACE FUNCTION moemeter.guard_author() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF TG_OP <> 'INSERT' THEN
-        PERFORM moemeter.owner_only(format('change or remove rows of %s', TG_TABLE_NAME));
-        IF TG_OP = 'DELETE' THEN
-            RETURN OLD;
-        END IF;
-        RETURN NEW;
-    END IF;
-    NEW.author := session_user;
-    RETURN NEW;
-END $$;
-
--- a table's counts: row ids never go back (a reused id would end another rack's rows with the writer's)
-CREATE OR REPLACE FUNCTION moemeter.guard_table_stats() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        PERFORM moemeter.owner_only(format('remove rows of %s', TG_TABLE_NAME));
-        RETURN OLD;
-    ELSIF moemeter.is_owner() THEN
-        RETURN NEW;
-    ELSIF TG_OP = 'INSERT' THEN
-        IF EXISTS (SELECT 1 FROM public.ducklake_table_stats WHERE table_id = NEW.table_id) THEN
-            PERFORM moemeter.refuse(format('table %s has its counts already', NEW.table_id));
-        END IF;
-    ELSIF NEW.table_id <> OLD.table_id OR NEW.next_row_id < OLD.next_row_id THEN
-        PERFORM moemeter.refuse(format('role %s may not move table %s''s next row id back', session_user,
-            OLD.table_id));
-    END IF;
-    RETURN NEW;
-END $$;
-
--- a table's column statistics only widen (narrowed, a reader would skip rows that are there)
-CREATE OR REPLACE FUNCTION moemeter.guard_column_stats() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE typ varchar;
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        PERFORM moemeter.owner_only(format('remove rows of %s', TG_TABLE_NAME));
-        RETURN OLD;
-    ELSIF moemeter.is_owner() THEN
-        RETURN NEW;
-    ELSIF TG_OP = 'INSERT' THEN
-        IF EXISTS (SELECT 1 FROM public.ducklake_table_column_stats
-                   WHERE table_id = NEW.table_id AND column_id = NEW.column_id) THEN
-            PERFORM moemeter.refuse(format('column %s of table %s has its statistics already', NEW.column_id,
-                NEW.table_id));
-        END IF;
-    ELSE
-        SELECT column_type INTO typ FROM public.ducklake_column
-         WHERE table_id = OLD.table_id AND column_id = OLD.column_id ORDER BY begin_snapshot DESC LIMIT 1;
-        IF NEW.table_id <> OLD.table_id OR NEW.column_id <> OLD.column_id
-           OR (OLD.contains_null AND NOT coalesce(NEW.contains_null, false))
-           OR (OLD.contains_nan AND NOT coalesce(NEW.contains_nan, false))
-           OR (OLD.min_value IS NOT NULL AND (NEW.min_value IS NULL
-                                              OR NOT moemeter.stat_le(NEW.min_value, OLD.min_value, typ)))
-           OR (OLD.max_value IS NOT NULL AND (NEW.max_value IS NULL
-                                              OR NOT moemeter.stat_le(OLD.max_value, NEW.max_value, typ))) THEN
-            PERFORM moemeter.refuse(format('role %s may not narrow the statistics of column %s of table %s',
-                session_user, OLD.column_id, OLD.table_id));
-        END IF;
-    END IF;
-    RETURN NEW;
-END $$;
-
--- the catalog's structure (schemas, tables, columns, partitions, options): the lake's owner's
-CREATE OR REPLACE FUNCTION moemeter.guard_structure() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    PERFORM moemeter.owner_only(format('write %s', TG_TABLE_NAME));
-    IF TG_OP = 'DELETE' THEN
-        RETURN OLD;
-    END IF;
-    RETURN NEW;
-END $$;
-
--- the owner's: guards (and grants) every table of the catalog not guarded yet, and makes the inlined
--- deletion table of each lake table before a publisher would (DuckLake makes it on the first one)
-CREATE OR REPLACE FUNCTION moemeter.guard_tables() RETURNS integer
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    t record; kind text; fn text; rack_type text; guarded integer := 0;
-    publishers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{publishers}');
-    readers boolean := EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{readers}');
-BEGIN
-    FOR t IN SELECT DISTINCT table_id FROM public.ducklake_table WHERE end_snapshot IS NULL LOOP
-        EXECUTE format('CREATE TABLE IF NOT EXISTS public.%I (file_id BIGINT, row_id BIGINT, begin_snapshot BIGINT)',
-                       'ducklake_inlined_delete_' || t.table_id);
-    END LOOP;
-    FOR t IN SELECT c.oid, c.relname FROM pg_class c
-              WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r' AND c.relname LIKE 'ducklake%'
-              ORDER BY c.relname LOOP
-        kind := CASE
-            WHEN t.relname ~ '^ducklake_inlined_data_[0-9]+_[0-9]+$' THEN 'inlined'
-            WHEN t.relname ~ '^ducklake_inlined_delete_[0-9]+$' THEN 'facts'
-            WHEN t.relname IN ('ducklake_data_file', 'ducklake_delete_file') THEN 'file_rows'
-            WHEN t.relname IN ('ducklake_file_partition_value', 'ducklake_file_column_stats',
-                               'ducklake_file_variant_stats') THEN 'facts'
-            WHEN t.relname = 'ducklake_snapshot' THEN 'snapshot'
-            WHEN t.relname = 'ducklake_snapshot_changes' THEN 'author'
-            WHEN t.relname = 'ducklake_table_stats' THEN 'table_stats'
-            WHEN t.relname = 'ducklake_table_column_stats' THEN 'column_stats'
-            WHEN t.relname IN ('ducklake_metadata', 'ducklake_schema', 'ducklake_table', 'ducklake_view',
-                               'ducklake_column', 'ducklake_column_tag', 'ducklake_tag', 'ducklake_partition_info',
-                               'ducklake_partition_column', 'ducklake_macro', 'ducklake_macro_impl',
-                               'ducklake_macro_parameters', 'ducklake_sort_info', 'ducklake_sort_expression',
-                               'ducklake_column_mapping', 'ducklake_name_mapping', 'ducklake_inlined_data_tables',
-                               'ducklake_schema_versions') THEN 'structure'
-            WHEN t.relname = 'ducklake_files_scheduled_for_deletion' THEN 'scheduled'
-            ELSE NULL END;  -- a table of a later DuckLake: read-only to publishers until the guard knows it
-        IF kind IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = t.oid AND tgname = '{trigger}') THEN
-            IF kind = 'inlined' THEN
-                SELECT CASE format_type(a.atttypid, a.atttypmod) WHEN 'bytea' THEN 'bytea' ELSE 'text' END
-                  INTO rack_type FROM pg_attribute a WHERE a.attrelid = t.oid AND a.attname = 'rack' AND NOT a.attisdropped;
-                EXECUTE format('CREATE TRIGGER {trigger} BEFORE INSERT OR UPDATE OR DELETE ON public.%I FOR EACH ROW '
-                               'EXECUTE FUNCTION moemeter.guard_inlined(%L)', t.relname, coalesce(rack_type, 'none'));
-            ELSE
-                fn := CASE kind WHEN 'file_rows' THEN 'guard_file_rows' WHEN 'facts' THEN 'guard_file_facts'
-                                WHEN 'snapshot' THEN 'guard_snapshot' WHEN 'author' THEN 'guard_author'
-                                WHEN 'table_stats' THEN 'guard_table_stats'
-                                WHEN 'column_stats' THEN 'guard_column_stats' WHEN 'scheduled' THEN 'guard_scheduled'
-                                ELSE 'guard_structure' END;
-                EXECUTE format('CREATE TRIGGER {trigger} BEFORE INSERT OR UPDATE OR DELETE ON public.%I '
-                               'FOR EACH ROW EXECUTE FUNCTION moemeter.%I()', t.relname, fn);
-            END IF;
-            fn := CASE WHEN t.relname IN ('ducklake_data_file', 'ducklake_file_partition_value', 'ducklake_file_column_stats',
-                                          'ducklake_file_variant_stats') THEN 'commit_file'
-                       WHEN t.relname = 'ducklake_delete_file' OR t.relname ~ '^ducklake_inlined_delete_[0-9]+$'
-                           THEN 'commit_deletes'
-                       WHEN t.relname = 'ducklake_snapshot' THEN 'commit_catalog'
-                       WHEN t.relname = 'ducklake_files_scheduled_for_deletion' THEN 'commit_scheduled' END;
-            IF fn IS NOT NULL THEN
-                EXECUTE format('CREATE CONSTRAINT TRIGGER moemeter_guard_commit AFTER INSERT ON public.%I '
-                               'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION moemeter.%I()', t.relname, fn);
-            END IF;
-            guarded := guarded + 1;
-        END IF;
-        IF publishers THEN
-            IF kind IS NULL THEN
-                EXECUTE format('GRANT SELECT ON public.%I TO {publishers}', t.relname);
-            ELSIF NOT has_table_privilege('{publishers}', t.oid, 'INSERT') THEN
-                EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON public.%I TO {publishers}', t.relname);
-            END IF;
-        END IF;
-        IF readers AND NOT has_table_privilege('{readers}', t.oid, 'SELECT') THEN
-            EXECUTE format('GRANT SELECT ON public.%I TO {readers}', t.relname);
-        END IF;
-    END LOOP;
-    IF publishers THEN  -- DuckLake says CREATE TABLE IF NOT EXISTS for inlined deletions: PostgreSQL asks CREATE
-        GRANT USAGE, CREATE ON SCHEMA public TO {publishers};
-        GRANT EXECUTE ON FUNCTION moemeter.check_rack(varchar, text) TO {publishers};  -- a publisher's first check
-    END IF;
-    IF readers THEN
-        GRANT USAGE ON SCHEMA public TO {readers};
-    END IF;
-    RETURN guarded;
-END $$;
--- a function of the guard is called by its triggers (as the owner) and by no one else: the claim of a rack too
--- (check_rack, claim_rack) is granted to the publishers alone (guard_tables). An index on DuckLake's file tables
--- computes file_name as the writer of a row.
-REVOKE ALL ON ALL FUNCTIONS IN SCHEMA moemeter FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION moemeter.file_name(varchar) TO PUBLIC;
-COMMENT ON SCHEMA moemeter IS 'moemeter lake guard {version}';
-"""
+GUARD_SQL = "lake_pg_guard"
+"""The guard: warehouse/sql/lake_pg_guard.sql, one script its triggers' owner-only branch is written into
+(lake_pg_owner_only.sql), sent whole by the lake's owner (guard_sql, install_guard)."""
 
 
 def guard_sql() -> str:
-    """GUARD_SQL with its version, the roles' names (PUBLISHERS, READERS) and the rule of a rack's name."""
-    for name in (PUBLISHERS, READERS):
-        assert re.fullmatch(r"[a-z_][a-z0-9_]*", name), name  # an identifier as it stands, and a literal
-    return (
-        GUARD_SQL.replace("{version}", str(GUARD_VERSION))
-        .replace("{publishers}", PUBLISHERS)
-        .replace("{readers}", READERS)
-        .replace("{trigger}", GUARD_TRIGGER)
-        .replace("{rack_name}", RACK_NAME.pattern)
-    )
+    """GUARD_SQL with the install's lock (GUARD_LOCK), its version, the roles' names (PUBLISHERS, READERS),
+    the trigger's and the rule of a rack's name."""
+    for name in (PUBLISHERS, READERS, GUARD_TRIGGER):
+        assert re.fullmatch(r"[a-z_][a-z0-9_]*", name), name  # an identifier as it stands, inside format()'s text too
+    # PostgreSQL binds no parameter in a script sent whole, nor in a function's body or a COMMENT: literals
+    literals = {
+        "lock": str(GUARD_LOCK),
+        "rack_name": f"^{RACK_NAME.pattern}$",
+        "comment": f"moemeter lake guard {GUARD_VERSION}",
+        "publishers": PUBLISHERS,
+        "readers": READERS,
+        "trigger": GUARD_TRIGGER,
+    }
+    names = {"publishers": PUBLISHERS, "readers": READERS, "trigger": GUARD_TRIGGER}
+    return _statement(GUARD_SQL, "lake_pg_owner_only", quoted=literals, **names)
 
 
 def _on_postgres(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether this writer's connection has the lake's PostgreSQL catalog attached plainly (LOCK_DB)."""
-    return bool(
-        con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [LOCK_DB]).fetchall()[0][0]
-    )
+    return bool(con.execute(sql("lake_on_postgres"), {"database": LOCK_DB}).fetchall()[0][0])
 
 
-def _pg_rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
-    return con.execute("SELECT * FROM postgres_query(?, ?)", [LOCK_DB, sql]).fetchall()
+def _pg_rows(con: duckdb.DuckDBPyConnection, statement: str) -> list[tuple[Any, ...]]:
+    """The rows of a query (a lake_pg_*.sql) on the lake's PostgreSQL catalog."""
+    return con.execute(sql("lake_catalog_query"), {"database": LOCK_DB, "statement": statement}).fetchall()
 
 
-def _pg_execute(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    con.execute(f"CALL postgres_execute({_quoted(LOCK_DB)}, {_quoted(sql)})")
+def _pg_execute(con: duckdb.DuckDBPyConnection, statement: str) -> None:
+    """Run a statement or script (a lake_pg_*.sql) on the lake's PostgreSQL catalog."""
+    con.execute(sql("lake_catalog_execute"), {"database": LOCK_DB, "statement": statement})
 
 
 def refusal(exc: BaseException) -> str | None:
@@ -1089,17 +598,8 @@ def guard_of(con: duckdb.DuckDBPyConnection) -> Guard | None:
     """Who this writer's connection is to the guard; None for a lake whose catalog is not PostgreSQL."""
     if not _on_postgres(con):
         return None
-    rows = _pg_rows(
-        con,
-        f"""SELECT session_user::text AS role, coalesce(pg_get_userbyid(d.relowner)::text, '') AS owner,
-                  coalesce(substring(obj_description(s.oid, 'pg_namespace') from 'moemeter lake guard ([0-9]+)')::int, 0)
-                      AS version,
-                  coalesce(pg_has_role(session_user, d.relowner, 'MEMBER'), false) AS is_owner,
-                  EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {_quoted(PUBLISHERS)}) AS publishers
-           FROM (SELECT 1) one
-           LEFT JOIN pg_class d ON d.oid = to_regclass('public.ducklake_metadata')
-           LEFT JOIN pg_namespace s ON s.nspname = 'moemeter'""",
-    )
+    # postgres_query sends its query whole, with no parameter: the group role's name is a literal
+    rows = _pg_rows(con, _statement("lake_pg_who", quoted={"publishers": PUBLISHERS}))
     role, owner, version, is_owner, publishers = rows[0]
     return Guard(str(role), str(owner), int(version), bool(is_owner), bool(publishers))
 
@@ -1115,35 +615,22 @@ def install_guard(con: duckdb.DuckDBPyConnection) -> Guard:
         raise LakeError(
             f"only the lake's owner, role {g.owner}, may install its guard: this connection is role {g.role}"
         )
-    version = _pg_rows(
-        con, "SELECT value FROM public.ducklake_metadata WHERE key = 'version' ORDER BY scope NULLS FIRST"
-    )
+    version = _pg_rows(con, sql("lake_pg_catalog_version"))
     if not version or version[0][0] != DUCKLAKE_CATALOG:
         found = version[0][0] if version else "none"
         raise LakeError(
             f"the guard knows DuckLake's catalog {DUCKLAKE_CATALOG}, this lake's is {found}: left unguarded"
         )
-    strangers = _pg_rows(
-        con,
-        """SELECT n.nspname || '.' || c.relname, pg_get_userbyid(c.relowner)::text FROM pg_class c
-           JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE (n.nspname = 'moemeter' OR (n.nspname = 'public' AND c.relname LIKE 'ducklake%'))
-             AND c.relowner <> (SELECT relowner FROM pg_class WHERE oid = 'public.ducklake_metadata'::regclass)
-           UNION ALL
-           SELECT 'schema moemeter', pg_get_userbyid(nspowner)::text FROM pg_namespace
-           WHERE nspname = 'moemeter'
-             AND nspowner <> (SELECT relowner FROM pg_class WHERE oid = 'public.ducklake_metadata'::regclass)""",
-    )
+    strangers = _pg_rows(con, sql("lake_pg_strangers"))
     if strangers:
         names = ", ".join(f"{name} (role {who})" for name, who in strangers)
         raise LakeError(f"the catalog holds objects the lake's owner, role {g.owner}, does not own: {names}; drop them")
-    try:
-        lock = f"SELECT pg_advisory_xact_lock({GUARD_LOCK});"
+    try:  # each sent whole (postgres_execute), where PostgreSQL binds no parameter: the lock and a rack are literals
         if g.version < GUARD_VERSION:
-            _pg_execute(con, lock + guard_sql())
-        _pg_execute(con, lock + "SELECT moemeter.guard_tables()")
+            _pg_execute(con, guard_sql())
+        _pg_execute(con, _statement("lake_pg_guard_tables", quoted={"lock": str(GUARD_LOCK)}))
         for rack in racks(con):
-            _pg_execute(con, f"SELECT moemeter.claim_rack({_quoted(rack)})")
+            _pg_execute(con, _statement("lake_pg_claim_rack", quoted={"rack": rack}))
     except duckdb.Error as exc:
         raise LakeError(f"installing the lake's guard failed: {exc}") from exc
     done = guard_of(con)
@@ -1158,7 +645,8 @@ def check_publisher(con: duckdb.DuckDBPyConnection, rack: str) -> Guard | None:
     if g is None or not g.installed:
         return g
     try:
-        _pg_execute(con, f"SELECT moemeter.check_rack({_quoted(check_rack(rack))}, 'write')")
+        # sent whole (postgres_execute), where PostgreSQL binds no parameter: the rack is a literal
+        _pg_execute(con, _statement("lake_pg_check_rack", quoted={"rack": check_rack(rack)}))
     except duckdb.Error as exc:
         raise LakeError(refusal(exc) or str(exc)) from exc
     return g
@@ -1169,9 +657,7 @@ def rack_owners(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str, datetime
     g = guard_of(con)
     if g is None or not g.installed:
         raise LakeError("this lake has no guard: its owner installs it with `moemeter lake setup`")
-    rows = _pg_rows(
-        con, "SELECT rack::text, owner::text, claimed_at AT TIME ZONE 'UTC' FROM moemeter.rack_owners ORDER BY rack"
-    )
+    rows = _pg_rows(con, sql("lake_pg_rack_owners"))
     return [(str(r), str(o), t) for r, o, t in rows]
 
 
@@ -1182,13 +668,11 @@ def assign_rack(con: duckdb.DuckDBPyConnection, rack: str, role: str) -> None:
         raise LakeError("this lake has no guard: its owner installs it with `moemeter lake setup`")
     if not g.is_owner:
         raise LakeError(f"only the lake's owner, role {g.owner}, assigns racks: this connection is role {g.role}")
-    if not _pg_rows(con, f"SELECT 1 FROM pg_roles WHERE rolname = {_quoted(role)}"):
+    # sent whole (postgres_query, postgres_execute), where PostgreSQL binds no parameter: the role a user
+    # names and the rack are literals, quoted by PostgreSQL's rules (_pg_quoted)
+    if not _pg_rows(con, _statement("lake_pg_role_exists", quoted={"role": role})):
         raise LakeError(f"there is no PostgreSQL role {role!r}")
-    _pg_execute(
-        con,
-        f"INSERT INTO moemeter.rack_owners (rack, owner) VALUES ({_quoted(check_rack(rack))}, {_quoted(role)}) "
-        "ON CONFLICT (rack) DO UPDATE SET owner = EXCLUDED.owner, claimed_at = now()",
-    )
+    _pg_execute(con, _statement("lake_pg_assign_rack", quoted={"rack": check_rack(rack), "role": role}))
 
 
 # -------------------------------------------------------------------------------------- publishing
@@ -1207,19 +691,18 @@ class Step:
 
 def published(con: duckdb.DuckDBPyConnection, rack: str) -> dict[str, datetime]:
     """The rack's watermarks in the lake (name -> through); empty before its first step."""
-    rows = con.execute(f"SELECT name, through FROM lake.{STATE} WHERE rack = ?", [rack]).fetchall()
+    rows = con.execute(sql("lake_published", state=STATE), {"rack": rack}).fetchall()
     return {str(n): t for n, t in rows}
 
 
 def _local_state(local: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
-    return {str(n): t for n, t in local.execute("SELECT name, through FROM rollup_state").fetchall()}
+    return {str(n): t for n, t in local.execute(sql("lake_local_state")).fetchall()}
 
 
 def _earliest(local: duckdb.DuckDBPyConnection) -> datetime | None:
     """The oldest row of any published table: where a rack's first step starts."""
-    oldest = ", ".join(f"(SELECT min({t.column}) FROM {t.name})" for t in TABLES)
-    row = local.execute(f"SELECT least({oldest})").fetchone()
-    return row[0] if row else None
+    oldest = [row[0] for t in TABLES for row in local.execute(sql("lake_oldest", table=t.name)).fetchall()]
+    return min((ts for ts in oldest if ts is not None), default=None)
 
 
 def _targets(
@@ -1260,13 +743,9 @@ def _since(
     if table.name == EVENTS:
         return start - EVENT_LATENESS
     if table.reach == "increments":  # the rows rolled since: raw increments closed in [start, ...)
-        row = local.execute(
-            "SELECT min(ts - to_microseconds(round(seconds * 1e6)::BIGINT)) FROM increments WHERE ts >= ?", [start]
-        ).fetchone()
+        row = local.execute(sql("lake_increments_reach"), {"start": start}).fetchone()
     elif table.reach == "requests":  # the records rolled since, which add to the period they finished in
-        row = local.execute(
-            "SELECT min(finished_at) FROM requests WHERE ingested_at >= ? AND ingested_at < ?", [start, end]
-        ).fetchone()
+        row = local.execute(sql("lake_requests_reach"), {"start": start, "end": end}).fetchone()
     else:
         return floor(start, table.period)
     reached = row[0] if row and row[0] is not None else start
@@ -1274,8 +753,7 @@ def _since(
 
 
 def _window(local: duckdb.DuckDBPyConnection, table: Table, since: datetime | None, through: datetime) -> pa.Table:
-    where, params = table.edges(since, through)
-    return local.execute(named_by_key(table.name, where), params).to_arrow_table()
+    return local.execute(named_by_key(table.name, sql("lake_edges")), table.edges(since, through)).to_arrow_table()
 
 
 def _event_list(batch: pa.Table) -> list[tuple[Any, ...]]:
@@ -1286,8 +764,12 @@ def _row_set(table: pa.Table) -> set[tuple[Any, ...]]:
     return set(zip(*(table.column(c).to_pylist() for c in table.column_names)))
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> set[tuple[Any, ...]]:
-    return set(con.execute(sql, params).fetchall())
+def _rows(con: duckdb.DuckDBPyConnection, table: str, rack: str, columns: list[str]) -> set[tuple[Any, ...]]:
+    """A rack's rows of a lake table, of these columns in this order (the lake's may have more, in
+    another order)."""
+    cur = con.execute(sql("lake_sheet_rows", table=table), {"rack": rack, "columns": columns})
+    order = [[d[0] for d in cur.description].index(c) for c in columns]
+    return {tuple(r[i] for i in order) for r in cur.fetchall()}
 
 
 class Publisher:
@@ -1308,7 +790,7 @@ class Publisher:
         """Publish the next window (at most `chunk`); None when nothing new has closed. `local` is a
         connection of the caller's own to the warehouse: it is read in one transaction, so the
         rows and the watermarks are one snapshot."""
-        local.execute("BEGIN TRANSACTION")
+        local.begin()
         try:
             before = published(self.lake, self.rack)
             through = _targets(local, before, self.chunk)
@@ -1321,12 +803,12 @@ class Publisher:
                     continue
                 since = _since(local, t, before, end)
                 batches[t.name] = (since, end, _window(local, t, since, end))
-            sheets = {name: local.execute(f"SELECT * FROM {name}").to_arrow_table() for name in SHEETS}
+            sheets = {name: local.execute(sql("lake_sheet", table=name)).to_arrow_table() for name in SHEETS}
             sheet_rows = {name: _row_set(table) for name, table in sheets.items()}
             series = local.execute(named_by_key(SERIES)).to_arrow_table()
             kept_minutes = _local_state(local).get("increments_1m_from")
         finally:
-            local.execute("COMMIT")
+            local.commit()
         try:
             done = retry_conflicts(
                 self.lake, lambda: self._commit(before, through, batches, sheets, sheet_rows, series, kept_minutes)
@@ -1369,23 +851,21 @@ class Publisher:
             # older version published before their period had rolled up would be counted twice.
             first = self._sheets is None  # set once this publisher has committed
             if first or t.overlaps(since, before.get(t.clock)):
-                where, params = t.edges(since, None if first else end)
-                lake.execute(f"DELETE FROM lake.{t.name} WHERE rack = ? AND {where}", [rack, *params])
+                edges = t.edges(since, None if first else end)
+                lake.execute(sql_with("lake_delete_window", "lake_edges", table=t.name), {"rack": rack, **edges})
             rows[t.name] = self._insert(t.name, batch)
         for name, table in sheets.items():
             here = sheet_rows[name]
             if self._sheets is not None:  # as the last commit left them
                 there = self._sheets[name]
             else:
-                cols = ", ".join(f'"{c}"' for c in table.column_names)
-                there = _rows(lake, f"SELECT {cols} FROM lake.{name} WHERE rack = ?", [rack])
+                there = _rows(lake, name, rack, table.column_names)
             if here != there:
-                lake.execute(f"DELETE FROM lake.{name} WHERE rack = ?", [rack])
+                lake.execute(sql("lake_delete_rack", table=name), {"rack": rack})
                 rows[name] = self._insert(name, table)
         if self._series is None:
             self._series = {
-                int(r[0])
-                for r in lake.execute(f"SELECT series_id FROM lake.{SERIES} WHERE rack = ?", [rack]).fetchall()
+                int(r[0]) for r in lake.execute(sql("lake_series_ids", series=SERIES), {"rack": rack}).fetchall()
             }
         ids = series.column("series_id").to_pylist()
         new = [i for i, v in enumerate(ids) if v not in self._series]
@@ -1395,23 +875,19 @@ class Publisher:
         if before.get("increments_1m_from") is not None or kept_minutes is not None:
             # the oldest minute rows the lake holds were the local ones at the first step
             state["increments_1m_from"] = before.get("increments_1m_from") or kept_minutes  # type: ignore[assignment]
-        lake.execute(f"DELETE FROM lake.{STATE} WHERE rack = ?", [rack])
+        lake.execute(sql("lake_delete_rack", table=STATE), {"rack": rack})
         lake.executemany(
-            f"INSERT INTO lake.{STATE} VALUES (?, ?, ?, now()::TIMESTAMP)",
-            [[rack, name, t] for name, t in sorted(state.items())],
+            sql("lake_insert_state", state=STATE),
+            [{"rack": rack, "name": name, "through": t} for name, t in sorted(state.items())],
         )
         return Step(rack, through, rows)
 
     def _unpublished_events(self, table: Table, since: datetime | None, batch: pa.Table) -> pa.Table:
         """The events of the batch (those of its window, from `since`) the lake does not hold."""
         if self._events is None:
-            where, params = table.edges(since, None)
-            self._events = {
-                tuple(r)
-                for r in self.lake.execute(
-                    f"SELECT target, ts, layer FROM lake.{EVENTS} WHERE rack = ? AND {where}", [self.rack, *params]
-                ).fetchall()
-            }
+            statement = sql_with("lake_held_events", "lake_edges", events=EVENTS)
+            params = {"rack": self.rack, **table.edges(since, None)}
+            self._events = {tuple(r) for r in self.lake.execute(statement, params).fetchall()}
         held = self._events
         new = [i for i, k in enumerate(_event_list(batch)) if k not in held]
         return batch.take(pa.array(new, pa.int64()))
@@ -1421,7 +897,7 @@ class Publisher:
             return 0
         self.lake.register("_publish_batch", batch)
         try:
-            self.lake.execute(f"INSERT INTO lake.{name} BY NAME SELECT ? AS rack, * FROM _publish_batch", [self.rack])
+            self.lake.execute(sql("lake_insert_batch", table=name), {"rack": self.rack})
         finally:
             self.lake.unregister("_publish_batch")
         return batch.num_rows
@@ -1464,14 +940,14 @@ def racks(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Racks that have published, by name."""
     if not _columns(con, "lake", STATE):
         return []
-    return [str(r[0]) for r in con.execute(f"SELECT DISTINCT rack FROM lake.{STATE} ORDER BY rack").fetchall()]
+    return [str(r[0]) for r in con.execute(sql("lake_racks", state=STATE)).fetchall()]
 
 
 def watermarks(con: duckdb.DuckDBPyConnection) -> dict[str, datetime]:
     """Each rack's minute watermark: what it has published is before it."""
     if not _columns(con, "lake", STATE):
         return {}
-    rows = con.execute(f"SELECT rack, through FROM lake.{STATE} WHERE name = '1m' ORDER BY rack").fetchall()
+    rows = con.execute(sql("lake_watermarks", state=STATE)).fetchall()
     return {str(r): t for r, t in rows}
 
 
@@ -1479,23 +955,15 @@ def rack_view(con: duckdb.DuckDBPyConnection, rack: str) -> None:
     """Make this connection's own tables one rack's view of the lake (see the module docstring)."""
     check_rack(rack)
     _templates(con)
-    r = _quoted(rack)
+    # DuckDB binds no parameter in a view: its columns are written as identifiers, the rack as a literal
     for name in [t.name for t in TABLES] + list(SHEETS) + [SERIES]:
         cols = [c for c, _ in _columns(con, "memory", name)]
-        con.execute(f"DROP TABLE IF EXISTS main.{name}")
-        body = ", ".join('"series_id" AS "series_key"' if c == "series_key" else f'"{c}"' for c in cols)
-        con.execute(f"CREATE VIEW main.{name} AS SELECT {body} FROM lake.{name} WHERE rack = {r}")
-    con.execute("DROP TABLE IF EXISTS main.rollup_state")
-    con.execute(
-        f"""CREATE VIEW main.rollup_state AS
-            SELECT name, through FROM lake.{STATE} WHERE rack = {r}
-            UNION ALL  -- no raw rows in the lake: those before the published minute were 'dropped'
-            SELECT 'increments_from', through FROM lake.{STATE} WHERE rack = {r} AND name = '1m'"""
-    )
-    con.execute(
-        "CREATE OR REPLACE VIEW series_targets AS "
-        "SELECT s.*, t.role, t.gpus, t.hostname FROM series s JOIN targets t ON s.target = t.name"
-    )
+        con.execute(sql("lake_drop_table", table=name))
+        view = "lake_view_series" if "series_key" in cols else "lake_view"  # the series' key is its id
+        con.execute(_statement(view, quoted={"columns": cols, "rack": rack}, table=name))
+    con.execute(sql("lake_drop_table", table="rollup_state"))
+    con.execute(_statement("lake_view_rollup_state", quoted={"rack": rack}, state=STATE))
+    con.execute(sql("lake_view_series_targets"))
 
 
 def open_reader(uri: str, rack: str | None = None, data_path: str | None = None) -> duckdb.DuckDBPyConnection:
@@ -1510,7 +978,7 @@ def open_reader(uri: str, rack: str | None = None, data_path: str | None = None)
             rack_view(con, rack)
         folder = data_path_of(con)
         if "://" not in folder:  # a local data path: readers may read its files and nothing else
-            con.execute(f"SET allowed_directories = [{_quoted(os.path.abspath(folder))}]")
+            con.execute(sql("lake_allowed_directories"), {"folder": os.path.abspath(folder)})
         lock_down(con)
     except BaseException:
         con.close()
@@ -1594,7 +1062,7 @@ class PublishLoop:
                         lake.close()
                     lake, publisher = None, None
                     try:
-                        local.execute("ROLLBACK")
+                        local.rollback()
                     except duckdb.Error:
                         pass
                 if self._stop.wait(self.every):

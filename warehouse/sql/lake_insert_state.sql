@@ -1,0 +1,2 @@
+-- one of a rack's watermarks
+INSERT INTO lake.{{state}} VALUES ($rack, $name, $through, now()::TIMESTAMP)

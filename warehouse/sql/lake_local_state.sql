@@ -1,0 +1,2 @@
+-- the local warehouse's watermarks (name, through)
+SELECT name, through FROM rollup_state

@@ -1,0 +1,2 @@
+-- the racks that have published, by name
+SELECT DISTINCT rack FROM lake.{{state}} ORDER BY rack

@@ -1,0 +1,2 @@
+-- the series a rack has published
+SELECT series_id FROM lake.{{series}} WHERE rack = $rack

@@ -1,0 +1,2 @@
+-- a sheet of the local warehouse, whole
+SELECT * FROM {{table}}
