@@ -28,43 +28,11 @@ import pyarrow as pa
 from moemeter.contract.errors import MoemeterError
 
 from . import readonly
-from .sql import sql, text
+from .sql import sql
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _PART = re.compile(r"/\*(\w+)\*/")
-
-
-def sql_with(name: str, *parts: str, **identifiers: str) -> str:
-    """warehouse/sql/<name>.sql (as `sql` gives it) with each line `/*part*/` replaced by
-    warehouse/sql/<part>.sql: a write around a statement that is also run alone (a roll-up's INSERT
-    around the SELECT a page reads), where the statement is not one of warehouse/sql's INCLUDES."""
-    out = sql(name, **identifiers)
-    for part in parts:
-        if f"/*{part}*/" not in out:
-            raise ValueError(f"warehouse/sql/{name}.sql has no /*{part}*/ line")
-        out = out.replace(f"/*{part}*/", sql(part))
-    return out
-
-
-def quoted(value: str | int) -> str:
-    """`value` as an SQL literal: an int as its digits, anything else as a string in single quotes,
-    each quote in it doubled. Only for the statements DuckDB binds no parameter in (SET)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-def literal_sql(name: str, **values: str | int) -> str:
-    """warehouse/sql/<name>.sql with each `{{key}}` filled by `quoted(values[key])`: for a statement
-    DuckDB binds no parameter in (SET), and only with a value the caller checked (Warehouse's sizes
-    and thread count). Anything that can be bound is bound instead (`sql`, named parameters)."""
-    out = text(name)
-    for key, value in values.items():
-        out = out.replace(f"{{{{{key}}}}}", quoted(value))
-    if "{{" in out:
-        raise KeyError(f"warehouse/sql/{name}.sql needs a value for each of its slots")
-    return out
 
 
 def insert_arrow(
@@ -242,14 +210,12 @@ class Warehouse:
 
     def _connect(self, locked: bool = True) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(self.path, read_only=self.read_only is not None)
-        # DuckDB binds no parameter in SET: each value was checked in __init__ (a size matches
-        # MEMORY_LIMIT whole, threads is an int of at least 1) and is written quoted (literal_sql)
         if self._memory_limit is not None:
-            con.execute(literal_sql("db_memory_limit", size=self._memory_limit.strip()))
+            con.execute(sql("db_memory_limit"), {"size": self._memory_limit.strip()})
         if self._threads is not None:
-            con.execute(literal_sql("db_threads", count=int(self._threads)))
+            con.execute(sql("db_threads"), {"count": int(self._threads)})
         if self._checkpoint_threshold is not None:
-            con.execute(literal_sql("db_checkpoint_threshold", size=self._checkpoint_threshold.strip()))
+            con.execute(sql("db_checkpoint_threshold"), {"size": self._checkpoint_threshold.strip()})
         if locked and self._lock_down:
             readonly.lock_down(con)
         return con

@@ -33,7 +33,7 @@ import pyarrow as pa
 from moemeter.contract import Layout, Page, Sample, TargetInfo
 from moemeter.contract.clock import latest_allowed, utc_now
 
-from .db import insert_arrow, reasons_text, record_rejected, sql_with
+from .db import insert_arrow, reasons_text, record_rejected
 from .read import HOUR, floor, micros
 from .rollup import Retention, Rollups
 from .sql import sql
@@ -247,7 +247,7 @@ class Ingestor:
         self._next_id = _next_ids(max(self._ids.values(), default=0))
         self._grow(max(self._ids.values(), default=0))
         self._series_of = Counter(dict(con.execute(sql("ingest_series_per_target")).fetchall()))
-        last = con.execute(sql_with("ingest_last_readings", "last_readings")).fetchnumpy()
+        last = con.execute(sql("ingest_last_readings")).fetchnumpy()
         self._last_us[last["series_id"]] = last["us"]
         self._last_v[last["series_id"]] = last["value"]
         self._longest = float(con.execute(sql("ingest_longest")).fetchall()[0][0])

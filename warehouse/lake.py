@@ -54,7 +54,7 @@ import pyarrow as pa
 
 from moemeter.contract.errors import MoemeterError
 
-from .db import apply_migrations, sql_with
+from .db import apply_migrations
 from .export import RACK_NAME, named_by_key
 from .read import HOUR, MINUTE, floor
 from .readonly import lock_down
@@ -243,8 +243,8 @@ _COLUMN_TYPE = re.compile(r"[A-Z][A-Z0-9_ ,()\[\]]*")
 `VARCHAR[]`): no quote, semicolon or comment can end the statement it is written into."""
 
 
-def _statement(name: str, *parts: str, quoted: Mapping[str, str | Sequence[str]], **identifiers: str) -> str:
-    """warehouse/sql/<name>.sql as sql_with gives it (each `/*part*/` line replaced by that file, each
+def _statement(name: str, quoted: Mapping[str, str | Sequence[str]], **identifiers: str) -> str:
+    """warehouse/sql/<name>.sql as `sql` gives it (its includes in place, each
     `{{key}}` by one of warehouse/sql's IDENTIFIERS), with each slot of _UNBOUND filled from `quoted`:
     a value as a string literal by the rules of the statement's engine (PostgreSQL's for lake_pg_*.sql,
     _pg_quoted; DuckDB's otherwise, _quoted), a name as identifiers (_names), a type as DuckDB wrote it.
@@ -267,7 +267,7 @@ def _statement(name: str, *parts: str, quoted: Mapping[str, str | Sequence[str]]
             return value
         return _pg_quoted(value) if name.startswith("lake_pg_") else _quoted(value)
 
-    out = _UNBOUND.sub(fill, sql_with(name, *parts, **identifiers))
+    out = _UNBOUND.sub(fill, sql(name, **identifiers))
     if unused := sorted(set(quoted) - used):
         raise KeyError(f"warehouse/sql/{name}.sql has no slot for {', '.join(unused)}")
     return out
@@ -554,7 +554,7 @@ def guard_sql() -> str:
         "trigger": GUARD_TRIGGER,
     }
     names = {"publishers": PUBLISHERS, "readers": READERS, "trigger": GUARD_TRIGGER}
-    return _statement(GUARD_SQL, "lake_pg_owner_only", quoted=literals, **names)
+    return _statement(GUARD_SQL, quoted=literals, **names)
 
 
 def _on_postgres(con: duckdb.DuckDBPyConnection) -> bool:
@@ -852,7 +852,7 @@ class Publisher:
             first = self._sheets is None  # set once this publisher has committed
             if first or t.overlaps(since, before.get(t.clock)):
                 edges = t.edges(since, None if first else end)
-                lake.execute(sql_with("lake_delete_window", "lake_edges", table=t.name), {"rack": rack, **edges})
+                lake.execute(sql("lake_delete_window", table=t.name), {"rack": rack, **edges})
             rows[t.name] = self._insert(t.name, batch)
         for name, table in sheets.items():
             here = sheet_rows[name]
@@ -885,7 +885,7 @@ class Publisher:
     def _unpublished_events(self, table: Table, since: datetime | None, batch: pa.Table) -> pa.Table:
         """The events of the batch (those of its window, from `since`) the lake does not hold."""
         if self._events is None:
-            statement = sql_with("lake_held_events", "lake_edges", events=EVENTS)
+            statement = sql("lake_held_events", events=EVENTS)
             params = {"rack": self.rack, **table.edges(since, None)}
             self._events = {tuple(r) for r in self.lake.execute(statement, params).fetchall()}
         held = self._events

@@ -23,7 +23,7 @@ from moemeter.contract.columns import MAX_COUNT, MAX_REQUEST_TOKENS, clean_text,
 from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import SCHEMA, ColumnPage, records_of
 
-from .db import insert_arrow, record_rejected, sql_with
+from .db import insert_arrow, record_rejected
 from .slo import ensure_slo_sheet, slo_params
 from .sql import sql
 
@@ -376,7 +376,7 @@ def roll_requests_slo_1m(con: duckdb.DuckDBPyConnection, start: datetime, until:
     """Add the requests ingested in [start, until) to their finishing minute's per-class SLO counts."""
     ensure_slo_sheet(con, until)
     con.execute(
-        sql_with("requests_roll_slo_1m", "requests_slo_minutes"),
+        sql("requests_roll_slo_1m"),
         {
             "ingested_from": start,
             "ingested_until": until,
@@ -394,4 +394,4 @@ def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: dat
     ensure_slo_sheet(con, until)  # a warehouse from before SLO sheets holds requests and no sheet
     con.execute(sql("requests_roll_1h"), window)
     con.execute(sql("requests_roll_itl_1h"), {**window, "bin_scale": ITL_BIN_SCALE})
-    con.execute(sql_with("requests_roll_slo_1h", "requests_slo"), {**window, **slo_params(None, None)})
+    con.execute(sql("requests_roll_slo_1h"), {**window, **slo_params(None, None)})

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from .db import sql_with
 from .read import HOUR, floor
 from .requests import roll_requests_1h, roll_requests_slo_1m
 from .sql import sql
@@ -120,7 +119,7 @@ def _store_rolled(con: duckdb.DuckDBPyConnection, table: str, pools: str) -> Non
     """The temp table `rolled` (a roll's rows of a per-series rollup) into `table`, and its
     histogram and summary series summed per pool into `pools`."""
     con.execute(sql("rollup_store", table=table))
-    con.execute(sql_with("rollup_store_pools", "roll_pool_histograms", table=pools))
+    con.execute(sql("rollup_store_pools", table=pools))
 
 
 class Rollups:
@@ -179,7 +178,7 @@ class Rollups:
     ) -> None:
         if inc == "increments":  # raw increments split by wall time into minutes, and those minutes summed
             con.execute(  # per six minutes and per hour, which they nest in
-                sql_with("rollup_rolled", "roll_increments"),
+                sql("rollup_rolled"),
                 {"from": start, "until": until, "unit_us": 60_000_000},
             )
             _store_rolled(con, "increments_1m", "pool_histograms_1m")

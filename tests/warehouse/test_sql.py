@@ -26,9 +26,9 @@ INCLUDE_ONLY = {
 }  # CTE lists that only make sense inside a statement, and read.py's pieces of one (bound in it below)
 NOT_PREPARED = {  # PREPARE takes no DDL, SET or BEGIN: each of these parses as one statement
     "db_schema_migrations": "CREATE TABLE IF NOT EXISTS, before the migrations",
-    "db_memory_limit": "SET",
-    "db_threads": "SET",
-    "db_checkpoint_threshold": "SET",
+    "db_memory_limit": "SET (its value bound)",
+    "db_threads": "SET (its value bound)",
+    "db_checkpoint_threshold": "SET (its value bound)",
     "readonly_lock_down": "SET",
     "readonly_lock_configuration": "SET",
     "readonly_begin": "BEGIN TRANSACTION READ ONLY",
@@ -78,7 +78,7 @@ def con():
 
 
 def composed(t: str) -> str:
-    """A line `/*name*/` that names another file stands for it (db.sql_with); export.named_by_key's
+    """A line `/*name*/` that names another file stands for it (warehouse/sql INCLUDES); export.named_by_key's
     `/*where*/` for its condition, none given."""
     return re.sub(r"/\*(\w+)\*/", lambda m: sql(m[1]) if m[1] in FILES else m[0], t).replace("/*where*/", "TRUE")
 
@@ -119,10 +119,9 @@ def test_every_lake_statement_parses(name):
     in tests/warehouse/test_lake.py and tests/hostile/test_lake.py."""
     written = text(name)
     assert written.startswith("-- "), name
-    parts = [p for p in sorted(LAKE_PARTS) if f"/*{p}*/" in written]
     identifiers = {key: "series" for key in re.findall(r"\{\{(\w+)\}\}", written)}
     quoted = {key: "INTEGER" if form == ":" else "x" for form, key in re.findall(r"\{\{(['\":])(\w+)", written)}
-    filled = _statement(name, *parts, quoted=quoted, **identifiers)
+    filled = _statement(name, quoted=quoted, **identifiers)
     assert "{{" not in filled and "/*lake_" not in filled, name
     if not name.startswith("lake_pg_"):
         assert len(duckdb.connect().extract_statements(filled)) == 1, name

@@ -22,6 +22,13 @@ INCLUDES = (
     "requests_hour_itl",
     "requests_hour_where",
     "request_slo",
+    "requests_slo",
+    "requests_slo_minutes",
+    "roll_increments",
+    "roll_pool_histograms",
+    "last_readings",
+    "lake_edges",
+    "lake_pg_owner_only",
 )
 IDENTIFIERS: frozenset[str] = frozenset()
 """Every identifier a statement's `{{key}}` may be given: a fixed list, never a user's text."""

@@ -1,4 +1,3 @@
--- DuckDB's buffer pool for the writer and every reader together. DuckDB binds no parameter in SET:
--- {{size}} is a size db.py matched whole against MEMORY_LIMIT (digits and a unit, "4GB") and wrote
--- as a string literal (warehouse/db.py, literal).
-SET memory_limit = {{size}}
+-- DuckDB's buffer pool for the writer and every reader together ($size: "4GB", checked in
+-- Warehouse.__init__ against MEMORY_LIMIT).
+SET memory_limit = $size
