@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from moemeter.contract import FAMILIES
+from moemeter.contract import FAMILIES, ROLES
 from stack.twin.config import load_profile
 from stack.twin.server import Twin
 
@@ -73,6 +73,16 @@ def test_every_family_a_statement_names_is_the_contracts():
     assert named, "the statements name no family?"
     sample = re.compile(r"_(bucket|sum|count|total)$")
     assert sorted(m for m in named if m not in FAMILIES and sample.sub("", m) not in FAMILIES) == []
+
+
+def test_every_role_a_statement_names_is_the_contracts_and_pools_are_written_once():
+    """A statement compares a target's role only with a role of the contract (`role = 'decode'`,
+    the pool whose tokens it counts), and names the two pools together only as {{pools}}."""
+    statements = {p.name: p.read_text() for p in (ROOT / "warehouse" / "sql").glob("*.sql")}
+    compared = {r for text in statements.values() for r in re.findall(r"\brole\s*=\s*'([^']*)'", text)}
+    assert compared and compared <= set(ROLES)
+    listed = [n for n, text in statements.items() if re.search(r"IN\s*\(\s*'prefill'\s*,\s*'decode'", text)]
+    assert listed == []
 
 
 def test_nothing_cites_a_file_outside_the_repository():
