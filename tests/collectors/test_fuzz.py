@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from collectors.parse import ExpositionError, parse_page
 from moemeter.contract import TargetInfo
+from tests.schema import fresh_schema
 from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch
 
@@ -58,8 +59,11 @@ def pages(draw) -> str:  # type: ignore[no-untyped-def]
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pages(), pages())
 def test_generated_pages_never_crash_and_never_corrupt_stored_data(first, second):
-    con = duckdb.connect()
-    apply_migrations(con)
+    with fresh_schema() as con:
+        never_crash_and_never_corrupt(con, first, second)
+
+
+def never_crash_and_never_corrupt(con: duckdb.DuckDBPyConnection, first: str, second: str) -> None:
     ing = Ingestor()
     stored = []
     for k, page in enumerate((first, second)):

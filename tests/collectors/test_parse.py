@@ -312,6 +312,7 @@ def test_a_series_that_moved_within_its_family_is_read_alone_and_kept(capture, m
     assert cached(cache, later) == reference(later) and len(calls) == 1  # the kept bytes have the moved line's
 
 
+@pytest.mark.slow("300 edits of a real page, each parsed by both parsers")
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_a_real_page_edited_anywhere_reads_as_the_reference_reads_it(capture, data):

@@ -109,6 +109,7 @@ def test_a_class_burning_its_budget_fires_with_the_reports_burn_rate():
     assert [(f.rule, f.value, f.since) for f in split] == [(f.rule, f.value, f.since) for f in fired]
 
 
+@pytest.mark.slow("25 hours of real pages every 10 minutes, and the cost report over them")
 def test_a_pools_cost_per_token_spike_fires_with_the_cost_reports_figure(tmp_path):
     """Real vLLM 0.32 pages every 10 min for 25 h (tests/warehouse/conftest.py sets their counters):
     the decode pool (4 GPUs) generates 600,000 tokens per 10 min, then 120,000 for the last 2 hours;

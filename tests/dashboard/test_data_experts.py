@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from collectors.parse import parse_page
+from collectors.parse import PageCache
 from dashboard.data import experts as data
 from dashboard.data.live import Window
 from moemeter.contract import TargetInfo
@@ -35,13 +35,13 @@ def seed(con: duckdb.DuckDBPyConnection, minutes: float = 4.0, scrape: float = 5
     p = dataclasses.replace(p, eplb=dataclasses.replace(p.eplb, rebalance_interval_seconds=90.0, window_seconds=60.0))
     start = T0.timestamp()
     m = RackModel(p, seed=5, start=start - 30)
-    ing, exp = Ingestor(), ExpertIngestor()
+    ing, exp, cache = Ingestor(), ExpertIngestor(), PageCache()  # the cache a collector keeps
     history = []
     for k in range(int(minutes * 60 / scrape) + 1):
         m.advance(start + k * scrape)
         ts = T0 + timedelta(seconds=k * scrape)
         page = render_plugin(m.experts.state, p.model.name)
-        ing.write(con, ScrapeBatch(TARGET, ts, True, 0.01, parse_page(page.encode())))
+        ing.write(con, ScrapeBatch(TARGET, ts, True, 0.01, cache.parse(page.encode())))
         if k % snapshot_every == 0:
             exp.write(
                 con, TARGET.name, ts, ExpertSnapshot.from_json(expert_snapshot(m.experts.state, p.model.name, m.now))

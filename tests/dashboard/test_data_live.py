@@ -27,7 +27,7 @@ def seeded():
     """Three scrapes 10 s apart of the whole twin rack, plus the twin's own counters at each."""
     con = duckdb.connect()
     apply_migrations(con)
-    twin = Twin(load_profile("deepseek-v4.1-flash"), seed=11, start=START - 120)
+    twin = Twin(load_profile("deepseek-v4.1-flash"), seed=11, start=START - 120, tick=0.5)  # 5x faster
     ing = Ingestor()
     truth = []
     for k in range(3):
@@ -180,13 +180,14 @@ def test_health_shows_what_each_target_had_refused_in_the_window():
     assert pd.isna(health.loc["quiet", "last_refusal"])
 
 
+@pytest.mark.slow("the whole rack's pages for nine 30 s rounds")
 def test_serve_interval_30_gives_a_rate_in_every_step():
     """`serve --interval 30`: the pages take the interval the collector stored, so every step holds
     increases and each step's rate is its tokens over its seconds. With the old fixed 5 s, two of
     every three 10 s steps held nothing."""
     con = duckdb.connect()
     apply_migrations(con)
-    twin = Twin(load_profile("deepseek-v4.1-flash"), seed=12, start=START - 120)
+    twin = Twin(load_profile("deepseek-v4.1-flash"), seed=12, start=START - 120, tick=0.5)  # 5x faster
     ing, generated = Ingestor(), []
     for k in range(9):  # 4 minutes of 30 s rounds
         pages = twin.pages(START + 30 * k)

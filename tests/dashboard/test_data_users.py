@@ -134,6 +134,7 @@ def test_an_empty_window_says_none(seeded) -> None:
     assert math.isnan(users.itl_quantiles_from_histogram(q, T0 + timedelta(days=2), T0 + timedelta(days=3))[0])
 
 
+@pytest.mark.slow("three hours of roll-ups over two gateways' feeds")
 def test_records_stored_after_their_hour_was_rolled_up_count_at_once_and_once() -> None:
     """A gateway read late (the collector was down): records that finished at 11:55-12:00 are
     stored from 12:05, after the 11:00 hour was rolled up. The hourly view counts them at once, and

@@ -354,6 +354,7 @@ def test_exotic_types_that_can_be_sent_arrive_in_both_formats(serve, name):
     assert r.status_code == 200 and pa.ipc.open_stream(r.content).read_all().num_rows == 1
 
 
+@pytest.mark.slow("every type of test_all_types() through the query API in two formats")
 def test_no_duckdb_type_gives_a_500(serve, warehouse):
     """Every type of DuckDB's test_all_types(), and VARIANT, as a NULL and inside a list: 200, or
     400 with the column named."""

@@ -186,6 +186,7 @@ def out_of_series_order(con: duckdb.DuckDBPyConnection) -> int:
     return out_of_order(con, "increments_1m", "(time_bucket(INTERVAL 1 HOUR, ts), series_id, ts)", COMPACTED)
 
 
+@pytest.mark.slow("writes hours of real pages in the old layout and migrates them")
 def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration():
     """A warehouse written when series ids were hashes (migrations up to 014) keeps every row of
     every table through migration 015, with ids 1..n in the order of each target's last page, rows
@@ -243,6 +244,7 @@ def used_blocks(con: duckdb.DuckDBPyConnection, table: str) -> int:
     return con.execute(f"SELECT count(DISTINCT block_id) FROM pragma_storage_info('{table}')").fetchall()[0][0]
 
 
+@pytest.mark.slow("writes hours of real pages in the old layout and migrates them")
 def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migration(tmp_path):
     """A warehouse written when `samples` held every reading, counters too (migrations up to 015):
     migration 016 drops the readings that increments give back exactly, keeping what the writer
@@ -288,6 +290,7 @@ def pool_rows(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
     }
 
 
+@pytest.mark.slow("writes hours of real pages in the layout before the pool roll-ups and now")
 def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_path):
     """A warehouse written before migration 017 (two real pages, 130 minutes): the migration fills
     the pool rollups from the per-series ones, and they hold what the writer's own hold, per minute
@@ -330,6 +333,7 @@ def minute_sums(con: duckdb.DuckDBPyConnection) -> list[tuple]:
     ).fetchall()
 
 
+@pytest.mark.slow("writes 131 minutes of two real pages twice, then migrates one file")
 def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(monkeypatch, tmp_path):
     """A warehouse written before minute rows were compacted (migrations up to 017; two real pages,
     131 minutes scraped half a minute off the minute, so each minute's rows come in two rolls):
@@ -394,6 +398,7 @@ def six_minute_sums(con: duckdb.DuckDBPyConnection) -> dict[str, pd.DataFrame]:
     }
 
 
+@pytest.mark.slow("writes hours of real pages in the layout before migration 019 and now")
 def test_a_file_from_before_the_six_minute_rollups_gets_those_the_writer_keeps(tmp_path):
     """A warehouse written before migration 019 (two real pages, 131 minutes scraped half a minute
     off the minute): the migration fills the six-minute rollups from the minute rows, with the sums

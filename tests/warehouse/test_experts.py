@@ -123,6 +123,7 @@ def test_snapshot_matrices_keep_their_shape():
     assert s.logical_tokens_total.shape == (3, 4) and s.phy2log.shape == (3, 6)
 
 
+@pytest.mark.slow("hours of expert-load pages rolled to hours")
 def test_expert_load_downsamples_to_hours_and_retention_keeps_what_is_not_rolled_up(con):
     from collectors.parse import parse_page
     from moemeter.contract import TargetInfo

@@ -257,6 +257,7 @@ def stream(seed: int) -> list[tuple[datetime, str | None]]:
     return out
 
 
+@pytest.mark.slow("200 rounds written twice, once by a writer restarted at random")
 @pytest.mark.parametrize("seed", range(3))
 def test_a_counter_is_stored_once_and_gives_back_every_reading_through_writer_restarts(tmp_path, seed):
     """Against one writer that never stops: a writer restarted at random rounds on its file stores
@@ -359,6 +360,7 @@ def cached_stream(seed: int) -> list[tuple[datetime, TargetInfo, str]]:
     return out
 
 
+@pytest.mark.slow("every round stored twice, through the cache and parsed alone")
 @pytest.mark.parametrize("seed", range(3))
 def test_pages_read_through_the_scrape_cache_store_what_the_same_pages_parsed_alone_store(seed):
     """The collector hands the ingestor Pages that share a layout while the target's series stay

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from functools import cache
 from pathlib import Path
 
 import duckdb
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from moemeter.contract.requests import RECORD_KEYS, ColumnPage, RequestRecord
 from stack.gateway.records import RecordLog
+from tests.schema import fresh_schema
 from warehouse import requests as requests_module
 from warehouse.db import apply_migrations
 from warehouse.read import micros
@@ -236,19 +236,8 @@ def stored(records: list[dict[str, object]], plain: bool, in_columns: bool = Fal
     """What writing one page of these records leaves: the requests, the cursor and the refusals.
     `in_columns`: the page made in process, its records as columns (a record without a field has
     None there)."""
-    c = _migrated().cursor()
-    c.begin()  # rolled back: every example starts from the same empty, migrated schema
-    try:
+    with fresh_schema() as c:
         return _stored(c, records, plain, in_columns)
-    finally:
-        c.rollback()
-
-
-@cache
-def _migrated() -> duckdb.DuckDBPyConnection:
-    c = duckdb.connect()
-    apply_migrations(c)
-    return c
 
 
 def _stored(c: duckdb.DuckDBPyConnection, records: list[dict[str, object]], plain: bool, in_columns: bool) -> object:

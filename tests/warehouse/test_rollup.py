@@ -138,6 +138,7 @@ def three_hours(c: duckdb.DuckDBPyConnection) -> Ingestor:
     return ing
 
 
+@pytest.mark.slow("three hours of rounds rolled up")
 def test_hours_roll_up_from_minutes_and_retention_keeps_what_is_not_rolled_up():
     c = duckdb.connect()
     apply_migrations(c)
@@ -175,6 +176,7 @@ def hour_sums(c: duckdb.DuckDBPyConnection) -> list[tuple]:
                         FROM increments_1h h JOIN series s USING (series_id) GROUP BY ALL ORDER BY ALL""").fetchall()
 
 
+@pytest.mark.slow("hours of minutes written twice, before and after compaction")
 def test_a_file_of_uncompacted_hours_is_compacted_in_place_by_its_migration(monkeypatch):
     """A warehouse written before hours were compacted (migrations up to 013, a writer that only
     appends a row per minute to the hour) keeps every hour's sums through migration 014."""
@@ -219,6 +221,7 @@ def test_day_ranges_read_hours():
     assert (week.period, day.period) == (timedelta(hours=1), timedelta(minutes=1))
 
 
+@pytest.mark.slow("hours of minutes scraped off the minute, compacted")
 def test_an_hours_minutes_are_compacted_series_by_series_once_it_has_closed(monkeypatch):
     """Scraped every minute half a minute off the minute, each minute's rows come in two rolls. Ten
     minutes after an hour closes (rollup.MINUTE_REACH: until then an interval may still add to its

@@ -55,6 +55,7 @@ def test_promtool_checks_the_pack(pack: Path):
     assert re.search(r"SUCCESS: \d+ rules found", check.stdout)
 
 
+@pytest.mark.slow("promtool evaluates every alert's series over hours")
 def test_every_alert_fires_in_promtool_and_stays_silent_where_it_should(pack: Path):
     run = subprocess.run(
         [promtool(), "test", "rules", "rules_test.yml"], cwd=pack, capture_output=True, text=True, timeout=300

@@ -48,6 +48,7 @@ def test_rebalances_happen_on_schedule_and_help(ran):
         assert r.duration_seconds > 0 and r.moved_replicas > 0
 
 
+@pytest.mark.slow("runs the rack's model for 130 s")
 def test_hot_experts_drift_over_time():
     m = RackModel(quick(drift_per_minute=1.0), seed=2, start=0.0)
     m.advance(10.0)
@@ -65,6 +66,7 @@ def test_hash_routed_layers_follow_token_frequency_and_do_not_drift():
     assert m.experts.popularity()[3:].std() > 0
 
 
+@pytest.mark.slow("serves the whole twin rack")
 def test_snapshot_endpoint_serves_the_matrices():
     twin = Twin(load_profile("deepseek-v4.1-flash"), seed=1)
     targets = twin.serve()

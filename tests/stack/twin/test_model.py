@@ -39,6 +39,7 @@ def test_default_load_is_calibrated_to_the_write_up(profile, loaded):
     assert p90_per_user_tokens_per_second(m.finished_tpot) == pytest.approx(196, rel=0.10)
 
 
+@pytest.mark.slow("runs the rack's model for 10 minutes to finish 50 requests")
 def test_a_single_user_alone_decodes_near_826_tokens_per_second(profile):
     m, _ = run(profile.with_workload(agents=1, users=1), 600.0)
     assert len(m.finished_tpot) > 50
@@ -53,6 +54,7 @@ def test_agentx_contexts_pass_100k_tokens_with_prefix_cache_hits_above_90_percen
     assert hits / prompt > 0.90
 
 
+@pytest.mark.slow("runs the whole rack's model three times for 30 s")
 def test_step_time_follows_batch_and_context(profile):
     light, _ = run(profile.with_workload(agents=400), 30.0)
     heavy, _ = run(profile, 30.0)
@@ -83,6 +85,7 @@ def test_kv_transfer_time_follows_bytes_moved(loaded):
     assert mean_bytes > 0 and prompt > 0
 
 
+@pytest.mark.slow("runs the whole rack's model three times")
 def test_same_seed_same_pages_and_other_seed_differs(profile):
     a = Twin(profile, seed=5, start=1000.0).pages(1060.0)
     b = Twin(profile, seed=5, start=1000.0).pages(1060.0)
