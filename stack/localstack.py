@@ -398,7 +398,11 @@ LOCAL_WORKLOAD = WorkloadSpec(
 )
 
 
-def drive_traffic(gateway_url: str, stop: threading.Event, sessions: int = 2, seed: int = 0) -> None:
+TRAFFIC_SESSIONS = 2
+"""Load-generator sessions the local stack keeps in flight (`up --stack local-cpu --traffic-sessions`)."""
+
+
+def drive_traffic(gateway_url: str, stop: threading.Event, sessions: int = TRAFFIC_SESSIONS, seed: int = 0) -> None:
     """AgentX-like sessions through the gateway until `stop`, in rounds of LOCAL_WORKLOAD, `sessions`
     at a time (each round a new seed, so new sessions)."""
     while not stop.is_set():

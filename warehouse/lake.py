@@ -66,6 +66,8 @@ log = logging.getLogger(__name__)
 CHUNK = timedelta(hours=1)
 """The most a step publishes past the last one (a rack's first step over a month of rollups takes
 a month's worth of steps, each a bounded transaction)."""
+PUBLISH_EVERY = 60.0
+"""Seconds between a serving rack's publishes (`serve --publish-every`)."""
 EVENT_LATENESS = timedelta(hours=1)
 """How far before the published watermark a rebalance event may still arrive (it carries the
 exporter's clock): each step looks this far back for events the lake does not hold yet."""
@@ -1013,7 +1015,7 @@ class PublishLoop:
         uri: str,
         data_path: str | None,
         rack: str,
-        every: float = 60.0,
+        every: float = PUBLISH_EVERY,
         chunk: timedelta = CHUNK,
     ) -> None:
         if chunk < MINUTE or every <= 0:

@@ -21,7 +21,9 @@ commands = Commands()
 
 # ------------------------------------------------------------------------ gateway
 def _gateway_options(s: Command) -> None:
-    from stack.gateway.app import MAX_IN_FLIGHT
+    from stack.gateway.app import MAX_IN_FLIGHT, UPSTREAM_TIMEOUT
+    from stack.gateway.metrics import MAX_USER_LABELS
+    from stack.gateway.records import KEEP_DAYS
 
     s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")
     s.add_argument("--port", type=int, default=DEFAULT_GATEWAY_PORT, help="port to listen on")
@@ -36,12 +38,12 @@ def _gateway_options(s: Command) -> None:
     s.add_argument("--keys", help='API keys file: {"require_key": bool, "keys": [{"sha256", "tenant"}]}')
     s.add_argument("--hash-key", action="store_true", help="read an API key on stdin, print its keys-file entry")
     s.add_argument("--records", default="moemeter-gateway.sqlite", help="durable request log (the collectors' feed)")
-    s.add_argument("--keep-days", type=float, default=7.0, help="days request records stay in the log")
-    s.add_argument("--timeout", type=float, default=600.0, help="seconds a request may take upstream")
+    s.add_argument("--keep-days", type=float, default=KEEP_DAYS, help="days request records stay in the log")
+    s.add_argument("--timeout", type=float, default=UPSTREAM_TIMEOUT, help="seconds a request may take upstream")
     s.add_argument(
         "--max-user-labels",
         type=int,
-        default=50,
+        default=MAX_USER_LABELS,
         help='users with their own /metrics label; the rest are counted as user="other" (the feed has everyone)',
     )
     s.add_argument(
@@ -128,15 +130,17 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------ loadgen
 def _loadgen_options(s: Command) -> None:
+    from stack.loadgen.run import CONCURRENCY, STREAM_SHARE
+
     s.add_argument("--url", required=True, help="the gateway (or any OpenAI-compatible server)")
     s.add_argument("--model", help="model name (default: the first one /v1/models lists)")
     s.add_argument("--seed", type=int, default=0, help="same seed, same sessions")
     s.add_argument(
-        "--concurrency", type=int, default=8, help="sessions in flight (closed loop), or the cap with --rate"
+        "--concurrency", type=int, default=CONCURRENCY, help="sessions in flight (closed loop), or the cap with --rate"
     )
     s.add_argument("--rate", type=float, help="new sessions per second (open loop) instead of a closed loop")
     s.add_argument("--duration", help="stop starting turns after this long (e.g. 10m); default: run every session")
-    s.add_argument("--stream-share", type=float, default=0.9, help="share of requests that stream")
+    s.add_argument("--stream-share", type=float, default=STREAM_SHARE, help="share of requests that stream")
     s.add_argument("--no-ignore-eos", action="store_true", help="do not send vLLM's ignore_eos (other servers)")
     s.add_argument("--api-key-env", help="environment variable holding the API key to send")
     s.add_argument("--out", help="write one JSON line per request here")

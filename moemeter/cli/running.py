@@ -181,6 +181,8 @@ def _stop_children(children: list[subprocess.Popen[bytes]]) -> None:
 
 # ---------------------------------------------------------------------- localstack
 def _localstack_options(s: Command) -> None:
+    from stack.localstack import TRAFFIC_SESSIONS
+
     s.add_argument(
         "--workdir", default=str(Path(DEFAULT_WORKDIR, "local-cpu")), help="model directory and logs go here"
     )
@@ -194,7 +196,7 @@ def _localstack_options(s: Command) -> None:
     s.add_argument(
         "--traffic-sessions",
         type=int,
-        default=2,
+        default=TRAFFIC_SESSIONS,
         help="load-generator sessions in flight through the gateway (0: none)",
     )
 

@@ -32,6 +32,7 @@ commands = Commands()
 
 
 def _serve_options(s: Command) -> None:
+    from warehouse.lake import PUBLISH_EVERY
     from warehouse.limits import MAX_CONCURRENT, QUEUE_SECONDS, Limits
     from warehouse.rollup import Retention
 
@@ -94,7 +95,7 @@ def _serve_options(s: Command) -> None:
     s.add_argument("--lake-data", metavar="PATH", help=LAKE_DATA_HELP)
     s.add_argument("--rack", help="the name this rack publishes under (default: the host's name)")
     s.add_argument(
-        "--publish-every", type=float, default=60.0, metavar="SECONDS", help="publish to the lake this often"
+        "--publish-every", type=float, default=PUBLISH_EVERY, metavar="SECONDS", help="publish to the lake this often"
     )
     chunk_minutes(s)
 

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
 MAX_USER_CHARS = 256
 MAX_IN_FLIGHT = 4096  # requests served at once; past it the gateway answers 429 with Retry-After
+UPSTREAM_TIMEOUT = 600.0  # seconds a request may take upstream (`gateway --timeout`)
 TOKENIZE_SECONDS = 10.0  # how long the upstream may take to count a cut-short stream's prompt
 FEED_LIMIT = 5000
 CLIENT_GONE = 499  # nginx's code for "client closed request"
@@ -355,7 +356,7 @@ class Gateway:
         records: RecordLog,
         keys: Keys | None = None,
         metrics: GatewayMetrics | None = None,
-        timeout: float = 600.0,
+        timeout: float = UPSTREAM_TIMEOUT,
         read_timeout: float = 120.0,
         connect_timeout: float = 5.0,
         max_body_bytes: int = MAX_BODY_BYTES,

@@ -20,6 +20,8 @@ from moemeter.contract import FAMILIES, Family
 from moemeter.contract.requests import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, RequestRecord
 
 OTHER = "other"
+MAX_USER_LABELS = 50
+"""Users with their own /metrics label (`gateway --max-user-labels`); the rest are counted as OTHER."""
 
 
 class _Hist:
@@ -50,7 +52,7 @@ class _Hist:
 
 
 class GatewayMetrics(Collector):
-    def __init__(self, max_users: int = 50) -> None:
+    def __init__(self, max_users: int = MAX_USER_LABELS) -> None:
         self.max_users = max_users
         self._labels: dict[str, str] = {}
         self.requests: dict[tuple[str, str], int] = defaultdict(int)  # (user label, outcome)

@@ -20,12 +20,14 @@ from pathlib import Path
 from moemeter.contract.requests import SCHEMA, RequestRecord
 
 log = logging.getLogger(__name__)
+KEEP_DAYS = 7.0
+"""How long request records stay in the log (`gateway --keep-days`)."""
 
 
 class RecordLog:
     """Append-only, durable log of request records with a paged reader."""
 
-    def __init__(self, path: str | Path, keep_seconds: float = 7 * 86400, batch_seconds: float = 0.05) -> None:
+    def __init__(self, path: str | Path, keep_seconds: float = KEEP_DAYS * 86400, batch_seconds: float = 0.05) -> None:
         self.path = Path(path)
         self.keep_seconds = keep_seconds
         self.batch_seconds = batch_seconds

@@ -70,6 +70,12 @@ def summarise(results: list[Result], wall_seconds: float) -> dict[str, Any]:
     }
 
 
+CONCURRENCY = 8
+"""Sessions in flight, closed loop (`loadgen --concurrency`)."""
+STREAM_SHARE = 0.9
+"""The share of requests that stream (`loadgen --stream-share`)."""
+
+
 class LoadGen:
     def __init__(
         self,
@@ -77,10 +83,10 @@ class LoadGen:
         model: str,
         spec: WorkloadSpec,
         seed: int = 0,
-        concurrency: int = 8,
+        concurrency: int = CONCURRENCY,
         rate: float | None = None,
         duration: float | None = None,
-        stream_share: float = 0.9,
+        stream_share: float = STREAM_SHARE,
         ignore_eos: bool = True,
         api_key: str | None = None,
         timeout: float = 600.0,
