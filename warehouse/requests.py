@@ -281,7 +281,7 @@ class RequestIngestor:
 
     def write(self, con: duckdb.DuckDBPyConnection, gateway: str, page: Any, now: datetime) -> int:
         """Store one feed page (inside the caller's transaction); returns records stored. A page is
-        its records, or (made in this process: stack.gateway.records.ColumnPage) their columns."""
+        its records, or (made in this process: moemeter.contract.requests.ColumnPage) their columns."""
         in_columns = type(page) is ColumnPage
         body, kind = ("fields", dict) if in_columns else ("records", list)
         if not isinstance(page, dict) or page.get("schema") != SCHEMA or not isinstance(page.get(body), kind):

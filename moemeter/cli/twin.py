@@ -158,7 +158,7 @@ FAST_FORWARD_THREADS = 1
 def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] = ()) -> int:  # type: ignore[no-untyped-def]
     """Generate history through the real ingest path: twin pages -> parser -> the collector's
     `store` (one round per interval, as a live collector stores it) -> warehouse. The gateway's
-    records come as columns (stack.gateway.records.ColumnPage), read with the same checks as a
+    records come as columns (moemeter.contract.requests.ColumnPage), read with the same checks as a
     page of records."""
     from concurrent.futures import Future, ThreadPoolExecutor
 

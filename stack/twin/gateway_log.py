@@ -1,5 +1,5 @@
 """The metering gateway in front of the twin's rack: one record per finished request, in the real
-gateway's feed schema (stack/gateway/records.py) and with its /metrics families."""
+gateway's feed schema (moemeter/contract/requests.py) and with its /metrics families."""
 
 from __future__ import annotations
 
