@@ -21,9 +21,10 @@ def module_of(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, module) of every import of ours in `path`, relative ones resolved."""
-    package = module_of(path).split(".")
+def imports(path: Path, module: str | None = None) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import of ours in `path`, relative ones resolved, and every
+    importlib.import_module or __import__ of a module named in the code."""
+    package = (module or module_of(path)).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -34,11 +35,22 @@ def imports(path: Path) -> Iterator[tuple[int, str]]:
             module = ".".join(p for p in (base, node.module or "") if p)
             # `from pkg import mod` imports pkg.mod when mod is a module of pkg
             names = [f"{module}.{a.name}" if _is_module(f"{module}.{a.name}") else module for a in node.names]
+        elif _dynamic(node):
+            names = [node.args[0].value]  # type: ignore[attr-defined]
         else:
             continue
         for name in names:
             if name.split(".")[0] in OURS:
                 yield node.lineno, name
+
+
+def _dynamic(node: ast.AST) -> bool:
+    """`importlib.import_module("x")` or `__import__("x")` with the module's name written out."""
+    if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in ("import_module", "__import__") and isinstance(node.args[0].value, str)
 
 
 def _is_module(name: str) -> bool:
@@ -128,3 +140,10 @@ def test_the_checks_see_every_layer():
         paths = sources(top)
         assert paths, top
         assert any(True for p in paths for _ in imports(p)), top
+
+
+def test_a_module_imported_by_its_name_is_an_import(tmp_path):
+    """importlib.import_module("warehouse.db") in the stack is an import like `import warehouse.db`."""
+    path = tmp_path / "probe.py"
+    path.write_text('import importlib\nimportlib.import_module("warehouse.db")\n__import__("collectors.service")\n')
+    assert [name for _, name in imports(path, "stack.probe")] == ["warehouse.db", "collectors.service"]

@@ -32,7 +32,6 @@ from .sql import sql
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_PART = re.compile(r"/\*(\w+)\*/")
 
 
 def insert_arrow(

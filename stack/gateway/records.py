@@ -1,4 +1,5 @@
-"""Per-request records: what the gateway knows of each request, and the durable log behind the feed.
+"""The durable log of request records behind the gateway's feed (the record itself, its schema and
+faults: moemeter/contract/requests.py).
 
 A record is appended to a SQLite file (WAL, synchronous=FULL) by one writer thread and only then
 becomes visible in the feed, so whatever a collector has read survives a crash of the gateway.

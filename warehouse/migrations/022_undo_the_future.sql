@@ -1,4 +1,4 @@
--- Before the clock guards (moemeter.clock.MAX_AHEAD, moemeter.columns.MAX_REQUEST_TOKENS), a
+-- Before the clock guards (moemeter.contract.clock.MAX_AHEAD, moemeter.contract.columns.MAX_REQUEST_TOKENS), a
 -- Prometheus source's point 40 days ahead moved the rollup watermarks there: retention deleted
 -- what was older and every later counter reading was refused as late until the clock caught up.
 -- One gateway record of 2^62 prompt tokens made the hourly request roll-up overflow in every later

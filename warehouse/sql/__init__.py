@@ -4,7 +4,8 @@ parameters ($start, $end): no statement is built in Python (dbt-duckdb's layout 
 A line `/*name*/` of a file stands for another file that several statements share (INCLUDES).
 `{{pools}}` stands for the contract's pools as an SQL list, `('prefill', 'decode')`. Any other
 `{{key}}` is an identifier (a table's name) given by the caller, and only one of IDENTIFIERS:
-values are never templated, always bound.
+values are bound, never templated, except where an engine binds none (ATTACH's path, DDL,
+PostgreSQL text sent whole): warehouse/lake.py's `_statement` quotes those by the engine's rules.
 """
 
 from __future__ import annotations
