@@ -21,7 +21,10 @@ from warehouse import lake
 
 ROOT = Path(__file__).parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-VLLM_PD = ("vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt", "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt")
+VLLM_PD = {"vllm-0.32.0-cpu-pd-prefill-nixl.metrics.txt": False, "vllm-0.32.0-cpu-pd-decode-spec.metrics.txt": True}
+"""The real PD pair, and whether each ran with a speculative config (only then does vLLM export its
+spec-decode families); the decode instance also loaded the moemeter plugin."""
+DRAFTING = {f.name for f in of("vllm") if f.name.startswith("vllm:spec_decode_")}
 NOT_DECLARED = ("python_", "process_", "http_")  # prometheus_client's own, stored as scraped
 
 
@@ -70,7 +73,10 @@ def test_vllm_families_are_declared_as_vllm_032_writes_them(capture):
     real = declared((FIXTURES / capture).read_text())
     process = {n: v for n, v in real.items() if n.startswith(NOT_DECLARED)}
     assert process == contract("process")
-    assert {n: v for n, v in real.items() if n not in process} == contract("vllm")
+    plugin = {n: v for n, v in real.items() if n.startswith("moemeter_")}
+    assert {n: v[:2] for n, v in plugin.items()} == {n: contract("plugin")[n][:2] for n in plugin}
+    expected = {n: v for n, v in contract("vllm").items() if VLLM_PD[capture] or n not in DRAFTING}
+    assert {n: v for n, v in real.items() if n not in process and n not in plugin} == expected
 
 
 def test_a_third_real_vllm_page_holds_nothing_the_contract_lacks():

@@ -156,6 +156,47 @@ _FAMILIES = [
         unit="bytes",
         help="Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
     ),
+    # Speculative decoding (vllm/v1/spec_decode/metrics.py, SpecDecodingProm): exported by an
+    # instance started with a speculative config, nothing else. A "draft" is one request's proposal
+    # in one engine step; vLLM 0.32 adds no other family for the method in use (ngram, MTP, DSpark).
+    Family(
+        "vllm",
+        "vllm:spec_decode_num_drafts_total",
+        "counter",
+        ("engine", "model_name"),
+        unit="drafts",
+        help="Number of spec decoding drafts.",
+        meaning="Drafts proposed: one per request per engine step that drafted (docs/definitions.md, Speculative decoding).",
+        read_by="Speculative decoding: mean acceptance length, per-position acceptance",
+    ),
+    Family(
+        "vllm",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "counter",
+        ("engine", "model_name"),
+        unit="tokens",
+        help="Number of draft tokens.",
+        read_by="Speculative decoding: acceptance rate, rejected drafts' share of decode compute",
+    ),
+    Family(
+        "vllm",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "counter",
+        ("engine", "model_name"),
+        unit="tokens",
+        help="Number of accepted tokens.",
+        read_by="Live, DP ranks and Speculative decoding: acceptance length per pool and engine",
+    ),
+    Family(
+        "vllm",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "counter",
+        ("engine", "model_name", "position"),
+        unit="tokens",
+        help="Accepted tokens per draft position.",
+        meaning="Drafts whose token at `position` (0-based) was accepted, with every token before it.",
+        read_by="Speculative decoding: per-position acceptance",
+    ),
     Family(
         "vllm",
         "vllm:num_requests_running",

@@ -8,6 +8,7 @@ the dataclasses below. Every field carries a one-line docstring with its unit;
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +88,7 @@ class TopologySpec:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    agents: int = 3950
+    agents: int = 3500
     """Concurrent agent sessions (closed loop: each waits for its answer, thinks, asks again)."""
     users: int = 600
     """Distinct users the agents belong to."""
@@ -111,14 +112,16 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class PerformanceSpec:
-    decode_step_base_seconds: float = 0.00109
-    """Decode step time at batch 1 with an empty context (launch, all-to-all latency), seconds."""
-    decode_step_per_request_seconds: float = 0.0000453
-    """Extra decode step time per request in the largest rank batch, seconds."""
+    decode_step_base_seconds: float = 0.0028
+    """Decode step time at batch 1 with an empty context (launch, all-to-all latency), without the
+    draft stage's passes and the drafts' verification (SpeculativeSpec), seconds."""
+    decode_step_per_request_seconds: float = 0.000075
+    """Extra decode step time per request in the largest rank batch, for its one bonus position
+    (each verified draft adds SpeculativeSpec.verify_cost of it), seconds."""
     decode_step_per_context_token_seconds: float = 2.5e-10
     """Extra decode step time per context token held by the busiest rank (KV reads), seconds."""
-    decode_speed_jitter: float = 0.11
-    """Log-normal sigma of a request's own speed factor (speculative acceptance, sampling)."""
+    decode_speed_jitter: float = 0.05
+    """Log-normal sigma of a request's own speed factor (sampling, stop checks; acceptance is drawn apart)."""
     prefill_tokens_per_second: float = 1.0e6
     """Computed prompt tokens one prefill engine (GPU) processes per second."""
     prefill_step_base_seconds: float = 0.002
@@ -133,6 +136,42 @@ class PerformanceSpec:
     """KV-cache capacity of one decode engine in tokens (kv_cache_usage_perc denominator)."""
     prefill_kv_capacity_tokens: int = 60_000_000
     """Prefix-cache capacity of one prefill engine in tokens."""
+
+
+WORKLOAD_CLASSES = ("tool_call", "code", "text")
+"""The turns an agent takes, in the order SpeculativeSpec's per-class lists give them."""
+
+
+@dataclass(frozen=True)
+class SpeculativeSpec:
+    """The decode engines' draft path (vLLM's SpeculativeConfig): each engine step a request drafts
+    `num_speculative_tokens` tokens and the target model verifies them with one more position, the
+    bonus token. A request's acceptance is drawn once, from its turn's class: each drafted token is
+    accepted with probability p (given every token before it was), p drawn from a Beta with the
+    class's mean and `acceptance_concentration`."""
+
+    method: str = "dspark"
+    """vLLM's SpeculativeConfig.method: dspark (V4.1's draft stages), mtp (V4), or none."""
+    num_speculative_tokens: int = 3
+    """Tokens drafted per request per step (the launch profile's num_speculative_tokens)."""
+    class_shares: tuple[float, ...] = (0.35, 0.35, 0.30)
+    """Share of turns of each class of WORKLOAD_CLASSES (tool call, code, free text)."""
+    class_acceptance: tuple[float, ...] = (0.86, 0.80, 0.58)
+    """Mean per-token conditional acceptance p of each class: tool calls and code repeat their
+    context and accept more than free text."""
+    acceptance_concentration: float = 30.0
+    """Beta concentration (a + b) of a request's p around its class mean: higher, less spread."""
+    verify_cost: float = 0.35
+    """Decode step time each verified draft position adds per request, as a share of a step's
+    per-request time (the draft tokens ride in the same forward pass, mostly bandwidth-bound)."""
+    draft_pass_seconds: float = 0.00012
+    """Time of one pass of the draft stage per step (k passes a step), seconds."""
+    collapsed_acceptance: float = 0.15
+    """p on an engine under the `draft-collapse` fault (a draft stage out of step with the target)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none" and self.num_speculative_tokens > 0
 
 
 @dataclass(frozen=True)
@@ -203,6 +242,8 @@ class TwinProfile:
     """Expert routing and the decode instance's EPLB."""
     overhead: OverheadSpec = field(default_factory=OverheadSpec)
     """Engine-step phases (CPU overhead) as the moemeter plugin measures them."""
+    speculative: SpeculativeSpec = field(default_factory=SpeculativeSpec)
+    """The decode engines' draft path."""
     custom_histogram_buckets: dict[str, list[float]] = field(default_factory=dict)
     """vLLM `--custom-histogram-buckets` the stack profile sets (family -> upper bounds, seconds)."""
 
@@ -215,7 +256,7 @@ def _build(cls: type, table: dict[str, Any], where: str) -> Any:
     unknown = sorted(set(table) - known)
     if unknown:
         raise ProfileError(f"{where}: unknown keys {unknown}; known: {sorted(known)}")
-    return cls(**table)
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in table.items()})
 
 
 def load_profile(name_or_path: str) -> TwinProfile:
@@ -237,6 +278,7 @@ def load_profile(name_or_path: str) -> TwinProfile:
         "performance": PerformanceSpec,
         "eplb": EplbSpec,
         "overhead": OverheadSpec,
+        "speculative": SpeculativeSpec,
     }
     kwargs: dict[str, Any] = {"name": data.pop("name", path.stem), "description": data.pop("description", "")}
     for key, cls in sections.items():
@@ -252,6 +294,7 @@ def load_profile(name_or_path: str) -> TwinProfile:
     fractions = dataclasses.astuple(profile.overhead)[:4]
     if any(f < 0 for f in fractions) or profile.overhead.forward_fraction() <= 0:
         raise ProfileError(f"{path}: [overhead] fractions must be non-negative and leave time for the forward pass")
+    _check_speculative(profile.speculative, path)
     if profile.eplb.policy not in ("vllm", "refined"):
         raise ProfileError(f"{path}: [eplb] policy must be vllm or refined, got {profile.eplb.policy!r}")
     topo = profile.topology
@@ -260,3 +303,26 @@ def load_profile(name_or_path: str) -> TwinProfile:
             f"{path}: {topo.prefill_gpus} prefill + {topo.decode_gpus} decode GPUs exceed the rack's {topo.total_gpus}"
         )
     return profile
+
+
+SPECULATIVE_METHODS = ("dspark", "mtp", "none")
+
+
+def _check_speculative(spec: SpeculativeSpec, path: Path) -> None:
+    where = f"{path}: [speculative]"
+    if spec.method not in SPECULATIVE_METHODS:
+        raise ProfileError(f"{where} method must be one of {', '.join(SPECULATIVE_METHODS)}, got {spec.method!r}")
+    if not 0 <= spec.num_speculative_tokens <= 16:
+        raise ProfileError(f"{where} num_speculative_tokens must be 0..16, got {spec.num_speculative_tokens}")
+    n = len(WORKLOAD_CLASSES)
+    if len(spec.class_shares) != n or len(spec.class_acceptance) != n:
+        raise ProfileError(f"{where} class_shares and class_acceptance need one value per class of {WORKLOAD_CLASSES}")
+    if any(s < 0 for s in spec.class_shares) or not math.isclose(sum(spec.class_shares), 1.0, abs_tol=1e-6):
+        raise ProfileError(f"{where} class_shares must be non-negative and add up to 1")
+    probabilities = (*spec.class_acceptance, spec.collapsed_acceptance)
+    if any(not 0 < p < 1 for p in probabilities):
+        raise ProfileError(f"{where} acceptance probabilities must lie strictly between 0 and 1")
+    if spec.acceptance_concentration <= 0 or spec.verify_cost < 0 or spec.draft_pass_seconds < 0:
+        raise ProfileError(
+            f"{where} acceptance_concentration must be positive, verify_cost and draft_pass_seconds not negative"
+        )

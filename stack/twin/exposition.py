@@ -168,6 +168,8 @@ def render_vllm(inst: InstanceStats, profile: TwinProfile) -> str:
         p.histogram(name, h[name])
     for name, key in _NIXL_COUNTERS + _MFU_COUNTERS:
         p.counter(name, [({}, c[key] if key else None)])
+    if "spec_drafts" in c:
+        _spec_decode(p, c["spec_drafts"], c["spec_accepted_per_pos"])
     p.gauge("vllm:num_requests_running", [({}, g["running"])])
     p.gauge("vllm:num_requests_waiting", [({}, g["waiting"])])
     p.gauge(
@@ -238,6 +240,22 @@ def render_vllm(inst: InstanceStats, profile: TwinProfile) -> str:
         "http_requests_total", {"handler": "/v1/completions", "method": "POST", "status": "2xx"}, inst.http_requests
     )
     return p.text()
+
+
+def _spec_decode(p: _VllmPage, drafts: np.ndarray, accepted_per_pos: np.ndarray) -> None:
+    """vLLM's SpecDecodingProm counters from the model's fractional steps, in whole numbers that keep
+    vLLM's own invariants: every draft drafts k tokens, the accepted tokens are the sum over
+    positions, and no position accepts more than the one before it or than there were drafts."""
+    whole = np.floor(drafts)
+    per_pos = np.floor(accepted_per_pos)
+    k = per_pos.shape[1]
+    p.counter("vllm:spec_decode_num_drafts_total", [({}, whole)])
+    p.counter("vllm:spec_decode_num_draft_tokens_total", [({}, whole * k)])
+    p.counter("vllm:spec_decode_num_accepted_tokens_total", [({}, per_pos.sum(axis=1))])
+    p.counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        [({"position": str(i)}, per_pos[:, i]) for i in range(k)],
+    )
 
 
 # vLLM 0.32's CacheConfig fields as vllm:cache_config_info labels them, at the values of its

@@ -12,6 +12,10 @@ draws from it rather than a painted-on number:
   full, and counts `PREEMPTIONS_PER_SECOND` preemptions (`vllm:num_preemptions`) while its
   sequences outgrow it. The model does not run the preempted requests again: their latency is
   not charged, only the counter and the full cache are.
+- `draft-collapse`: the engine's draft path falls out of step with the target model (a stale draft
+  checkpoint, a broken draft stage): each drafted token is accepted with probability
+  `SpeculativeSpec.collapsed_acceptance` whatever the turn, so its requests emit fewer tokens a
+  step, its acceptance length falls and its users' tokens/s with it, while its queue does not grow.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import numpy as np
 
 from moemeter.contract.errors import MoemeterError
 
-KINDS = ("straggler", "nixl-failures", "kv-saturated")
+KINDS = ("straggler", "nixl-failures", "kv-saturated", "draft-collapse")
 STRAGGLER_SLOWDOWN = 1000.0
 NIXL_FAILURE_SHARE = 0.05
 KV_SATURATED_CAPACITY = 0.02
@@ -64,12 +68,15 @@ class FaultMap:
         self.kv_slowdown = np.ones(n)
         self.failure_share = np.zeros(n)
         self.kv_capacity = np.ones(n)
+        self.draft_collapse = np.zeros(n, dtype=bool)
         for f in faults:
             engines = self._engines(f, decode_instances, decode_dp)
             if f.kind == "straggler":
                 self.kv_slowdown[engines] = STRAGGLER_SLOWDOWN
             elif f.kind == "nixl-failures":
                 self.failure_share[engines] = NIXL_FAILURE_SHARE
+            elif f.kind == "draft-collapse":
+                self.draft_collapse[engines] = True
             else:
                 self.kv_capacity[engines] = KV_SATURATED_CAPACITY
 

@@ -78,6 +78,7 @@ class RackModel:
         self.preempt_carry = np.zeros(profile.topology.decode_instances * profile.topology.decode_dp)
         self.overhead_rng = np.random.default_rng(seed + 1_000_003)  # apart, so the workload stream is unchanged
         self.step_carry = np.zeros(profile.topology.decode_instances)
+        self.spec_rng = np.random.default_rng([seed, 3])  # the draft path's own stream, likewise
         self.rng = np.random.default_rng(seed)
         self.now = start
         topo, wl = profile.topology, profile.workload
@@ -88,6 +89,11 @@ class RackModel:
             InstanceStats.new(role, role, gpus, m.max_model_len, profile.custom_histogram_buckets, start)
             for role, gpus in (("prefill", topo.prefill_gpus), ("decode", topo.decode_gpus))
         )
+        spec = profile.speculative
+        self.draft_tokens = spec.num_speculative_tokens if spec.enabled else 0
+        if self.draft_tokens:  # vLLM exports the spec-decode families only with a speculative config
+            self.decode_pool.counters["spec_drafts"] = np.zeros(topo.decode_gpus)
+            self.decode_pool.counters["spec_accepted_per_pos"] = np.zeros((topo.decode_gpus, self.draft_tokens))
         self.prefill = [
             self.prefill_pool.rows(f"prefill-{i}", topo.prefill_dp, i * topo.prefill_dp)
             for i in range(topo.prefill_instances)
@@ -137,6 +143,9 @@ class RackModel:
         self.first_token = np.full(n, np.nan)
         self.progress = np.zeros(n)
         self.speed = np.ones(n)
+        self.workload_class = np.zeros(n, dtype=int)  # index into config.WORKLOAD_CLASSES
+        self.acceptance = np.zeros(n)  # p: each drafted token accepted given the ones before it were
+        self.steps = np.zeros(n)  # engine steps the request has decoded in (fractional, as progress)
         # Ground truth for calibration and tests: per-request mean inter-token gaps, recent.
         self.finished_tpot: list[float] = []
         self.totals = {"prompt_tokens": 0.0, "generation_tokens": 0.0, "requests": 0.0}
@@ -212,6 +221,7 @@ class RackModel:
         self.prefill_end[due] = start + service
         self.prefill_recorded[due] = False
         self.speed[due] = speed
+        self._draw_acceptance(due)
         self.state[due] = PREFILL
         self.totals["requests"] += due.size
         # Busy time inside this tick (for GPU utilisation).
@@ -289,6 +299,7 @@ class RackModel:
             self.dc_engine[a] = d
             self.first_token[a] = np.nan
             self.progress[a] = 0.0
+            self.steps[a] = 0.0
         # Faults (faults.py): a slow link to a straggler, failed transfers read a second time.
         fm, dc = self.faults, self.dc_engine[done]
         xfer = xfer * fm.kv_slowdown[dc]
@@ -335,24 +346,36 @@ class RackModel:
         # A sequence counts for the part of the tick it is in the batch (long fast-forward ticks
         # would otherwise charge every step with sequences that join late or leave early).
         begin = np.maximum(t0, self.kv_ready[active])
-        leave = (
-            begin + (self.target_out[active] - self.progress[active]) * self.decode_step_seconds * self.speed[active]
+        # A request steps every `gap` seconds and emits `per_step` tokens a step: the bonus token and
+        # the drafts accepted, 1 + p + ... + p^k on average (1 without a draft path).
+        k = self.draft_tokens
+        p = self._acceptance_now(active)
+        per_step = 1.0 + (p * (1.0 - p**k) / (1.0 - p) if k else 0.0)
+        leave = begin + (self.target_out[active] - self.progress[active]) * (
+            self.decode_step_seconds * self.speed[active] / per_step
         )
         share = np.clip((np.minimum(leave, t1) - begin) / (t1 - t0), 0.0, 1.0)
         busy_batch = np.bincount(self.dc_engine[active], weights=share, minlength=n_dc)
         busy_context = np.bincount(self.dc_engine[active], weights=ctx * share, minlength=n_dc)
         # All ranks step together: the busiest rank's batch and context, and the MoE part
-        # stretched by expert imbalance (the hottest rank's experts gate every layer).
+        # stretched by expert imbalance (the hottest rank's experts gate every layer). With a draft
+        # path each request verifies its k drafts in the same pass, and the draft stage runs k passes.
+        spec = self.profile.speculative
         step = (
             perf.decode_step_base_seconds
-            + perf.decode_step_per_request_seconds * busy_batch.max(initial=0) / self.experts.mean_balancedness
+            + k * spec.draft_pass_seconds
+            + perf.decode_step_per_request_seconds
+            * (1.0 + spec.verify_cost * k)
+            * busy_batch.max(initial=0)
+            / self.experts.mean_balancedness
             + perf.decode_step_per_context_token_seconds * busy_context.max(initial=0)
         )
         self.decode_step_seconds = step
         if active.size == 0:
             self.experts.step(0.0, t0, t1)
             return
-        itl = step * self.speed[active]
+        gap = step * self.speed[active]
+        itl = gap / per_step
         # The first token comes one step after the KV is in place.
         newly = np.isnan(self.first_token[active])
         self.first_token[active[newly]] = self.kv_ready[active[newly]] + step
@@ -364,17 +387,27 @@ class RackModel:
         after = np.minimum(after, target)
         emitted = np.floor(after) - np.floor(before)
         self.progress[active] = after
+        steps_before = self.steps[active]
+        stepped = (after - before) / per_step  # engine steps this tick (fractional, as progress is)
+        self.steps[active] = steps_before + stepped
         finish_time = begin + (target - before) * itl
         dinst, deng = np.divmod(self.dc_engine[active], topo.decode_dp)
-        gaps = np.maximum(emitted - newly, 0)  # the first token has no gap before it
+        # vLLM observes inter-token latency once per engine step that gave the request tokens (a
+        # step's accepted drafts arrive together): the first step's gap is its TTFT, not counted.
+        gaps = np.maximum(np.floor(steps_before + stepped) - np.floor(steps_before) - newly, 0)
+        verified = stepped * (1.0 + k)  # positions the target model computed: emitted + rejected drafts
         for i, inst in enumerate(self.decode):
             sel = dinst == i
             e = deng[sel]
             np.add.at(inst.counters["generation_tokens"], e, emitted[sel])
-            np.add.at(inst.counters["estimated_flops"], e, 2e9 * m.active_params_billion * emitted[sel])
-            np.add.at(inst.counters["estimated_read_bytes"], e, emitted[sel] * ctx[sel] * m.kv_bytes_per_token / 64)
-            np.add.at(inst.counters["estimated_write_bytes"], e, emitted[sel] * m.kv_bytes_per_token)
-            inst.histograms["vllm:inter_token_latency_seconds"].observe(e, itl[sel], gaps[sel])
+            np.add.at(inst.counters["estimated_flops"], e, 2e9 * m.active_params_billion * verified[sel])
+            np.add.at(inst.counters["estimated_read_bytes"], e, stepped[sel] * ctx[sel] * m.kv_bytes_per_token / 64)
+            np.add.at(inst.counters["estimated_write_bytes"], e, verified[sel] * m.kv_bytes_per_token)
+            inst.histograms["vllm:inter_token_latency_seconds"].observe(e, gap[sel], gaps[sel])
+            if k:
+                np.add.at(inst.counters["spec_drafts"], e, stepped[sel])
+                accepted = stepped[sel, None] * p[sel, None] ** np.arange(1, k + 1)  # position i: p^(i+1)
+                np.add.at(inst.counters["spec_accepted_per_pos"], e, accepted)
             steps = (t1 - t0) / step
             # Whole steps only (histogram counts are integers); the remainder carries to the next tick.
             self.step_carry[i] += steps
@@ -384,12 +417,27 @@ class RackModel:
             self._api_output(inst, whole * inst.dp)
             eng_batch = batch[i * topo.decode_dp : (i + 1) * topo.decode_dp]
             busy = np.flatnonzero(eng_batch > 0)
-            inst.histograms["vllm:iteration_tokens_total"].observe(busy, eng_batch[busy], steps)
+            scheduled = eng_batch[busy] * (1 + k)  # each request's bonus position and its k drafts
+            inst.histograms["vllm:iteration_tokens_total"].observe(busy, scheduled, steps)
         self.totals["generation_tokens"] += emitted.sum()
         self.experts.step(float(emitted.sum()), t0, t1)
         done = active[finished]
         if done.size:
             self._finish_decode(done, finish_time[finished])
+
+    def _draw_acceptance(self, agents: np.ndarray) -> None:
+        """Each new turn's class (tool call, code, free text) and its drafts' acceptance p."""
+        spec, rng = self.profile.speculative, self.spec_rng
+        cls = rng.choice(len(spec.class_shares), size=agents.size, p=np.asarray(spec.class_shares))
+        mean = np.asarray(spec.class_acceptance)[cls]
+        conc = spec.acceptance_concentration
+        self.workload_class[agents] = cls
+        self.acceptance[agents] = np.clip(rng.beta(mean * conc, (1.0 - mean) * conc), 1e-6, 1.0 - 1e-6)
+
+    def _acceptance_now(self, agents: np.ndarray) -> np.ndarray:
+        """p of each agent's request on the engine decoding it (a collapsed draft path drags it down)."""
+        collapsed = self.faults.draft_collapse[self.dc_engine[agents]]
+        return np.where(collapsed, self.profile.speculative.collapsed_acceptance, self.acceptance[agents])
 
     def _preempt(self, context: np.ndarray, dt: float) -> None:
         """A KV-saturated engine (faults.py) preempts while its sequences outgrow its cache."""

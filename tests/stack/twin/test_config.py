@@ -31,6 +31,13 @@ def test_unknown_profile_lists_the_available_ones():
         ("name = \n", "not valid TOML"),
         ("[custom_histogram_buckets]\ninter_token_latency = [0.2, 0.1]\n", "positive and increasing"),
         ("colour = 'red'\n", "unknown top-level keys"),
+        ("[speculative]\nmethod = 'eagle9'\n", "method must be one of dspark, mtp, none"),
+        ("[speculative]\nnum_speculative_tokens = 4096\n", "num_speculative_tokens must be 0..16"),
+        ("[speculative]\nclass_shares = [0.5, 0.5]\n", "one value per class"),
+        ("[speculative]\nclass_shares = [0.9, 0.9, -0.8]\n", "non-negative and add up to 1"),
+        ("[speculative]\nclass_acceptance = [1.0, 0.5, 0.5]\n", "strictly between 0 and 1"),
+        ("[speculative]\ncollapsed_acceptance = -1e308\n", "strictly between 0 and 1"),
+        ("[speculative]\nacceptance_concentration = 0\n", "concentration must be positive"),
     ],
 )
 def test_bad_profiles_are_refused_with_the_reason(tmp_path, text, match):

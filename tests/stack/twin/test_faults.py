@@ -74,7 +74,7 @@ def test_a_rack_without_faults_neither_fails_nor_preempts():
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("slow:decode-0", "KIND one of straggler, nixl-failures, kv-saturated"),
+        ("slow:decode-0", "KIND one of straggler, nixl-failures, kv-saturated, draft-collapse"),
         ("straggler", "expected KIND:INSTANCE"),
         ("straggler:decode-0:x", "a whole number"),
     ],

@@ -99,7 +99,7 @@ def test_counters_never_decrease_while_running(profile):
     last = None
     for t in range(10, 70, 10):
         m.advance(float(t))
-        now = np.concatenate([c for inst in m.prefill + m.decode for c in inst.counters.values()])
+        now = np.concatenate([c.ravel() for inst in m.prefill + m.decode for c in inst.counters.values()])
         if last is not None:
             assert (now >= last).all()
         last = now
