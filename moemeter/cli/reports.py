@@ -1,4 +1,4 @@
-"""For finance and SLOs: `moemeter report cost|daily|slo` and the sheets they price and judge by,
+"""For finance, SLOs and engineers: `moemeter report cost|daily|slo|spec` and the sheets they price and judge by,
 `moemeter prices load` and `moemeter slo load`."""
 
 from __future__ import annotations
@@ -249,6 +249,51 @@ def cmd_report_slo(args: argparse.Namespace) -> int:
     except (NoSloSheet, ValueError) as exc:
         raise CliError(str(exc)) from exc
     return _print_report(args, report)
+
+
+def _spec_options(s: Command) -> None:
+    s.add_argument(
+        "--targets", help="targets file: roles and GPUs of the pools (default: the targets the warehouse saw)"
+    )
+    from warehouse.spec import BY
+
+    s.add_argument("--by", choices=BY, default="pool", help="a row per pool, instance or engine (DP rank)")
+    _window_options(s)
+
+
+@report_commands.command(
+    "spec",
+    _spec_options,
+    help="speculative decoding: acceptance rate and length, per-position acceptance, rejected drafts and their cost",
+    rows=[
+        Row(
+            "moemeter report spec --from T --to T [--by pool|instance|engine] [--db F | --api URL] [--json | --csv]",
+            "for engineers and finance: drafts, draft and accepted tokens, acceptance rate, mean acceptance "
+            "length (vLLM's, bonus token included), acceptance per draft position, the rejected drafts' share "
+            "of decode compute, and decode $/M output tokens split into accepted output and rejected drafts",
+        ),
+    ],
+)
+def cmd_report_spec(args: argparse.Namespace) -> int:
+    from warehouse.cost import NoData, cost_report, stored_pools
+    from warehouse.spec import spec_report
+
+    start, end = parse_time(args.from_), parse_time(args.to)
+    pools = _report_pools(args.targets) if args.targets else None
+    sheet = _report_sheet(args)
+
+    def report(q):  # type: ignore[no-untyped-def]
+        try:
+            decode_cost = cost_report(q, pools or stored_pools(q, start, end), start, end, sheet).decode.cost_usd
+        except NoData:
+            decode_cost = None  # no pools in the window: the figures without their cost
+        return spec_report(q, start, end, args.by, decode_cost)
+
+    try:
+        spec = _with_query(args, report)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    return _print_report(args, spec)
 
 
 # ----------------------------------------------------------------- prices and slo

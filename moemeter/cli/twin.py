@@ -38,7 +38,7 @@ def _twin_options(s: Command) -> None:
         action="append",
         default=[],
         metavar="KIND:INSTANCE[:ENGINE]",
-        help="carry a named fault (repeatable): straggler, nixl-failures or kv-saturated, on a decode "
+        help="carry a named fault (repeatable): straggler, nixl-failures, kv-saturated or draft-collapse, on a decode "
         "instance or one of its engines, e.g. straggler:decode-0:7 (stack/twin/faults.py)",
     )
     s.add_argument(
@@ -87,7 +87,8 @@ def _twin_options(s: Command) -> None:
             "moemeter twin --fault KIND:INSTANCE[:ENGINE]",
             "the twin with a named fault on a decode instance or engine: `straggler` (its KV reads crawl, "
             "its queue grows), `nixl-failures` (5% of its KV transfers fail and are read again), "
-            "`kv-saturated` (its KV cache runs full and it preempts); repeatable (`stack/twin/faults.py`)",
+            "`kv-saturated` (its KV cache runs full and it preempts), `draft-collapse` (its drafts are "
+            "rejected: acceptance length falls, its queue does not grow); repeatable (`stack/twin/faults.py`)",
         ),
     ],
 )
