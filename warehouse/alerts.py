@@ -12,6 +12,7 @@ import pandas as pd
 
 from moemeter.contract import POOLS
 from moemeter.contract.alerts import (
+    ACCEPTANCE_MINUTES,
     NIXL_ALERTS,
     NIXL_MINUTES,
     POOL_IDLE_HOLD_MINUTES,
@@ -65,6 +66,14 @@ class AlertRules:
     cost_spike_factor: float = 2.0
     """$/M tokens of a pool over the last hour at least this many times its 24-hour figure..."""
     cost_spike_minutes: float = 30.0
+    """...for this long, minutes."""
+    acceptance_length_min: float = 1.5
+    """An engine's or pool's draft path is failing when its mean acceptance length (tokens per step,
+    the bonus token included; 5-min rate) stays below this: at 1.5 a step buys half a token of
+    drafts, where the twin's rack accepts about 2.7..."""
+    acceptance_min_drafts: float = 1000.0
+    """...over at least this many drafts in the 5 minutes (a mean of a few drafts is noise)..."""
+    acceptance_minutes: float = 5.0
     """...for this long, minutes."""
 
 
@@ -148,6 +157,7 @@ NIXL = {a.family: a for a in NIXL_ALERTS}
 WAITING_MEAN = f"{WAITING_MEAN_MINUTES:g}min"
 LOOKBACK = "5min"  # Prometheus's lookback for an instant selector (`x offset 2m` reads the sample before)
 STEP_MEAN = f"{STEP_MEAN_MINUTES:g}min"
+ACCEPTANCE = f"{ACCEPTANCE_MINUTES:g}min"
 
 
 def signals_minutes(rules: AlertRules) -> float:
@@ -160,6 +170,7 @@ def signals_minutes(rules: AlertRules) -> float:
             NIXL_MINUTES,
             PREEMPTION_RATE_MINUTES + PREEMPTING_MINUTES,
             rules.idle_minutes + POOL_IDLE_HOLD_MINUTES,
+            ACCEPTANCE_MINUTES + rules.acceptance_minutes,
         )
         + 1.0
     )
@@ -222,8 +233,8 @@ def evaluate_engines(
 ) -> list[Firing]:
     """The alert pack's engine, pool and target rules over the warehouse, with its thresholds and
     hold times: a condition fires once it has held at every scrape for the rule's minutes.
-    signals: ts, role, target, engine, waiting, kv_usage, preemptions, step_seconds, steps, tokens
-    (engine_signals.sql: the counters' increases since the scrape before);
+    signals: ts, role, target, engine, waiting, kv_usage, preemptions, step_seconds, steps, tokens,
+    drafts, accepted (engine_signals.sql: the counters' increases since the scrape before);
     nixl: role, target, metric, increase, since over the last NIXL_MINUTES (nixl_faults.sql);
     scrapes: ts, target, role, up (scrape_runs.sql)."""
     signals = signals.sort_values("ts", kind="stable").reset_index(drop=True)
@@ -233,6 +244,7 @@ def evaluate_engines(
         *_kv(rules, signals),
         *_preempting(rules, signals),
         *_stragglers(rules, signals),
+        *_acceptance(rules, signals),
         *_nixl(nixl),
     ]
 
@@ -321,6 +333,34 @@ def _preempting(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
         if since is not None:
             v = float(g["per_minute"].iloc[-1])
             out.append(Firing("EnginePreempting", _subject(key), v, since, f"{v:.1f} preemptions per minute"))
+    return out
+
+
+def _acceptance(rules: AlertRules, signals: pd.DataFrame) -> list[Firing]:
+    """SpecAcceptanceLow: the mean acceptance length over ACCEPTANCE_MINUTES below
+    acceptance_length_min, over at least acceptance_min_drafts drafts, held acceptance_minutes; per
+    engine, and per pool (its engines' drafts and accepted tokens summed at each scrape)."""
+    if "drafts" not in signals:  # signals of a warehouse that read no draft path
+        return []
+    s = signals.dropna(subset=["drafts"]).reset_index(drop=True)
+    pools = s.groupby(["ts", "role"], as_index=False)[["drafts", "accepted"]].sum()
+    out = []
+    for frame, keys, subject in ((s, ENGINE, _subject), (pools, ["role"], lambda key: f"{key[0]} pool")):
+        frame = frame.reset_index(drop=True)
+        drafts = _trailing(frame, keys, "drafts", ACCEPTANCE, "sum")
+        frame["length"] = 1.0 + _trailing(frame, keys, "accepted", ACCEPTANCE, "sum") / drafts.where(drafts > 0)
+        frame["holds"] = (frame["length"] < rules.acceptance_length_min) & (drafts >= rules.acceptance_min_drafts)
+        for key, g in frame.groupby(keys, sort=True):
+            since = _held(g, g["holds"].to_numpy(), rules.acceptance_minutes)
+            if since is not None:
+                v = float(g["length"].iloc[-1])
+                what = (
+                    f"mean acceptance length {v:.2f} tokens per step (5-min rate), under "
+                    f"{rules.acceptance_length_min:g}: its drafts are rejected"
+                )
+                out.append(
+                    Firing("SpecAcceptanceLow", subject(key if isinstance(key, tuple) else (key,)), v, since, what)
+                )
     return out
 
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 
 from moemeter.contract import POOLS, TargetInfo
 from moemeter.contract.alerts import (
+    ACCEPTANCE_MINUTES,
     NIXL_ALERTS,
     NIXL_MINUTES,
     POOL_IDLE_HOLD_MINUTES,
@@ -157,6 +158,19 @@ def _engines(r: AlertRules) -> dict[str, object]:
             "expr": f"sum by ({ENGINE}) (increase(moemeter_step_seconds_count[5m]))",
         },
     ]
+    drafted = prom_minutes(ACCEPTANCE_MINUTES)
+    for by, scope in ((ENGINE, "engine"), ("role", "pool")):
+        rules += [
+            {
+                "record": f"moemeter:{scope}_acceptance_length:{drafted}",
+                "expr": f"1 + sum by ({by}) (rate(vllm:spec_decode_num_accepted_tokens_total[{drafted}]))"
+                f" / sum by ({by}) (rate(vllm:spec_decode_num_drafts_total[{drafted}]))",
+            },
+            {
+                "record": f"moemeter:{scope}_drafts:increase{drafted}",
+                "expr": f"sum by ({by}) (increase(vllm:spec_decode_num_drafts_total[{drafted}]))",
+            },
+        ]
     nixl = prom_minutes(NIXL_MINUTES)
     for a in NIXL_ALERTS:
         rules.append(
@@ -217,6 +231,24 @@ def _engines(r: AlertRules) -> dict[str, object]:
             },
         },
     ]
+    for scope, who in (
+        ("engine", "{{ $labels.role }} {{ $labels.instance }} engine {{ $labels.engine }}"),
+        ("pool", "{{ $labels.role }} pool"),
+    ):
+        rules.append(
+            {
+                "alert": "SpecAcceptanceLow",
+                "expr": f"moemeter:{scope}_acceptance_length:{drafted} < {r.acceptance_length_min:g}"
+                f" and moemeter:{scope}_drafts:increase{drafted} >= {r.acceptance_min_drafts:g}",
+                "for": f"{r.acceptance_minutes:g}m",
+                "labels": {"severity": "warning", "scope": scope},
+                "annotations": {
+                    "summary": f"{who}: mean acceptance length "
+                    + '{{ $value | printf "%.2f" }} tokens per step (5-min rate), under '
+                    + f"{r.acceptance_length_min:g}: its drafts are rejected"
+                },
+            }
+        )
     return {"name": "moemeter-engines", "rules": rules}
 
 

@@ -38,6 +38,9 @@ PREEMPTING_MINUTES = 5.0
 """... held this long (`for: 5m`)."""
 POOL_IDLE_HOLD_MINUTES = 1.0
 """PoolIdle's `for`."""
+ACCEPTANCE_MINUTES = 5.0
+"""Mean acceptance length over the last 5 min: 1 + rate(vllm:spec_decode_num_accepted_tokens_total[5m])
+/ rate(vllm:spec_decode_num_drafts_total[5m]), as vLLM's own Grafana board draws it."""
 
 
 def prom_minutes(minutes: float) -> str:

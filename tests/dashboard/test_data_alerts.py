@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dashboard.data import alerts
-from tests.dashboard.sick_rack import LATEST, SATURATED, STRAGGLER, T0
+from tests.dashboard.sick_rack import COLLAPSED, LATEST, SATURATED, STRAGGLER, T0
 
 ROOT = Path(__file__).parents[2]
 
@@ -22,14 +22,15 @@ def test_the_twins_faults_fire_on_their_engines_and_nowhere_else(sick):
         ("EnginePreempting", f"decode decode-0 engine {SATURATED}"),
         ("KVCacheSaturated", f"decode decode-0 engine {SATURATED}"),
         ("NIXLFailedTransfers", "decode decode-0"),
+        ("SpecAcceptanceLow", f"decode decode-0 engine {COLLAPSED}"),
     ]
     text = alerts.banner(fired)
-    assert text.startswith("4 alerts firing") and f"engine {STRAGGLER}" in text
+    assert text.startswith("5 alerts firing") and f"engine {STRAGGLER}" in text
 
 
 def test_before_the_hold_time_nothing_fires(sick):
-    # 4 minutes in: the KV cache, the preemptions and the straggler have not held 5 minutes yet; NIXL
-    # counts at once
+    # 4 minutes in: the KV cache, the preemptions, the straggler and the collapsed draft path have not
+    # held 5 minutes yet; NIXL counts at once
     fired = alerts.firing(sick, T0 + timedelta(minutes=4))
     assert [f.rule for f in fired] == ["NIXLFailedTransfers"]
 
@@ -39,8 +40,14 @@ def test_every_page_shows_them_on_its_banner(sick_api, monkeypatch):
 
     at = run_page(str(ROOT / "dashboard" / "app.py"), sick_api, monkeypatch, timeout=120)
     [banner] = [w.value for w in at.warning if "alerts firing" in w.value]
-    assert banner.startswith("4 alerts firing")
-    for subject in (f"engine {STRAGGLER}", f"engine {SATURATED}", "EnginePreempting", "NIXLFailedTransfers"):
+    assert banner.startswith("5 alerts firing")
+    for subject in (
+        f"engine {STRAGGLER}",
+        f"engine {SATURATED}",
+        "EnginePreempting",
+        "NIXLFailedTransfers",
+        "SpecAcceptanceLow",
+    ):
         assert subject in banner
 
 

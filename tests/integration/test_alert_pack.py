@@ -21,8 +21,13 @@ from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheu
 from warehouse.alerts import AlertRules
 
 pytestmark = pytest.mark.integration
-STRAGGLER, FAILING, SATURATED = "7", "5", "3"
-FAULTS = [f"straggler:decode-0:{STRAGGLER}", f"nixl-failures:decode-0:{FAILING}", f"kv-saturated:decode-0:{SATURATED}"]
+STRAGGLER, FAILING, SATURATED, COLLAPSED = "7", "5", "3", "11"
+FAULTS = [
+    f"straggler:decode-0:{STRAGGLER}",
+    f"nixl-failures:decode-0:{FAILING}",
+    f"kv-saturated:decode-0:{SATURATED}",
+    f"draft-collapse:decode-0:{COLLAPSED}",
+]
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +82,7 @@ def alerts(url: str) -> dict[str, list[dict[str, str]]]:
 
 
 def test_the_injected_faults_raise_their_alerts_on_their_engines_only(prometheus):
-    expected = ("DPEngineStraggler", "NIXLFailedTransfers", "KVCacheSaturated", "EnginePreempting")
+    expected = ("DPEngineStraggler", "NIXLFailedTransfers", "KVCacheSaturated", "EnginePreempting", "SpecAcceptanceLow")
     within = scaled(360)  # a queue is judged on 2 minutes of scrapes: the straggler is pending after that
     deadline = time.monotonic() + within
     seen: dict[str, list[dict[str, str]]] = {}
@@ -102,6 +107,8 @@ def test_the_injected_faults_raise_their_alerts_on_their_engines_only(prometheus
     full = httpx.get(prometheus + "/api/v1/query", params={"query": held}).json()["data"]["result"]
     assert sorted((r["metric"]["role"], r["metric"]["engine"]) for r in full) == [("decode", SATURATED)]
     assert engines("EnginePreempting") == [("decode", SATURATED)]
+    # the collapsed draft path, on its engine alone: the pool's acceptance length stays above the line
+    assert engines("SpecAcceptanceLow") == [("decode", COLLAPSED)], seen["SpecAcceptanceLow"]
     # per instance, and without `for`: firing at once, on decode-0 alone
     assert [(m["role"], m["alertstate"]) for m in seen["NIXLFailedTransfers"]] == [("decode", "firing")]
     for quiet in ("MoemeterSLOFastBurn", "PoolAbsent", "TargetDown", "PoolIdle"):
