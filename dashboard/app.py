@@ -61,6 +61,7 @@ nav = st.navigation(
         st.Page(PAGES / "cost.py", title="Cost", icon=":material/payments:"),
         st.Page(PAGES / "experts.py", title="Experts", icon=":material/grid_on:"),
         st.Page(PAGES / "dp.py", title="DP ranks", icon=":material/view_column:"),
+        st.Page(PAGES / "spec.py", title="Speculative decoding", icon=":material/fast_forward:"),
         st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
     ]
 )

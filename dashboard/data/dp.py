@@ -10,11 +10,13 @@ import pandas as pd
 
 from warehouse.alerts import AlertRules
 from warehouse.read import Query, Window, at_resolution
+from warehouse.spec import counts as spec_counts
+from warehouse.spec import over_time as spec_over_time
 
 from .live import counters
 
 KEYS = ["target", "engine"]
-SIGNALS = ("waiting", "running", "kv_usage", "tokens_per_step", "step_ms", "xfer_ms")
+SIGNALS = ("waiting", "running", "kv_usage", "tokens_per_step", "step_ms", "xfer_ms", "acceptance_length")
 COUNTS = [
     "tokens",
     "steps",
@@ -24,8 +26,11 @@ COUNTS = [
     "transfers",
     "failed_transfers",
     "expired_kv",
+    "drafts",
+    "accepted_tokens",
 ]
-"""What dp_steps.sql counts per step and engine."""
+"""What dp_steps.sql counts per step and engine, and the spec-decode drafts and accepted tokens
+(warehouse/spec.py; NaN on an engine without a draft path)."""
 
 
 def engine_label(target: object, engine: object) -> str:
@@ -40,16 +45,20 @@ def _ordered(df: pd.DataFrame) -> pd.DataFrame:
 
 def engines_over_time(q: Query, w: Window, role: str) -> pd.DataFrame:
     """Per step and engine of pool `role`: running, waiting, kv_usage (0-1), the counts of COUNTS,
-    tokens_per_step, step_ms and xfer_ms (the mean NIXL KV transfer; NaN where none was counted)."""
+    tokens_per_step, step_ms, xfer_ms (the mean NIXL KV transfer) and acceptance_length (1 +
+    accepted / drafts); NaN where none was counted."""
     gauges = at_resolution(q, "dp_gauges", w, {"role": role})
     steps = counters(q, "dp_steps", w, {"role": role})
-    for frame in (gauges, steps):
+    drafted = spec_over_time(spec_counts(q, w.start, w.end, w.step_seconds), ["role", *KEYS])
+    drafted = drafted.loc[drafted["role"] == role, ["bucket", *KEYS, "drafts", "accepted_tokens"]]
+    for frame in (gauges, steps, drafted):
         frame["bucket"] = pd.to_datetime(frame["bucket"])
         frame["engine"] = frame["engine"].astype(str)
-    df = gauges.merge(steps, on=["bucket", *KEYS], how="outer")
+    df = gauges.merge(steps, on=["bucket", *KEYS], how="outer").merge(drafted, on=["bucket", *KEYS], how="left")
     df["tokens_per_step"] = df["tokens"] / df["steps"].where(df["steps"] > 0)
     df["step_ms"] = 1000 * df["step_seconds"] / df["timed_steps"].where(df["timed_steps"] > 0)
     df["xfer_ms"] = 1000 * df["xfer_seconds"] / df["transfers"].where(df["transfers"] > 0)
+    df["acceptance_length"] = 1 + df["accepted_tokens"] / df["drafts"].where(df["drafts"] > 0)
     df["label"] = [engine_label(t, e) for t, e in zip(df["target"], df["engine"])]
     return _ordered(df).sort_values("bucket", kind="stable").reset_index(drop=True)
 
@@ -62,7 +71,8 @@ def waiting_floor(rules: AlertRules) -> float:
 
 def straggler_scores(over_time: pd.DataFrame, rules: AlertRules) -> pd.DataFrame:
     """Per engine over the window: the mean waiting and running queues and KV use, tokens per step,
-    mean step time and mean NIXL KV transfer time (from the window's sums), its KV transfers, failed
+    mean step time, mean NIXL KV transfer time and mean acceptance length (from the window's sums),
+    its KV transfers, failed
     transfers and expired-KV requests, the pool's median engine of each, and the score:
     max(waiting / max(median waiting, straggler_min_waiting / straggler_factor) / straggler_factor,
     step time / median step time / straggler_step_factor), the step time judged only over at least
@@ -78,6 +88,7 @@ def straggler_scores(over_time: pd.DataFrame, rules: AlertRules) -> pd.DataFrame
     out["tokens_per_step"] = sums["tokens"] / sums["steps"].where(sums["steps"] > 0)
     out["step_ms"] = 1000 * sums["step_seconds"] / sums["timed_steps"].where(sums["timed_steps"] > 0)
     out["xfer_ms"] = 1000 * sums["xfer_seconds"] / sums["transfers"].where(sums["transfers"] > 0)
+    out["acceptance_length"] = 1 + sums["accepted_tokens"] / sums["drafts"].where(sums["drafts"] > 0)
     out[["transfers", "failed_transfers", "expired_kv"]] = sums[["transfers", "failed_transfers", "expired_kv"]]
     out = out.reset_index()
     out["waiting_ratio"] = out["waiting"] / max(float(out["waiting"].median()), waiting_floor(rules))

@@ -16,7 +16,7 @@ from warehouse.goodput import SloReport, slo_reports, slo_sums
 from warehouse.read import ceil, floor, request_hours, run
 from warehouse.slo import slo_params
 
-from . import cost, live, users
+from . import cost, live, spec, users
 from .live import Query, Window
 
 __all__ = [
@@ -92,13 +92,18 @@ def budget_over_time(q: Query, w: Window, report: SloReport) -> pd.DataFrame:
 
 def operating_points(q: Query, w: Window) -> pd.DataFrame:
     """bucket, tps_per_gpu (the rack's logical tokens/s per GPU), tps_per_user (P90 per-user tokens/s):
-    one point per step that has both."""
+    one point per step that has both; acceptance_length, the decode pool's mean acceptance length
+    in the step (NaN without a draft path: per-user speed is acceptance length over step time)."""
     gpus = live.pool_gpus(live.targets(q, w))
     rack = live.tokens_per_gpu(live.token_rates(q, w), gpus)
     rack = rack[rack["series"] == "rack logical"][["bucket", "value"]].rename(columns={"value": "tps_per_gpu"})
     per_user = users.tps_over_time(q, w)[["bucket", "tps_p90"]].rename(columns={"tps_p90": "tps_per_user"})
     if rack.empty or per_user.empty:
-        return pd.DataFrame(columns=["bucket", "tps_per_gpu", "tps_per_user"])
+        return pd.DataFrame(columns=["bucket", "tps_per_gpu", "tps_per_user", "acceptance_length"])
     rack["bucket"], per_user["bucket"] = pd.to_datetime(rack["bucket"]), pd.to_datetime(per_user["bucket"])
-    out = rack.merge(per_user, on="bucket")
+    drafted = spec.drafting(q, w).over_time("pool")
+    drafted = drafted.loc[drafted["role"] == "decode", ["bucket", "mean_acceptance_length"]]
+    drafted = drafted.rename(columns={"mean_acceptance_length": "acceptance_length"})
+    drafted["bucket"] = pd.to_datetime(drafted["bucket"])
+    out = rack.merge(per_user, on="bucket").merge(drafted, on="bucket", how="left")
     return out[(out["tps_per_gpu"] > 0) & (out["tps_per_user"] > 0)].sort_values("bucket").reset_index(drop=True)

@@ -46,27 +46,44 @@ def attainment_figure(over: pd.DataFrame, objectives: dict[str, float]) -> go.Fi
 
 def operating_point_figure(points: pd.DataFrame) -> go.Figure:
     """The rack on the throughput-interactivity plane: tokens/s per GPU against P90 per-user tokens/s,
-    one point per step, the latest highlighted, the write-up's published points for reference."""
+    one point per step (coloured by the decode pool's mean acceptance length where it drafts), the
+    latest highlighted, the write-up's published points for reference."""
     fig = go.Figure()
     if len(points):
+        length = points["acceptance_length"] if "acceptance_length" in points else pd.Series(dtype=float)
+        drafting = bool(length.notna().any())
+        text = [f"{b:%m-%d %H:%M}" for b in pd.to_datetime(points["bucket"])]
+        if drafting:  # each step coloured by the decode pool's mean acceptance length
+            text = [f"{t}, acceptance length {v:.2f}" for t, v in zip(text, length, strict=True)]
         fig.add_trace(
             go.Scatter(
                 x=points["tps_per_user"],
                 y=points["tps_per_gpu"],
                 mode="markers",
                 name="this rack, per step",
-                marker=dict(color="#9ecae1", size=7),
-                text=[f"{b:%m-%d %H:%M}" for b in pd.to_datetime(points["bucket"])],
+                marker=dict(
+                    color=length if drafting else "#9ecae1",
+                    colorscale="Viridis" if drafting else None,
+                    colorbar=dict(title="acceptance<br>length", x=1.02) if drafting else None,
+                    showscale=drafting,
+                    size=7,
+                ),
+                text=text,
                 hovertemplate="%{text}: %{y:,.0f} tok/s/GPU at P90 %{x:,.1f} tok/s/user<extra></extra>",
             )
         )
         last = points.iloc[-1]
+        at = (
+            f", acceptance length {last['acceptance_length']:.2f}"
+            if drafting and pd.notna(last["acceptance_length"])
+            else ""
+        )
         fig.add_trace(
             go.Scatter(
                 x=[last["tps_per_user"]],
                 y=[last["tps_per_gpu"]],
                 mode="markers",
-                name=f"latest ({pd.Timestamp(last['bucket']):%H:%M})",
+                name=f"latest ({pd.Timestamp(last['bucket']):%H:%M}{at})",
                 marker=dict(color="#08519c", size=14, symbol="diamond"),
                 hovertemplate="latest: %{y:,.0f} tok/s/GPU at P90 %{x:,.1f} tok/s/user<extra></extra>",
             )

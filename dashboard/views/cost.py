@@ -9,6 +9,7 @@ import httpx
 import streamlit as st
 
 from dashboard.data import cost as data
+from dashboard.data import spec
 from dashboard.figures import cost as figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import day_span, metric_columns, request_columns
@@ -169,6 +170,16 @@ def render() -> None:
         _usd(pf["idle_cost_usd"] + dc["idle_cost_usd"]),
         help="GPU-hours in scrape intervals when a pool's token counters did not move",
     )
+
+    split = spec.cost_split(query, start, end, dc["cost_usd"], dc["generated_tokens"])
+    parts = split.parts() if split else {}
+    if split is not None and parts.get("rejected_drafts") is not None:
+        st.caption(
+            f"Of {_usd(scaled(parts['usd_per_mtok_output']), 4)}/M output tokens, "
+            f"{_usd(scaled(parts['accepted_output']), 4)} pays for accepted output and "
+            f"{_usd(scaled(parts['rejected_drafts']), 4)} ({split.rejected_share:.1%} of decode compute) for "
+            "drafts the target model verified and rejected. An estimate: " + spec.REJECTED_BASIS + "."
+        )
 
     step = timedelta(days=1) if end - start > timedelta(days=2) else timedelta(hours=1)
     over = data.over_time(query, pools, sheet, start, end, step, r)

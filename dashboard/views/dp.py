@@ -70,6 +70,7 @@ def render() -> None:
                 "running",
                 "kv_usage",
                 "tokens_per_step",
+                "acceptance_length",
                 "transfers",
                 "failed_transfers",
                 "xfer_ms",
@@ -93,6 +94,12 @@ def render() -> None:
             "running": st.column_config.NumberColumn("running (mean)", format="%.1f"),
             "kv_usage": st.column_config.NumberColumn("KV cache", format="%.0f%%"),
             "tokens_per_step": st.column_config.NumberColumn("tokens / step", format="%.1f"),
+            "acceptance_length": st.column_config.NumberColumn(
+                "acceptance length",
+                format="%.2f",
+                help="1 + accepted / drafts: tokens a request gains per step from its drafts (blank: no draft path). "
+                "Low with a short queue: the drafts are rejected; a straggler's queue grows instead",
+            ),
             "transfers": st.column_config.NumberColumn("KV transfers", format="%d", help="NIXL KV transfers"),
             "failed_transfers": st.column_config.NumberColumn(
                 "failed", format="%d", help="NIXL KV transfers that failed (NIXLFailedTransfers)"
@@ -118,6 +125,15 @@ def render() -> None:
         figures.engine_heatmap(data.grid(over_time, "tokens_per_step"), "Tokens per engine step", "tokens"),
         key="dp_tokens",
     )
+    if over_time["acceptance_length"].notna().any():
+        st.plotly_chart(
+            figures.engine_heatmap(
+                data.grid(over_time, "acceptance_length"),
+                "Mean acceptance length (speculative decoding)",
+                "tokens/step",
+            ),
+            key="dp_acceptance",
+        )
     if over_time["step_ms"].notna().any():
         st.plotly_chart(
             figures.engine_heatmap(data.grid(over_time, "step_ms"), "Engine-step time", "ms"), key="dp_step"

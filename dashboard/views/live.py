@@ -10,7 +10,9 @@ import httpx
 import streamlit as st
 
 from dashboard.data import live as data
+from dashboard.data import spec
 from dashboard.figures import live as figures
+from dashboard.figures import spec as spec_figures
 from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import REFRESH_SECONDS, day_span, metric_columns, refresh_every
 from moemeter.contract import windows
@@ -82,7 +84,12 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     c3, c4 = st.columns(2)
     c3.plotly_chart(figures.per_user_figure(data.per_user_tokens_per_second(tpot)), key="per_user")
     gauges = data.queue_and_kv(query, w)
-    c4.plotly_chart(figures.kv_figure(gauges), key="kv")
+    drafting = spec.drafting(query, w)
+    if drafting.empty:  # no speculative config: the KV cache takes the place beside per-user speed
+        c4.plotly_chart(figures.kv_figure(gauges), key="kv")
+    else:  # per-user speed is acceptance length over step time: the two side by side
+        c4.plotly_chart(spec_figures.acceptance_length_figure(drafting.over_time("pool")), key="acceptance")
+        st.plotly_chart(figures.kv_figure(gauges), key="kv")
     st.plotly_chart(figures.queue_figure(gauges), key="queue")
 
     latest_gpus = data.gpus_latest(query, w.start)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from dashboard.data import dp
-from tests.dashboard.sick_rack import FAILING, LATEST, SATURATED, STRAGGLER
+from tests.dashboard.sick_rack import COLLAPSED, FAILING, LATEST, SATURATED, STRAGGLER
 from warehouse.alerts import AlertRules
 from warehouse.read import Window
 
@@ -32,6 +32,7 @@ def _frame(rows: list[tuple[str, float, float, float, float]]) -> pd.DataFrame:
                 "tokens": tok, "steps": st, "step_seconds": secs, "timed_steps": st if secs == secs else np.nan,
                 "label": dp.engine_label("decode-0", e),
                 **dict.fromkeys(["xfer_seconds", "transfers", "failed_transfers", "expired_kv"], np.nan),
+                **dict.fromkeys(["drafts", "accepted_tokens"], np.nan),
             }
             for e, wt, tok, st, secs in rows
         ]
@@ -119,6 +120,18 @@ def test_the_failing_engine_alone_fails_kv_transfers_and_the_stragglers_crawl(de
     assert xfer.idxmax() == STRAGGLER and xfer[STRAGGLER] > 10 * xfer.drop(STRAGGLER).max()
     grid = dp.grid(decode, "failed_transfers")
     assert grid.loc[f"decode-0 · DP {FAILING}"].sum() == failed[FAILING]
+
+
+def test_an_engine_whose_drafts_are_rejected_is_told_apart_from_a_straggler(decode):
+    """The collapsed draft path: the pool's lowest acceptance length by far, and no straggler
+    score (its queue does not grow); the straggler's own drafts accept as the pool's do."""
+    scores = dp.straggler_scores(decode, RULES).set_index("engine")
+    length = scores["acceptance_length"]
+    assert length.idxmin() == COLLAPSED and length[COLLAPSED] < 1.3
+    assert length.drop(COLLAPSED).min() > 2.0 and length[STRAGGLER] > 2.0
+    assert scores.loc[COLLAPSED, "score"] < 1
+    grid = dp.grid(decode, "acceptance_length")
+    assert grid.loc[f"decode-0 · DP {COLLAPSED}"].max() < grid.drop(f"decode-0 · DP {COLLAPSED}").min().min()
 
 
 def test_tokens_per_step_is_the_histograms_sum_over_its_count(sick, decode):
