@@ -258,6 +258,7 @@ def _spec_options(s: Command) -> None:
     from warehouse.spec import BY
 
     s.add_argument("--by", choices=BY, default="pool", help="a row per pool, instance or engine (DP rank)")
+    lake_reading(s)
     _window_options(s)
 
 
@@ -267,7 +268,8 @@ def _spec_options(s: Command) -> None:
     help="speculative decoding: acceptance rate and length, per-position acceptance, rejected drafts and their cost",
     rows=[
         Row(
-            "moemeter report spec --from T --to T [--by pool|instance|engine] [--db F | --api URL] [--json | --csv]",
+            "moemeter report spec --from T --to T [--by pool|instance|engine] [--db F | --api URL | --lake C --rack R] "
+            "[--json | --csv]",
             "for engineers and finance: drafts, draft and accepted tokens, acceptance rate, mean acceptance "
             "length (vLLM's, bonus token included), acceptance per draft position, the rejected drafts' share "
             "of decode compute, and decode $/M output tokens split into accepted output and rejected drafts",
@@ -279,6 +281,8 @@ def cmd_report_spec(args: argparse.Namespace) -> int:
     from warehouse.spec import spec_report
 
     start, end = parse_time(args.from_), parse_time(args.to)
+    if args.lake and not args.rack:
+        raise CliError("--lake needs --rack: drafts are counted per rack's engines")
     pools = _report_pools(args.targets) if args.targets else None
     sheet = _report_sheet(args)
 

@@ -5,6 +5,7 @@ duplicates nothing; rows that arrive late replace what was published; readers ca
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from warehouse.lake import (
 )
 from warehouse.read import Holdings
 
-from .conftest import page
+from .conftest import FIXTURES, page
 from .layouts import T0 as ROUNDS_T0
 from .layouts import write_rounds, written_before
 
@@ -594,3 +595,46 @@ def test_a_process_loads_the_lake_extensions_hundreds_of_times_without_crashing(
     )
     done = subprocess.run([sys.executable, "-c", loop], cwd=Path(__file__).parents[2], capture_output=True, text=True)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+
+
+def spec_page(scale: float) -> str:
+    """The real spec-decoding decode page with its spec-decode and generated-token counters x scale."""
+    text = (FIXTURES / "vllm-0.32.0-cpu-pd-decode-spec.metrics.txt").read_text()
+
+    def scaled(m: re.Match[str]) -> str:
+        return f"{m.group(1)} {float(m.group(2)) * scale}"
+
+    return re.sub(
+        r"^((?:vllm:spec_decode_\w+_total|vllm:generation_tokens_total)\{[^}]*\}) (\S+)$", scaled, text, flags=re.M
+    )
+
+
+def test_the_lake_answers_the_racks_spec_report_as_the_rack_does(lake, tmp_path, capsys):
+    """Spec-decode counters are stored, rolled up and published like every counter: a rack whose
+    decode instance drafted 71 x 100 drafts an hour answers `report spec` from the lake as from its
+    own file, equal to vLLM's arithmetic on the real capture's counts."""
+    db = tmp_path / "spec.duckdb"
+    times = [datetime(2026, 11, 29, 10, 0, 5) + timedelta(minutes=30 * k) for k in range(4)]
+    times += [datetime(2026, 11, 29, 11, 59, 55), datetime(2026, 11, 29, 12, 0, 5), datetime(2026, 11, 29, 12, 1, 5)]
+    for k, at in enumerate(times):
+        f = tmp_path / f"decode-{k}.txt"
+        f.write_text(spec_page(50.0 * min(k, 4)))  # 0, 50, ..., 200 x the capture, then unchanged
+        argv = ["ingest", "--file", str(f), "--target", "decode-0", "--at", at.isoformat(), "--db", str(db)]
+        assert main([*argv, "--role", "decode", "--gpus", "4"]) == 0
+    publish(db, lake)
+    uri, _ = lake
+    reports = []
+    for source in (["--db", str(db)], ["--lake", uri, "--rack", "rack-a"]):
+        capsys.readouterr()
+        assert main(["report", "spec", *WINDOW, "--by", "engine", "--json", *source]) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    local, from_lake = reports
+    assert from_lake["rows"] == local["rows"]
+    [row] = local["rows"]
+    assert (row["drafts"], row["draft_tokens"], row["accepted_tokens"]) == (71 * 200, 176 * 200, 116 * 200)
+    assert row["mean_acceptance_length"] == pytest.approx(1 + 116 / 71, abs=1e-6)
+    assert row["position_rates"] == pytest.approx([56 / 71, 33 / 71, 27 / 71], abs=1e-6)
+    assert row["rejected_share"] == pytest.approx(60 / (192 + 60), abs=1e-6)
+    capsys.readouterr()
+    assert main(["report", "spec", *WINDOW, "--lake", uri]) == 2  # the fleet has no one draft path
+    assert "--lake needs --rack" in capsys.readouterr().err
