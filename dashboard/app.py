@@ -63,6 +63,7 @@ nav = st.navigation(
         st.Page(PAGES / "dp.py", title="DP ranks", icon=":material/view_column:"),
         st.Page(PAGES / "spec.py", title="Speculative decoding", icon=":material/fast_forward:"),
         st.Page(PAGES / "overhead.py", title="CPU overhead", icon=":material/speed:"),
+        st.Page(PAGES / "roofline.py", title="Roofline", icon=":material/stacked_line_chart:"),
     ]
 )
 health = api_health() or {}
