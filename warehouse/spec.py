@@ -35,6 +35,9 @@ COUNTS = {
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 FIGURES = ["acceptance_rate", "mean_acceptance_length", "rejected_tokens", "rejected_share"]
+POSITIONS = 64
+"""Draft positions read (labels 0..63): vLLM drafts a handful of tokens a step (the reference
+launch 3); a page naming a position past it, or one that is not a whole number, is not read."""
 REJECTED_BASIS = (
     "every position the target model verifies in a decode step costs the same share of the step "
     "(the drafts ride in the bonus token's forward pass); the draft stage's own passes are not in "
@@ -46,7 +49,7 @@ REJECTED_BASIS = (
 def counts(q: Query, start: datetime, end: datetime, step_seconds: float | None = None) -> pd.DataFrame:
     """warehouse/sql/spec_counts.sql over [start, end): long form, a row per step, target, engine,
     counter and position (step None: one step, the whole window)."""
-    df = increases(q, "spec_counts", start, end, step_seconds)
+    df = increases(q, "spec_counts", start, end, step_seconds, {"positions": POSITIONS})
     df["engine"] = df["engine"].astype(str)
     return df
 
@@ -70,9 +73,10 @@ def figures(long: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     wide["mean_acceptance_length"] = 1.0 + _safe(wide["accepted_tokens"], wide["drafts"])
     wide["rejected_tokens"] = (wide["draft_tokens"] - wide["accepted_tokens"]).clip(lower=0.0)
     wide["rejected_share"] = _safe(wide["rejected_tokens"], wide["generated_tokens"] + wide["rejected_tokens"])
-    per_pos = long[(long["metric"] == PER_POSITION) & long["position"].notna() & (long["position"] >= 0)]
+    per_pos = long[long["metric"] == PER_POSITION]
     by_pos = per_pos.pivot_table(index=keys, columns="position", values="delta", aggfunc="sum", fill_value=0.0)
-    by_pos = by_pos.reindex(wide.index, fill_value=0.0).sort_index(axis=1)
+    positions = range(int(per_pos["position"].max()) + 1) if len(per_pos) else range(0)
+    by_pos = by_pos.reindex(index=wide.index, columns=positions, fill_value=0.0)  # list index = position
     rates = by_pos.to_numpy() / wide["drafts"].to_numpy()[:, None]
     wide["position_rates"] = [list(r) for r in rates] if len(wide) else []
     return wide.reset_index()[columns]
