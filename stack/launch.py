@@ -41,6 +41,19 @@ def histogram_buckets(twin_profile: str) -> str:
     return json.dumps(load_profile(twin_profile).custom_histogram_buckets, separators=(",", ":"))
 
 
+def speculative_config(twin_profile: str) -> str | None:
+    """The decode instance's `--speculative-config`, from its twin profile's draft path (its one
+    home: the twin drafts what the real decode engines draft); None without one."""
+    from stack.twin.config import load_profile
+
+    spec = load_profile(twin_profile).speculative
+    if not spec.enabled:
+        return None
+    return json.dumps(
+        {"method": spec.method, "num_speculative_tokens": spec.num_speculative_tokens}, separators=(",", ":")
+    )
+
+
 def load(name: str) -> dict[str, Any]:
     path = PROFILES / name / "profile.toml"
     if not path.is_file():
@@ -64,7 +77,9 @@ def commands(p: dict[str, Any]) -> list[Launch]:
         "--enable-expert-parallel",
         "--custom-histogram-buckets",
         histogram_buckets(p["plugin"]["twin_profile"]),
+        "--enable-mfu-metrics",  # vllm:estimated_* (the Roofline page) count only with it
     ]
+    drafting = speculative_config(p["plugin"]["twin_profile"])
     env = {"VLLM_PLUGINS": "moemeter"}  # the plugin's metrics and its /moemeter/experts endpoint
     out: list[Launch] = []
     per_prefill_tray = per_tray // pf["data_parallel"]
@@ -126,6 +141,7 @@ def commands(p: dict[str, Any]) -> list[Launch]:
             "--enable-eplb",
             "--eplb-config",
             eplb,
+            *(["--speculative-config", drafting] if drafting else []),
         ]
         if n:
             argv.append("--headless")  # ranks on other trays: engines only, the head tray serves the API

@@ -108,6 +108,7 @@ def vllm_server_command(python: Path, model: Path, port: int, max_model_len: int
         "127.0.0.1",
         "--port",
         str(port),
+        "--enable-mfu-metrics",  # vllm:estimated_* (the Roofline page) count only with it
         *extra,
     ]
 

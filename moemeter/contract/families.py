@@ -139,6 +139,7 @@ _FAMILIES = [
         ("engine", "model_name"),
         unit="FLOPs",
         help="Estimated number of floating point operations per GPU (for Model Flops Utilization calculations).",
+        read_by="Roofline: achieved FLOP/s per GPU, MFU against the GPU sheet",
     ),
     Family(
         "vllm",
@@ -147,6 +148,7 @@ _FAMILIES = [
         ("engine", "model_name"),
         unit="bytes",
         help="Estimated number of bytes read from memory per GPU (for Model Flops Utilization calculations).",
+        read_by="Roofline: bytes/s per GPU (with writes), MBU against the GPU sheet",
     ),
     Family(
         "vllm",
@@ -155,6 +157,7 @@ _FAMILIES = [
         ("engine", "model_name"),
         unit="bytes",
         help="Estimated number of bytes written to memory per GPU (for Model Flops Utilization calculations).",
+        read_by="Roofline: bytes/s per GPU (with reads), MBU against the GPU sheet",
     ),
     # Speculative decoding (vllm/v1/spec_decode/metrics.py, SpecDecodingProm): exported by an
     # instance started with a speculative config, nothing else. A "draft" is one request's proposal

@@ -283,6 +283,8 @@ def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, caps
                                FROM increments i JOIN series s USING (series_id)
                                WHERE s.target = 'decode-0' AND s.metric = 'vllm:prompt_tokens_by_source_total'
                                GROUP BY 1""")
+        flops = wh.query_df("""SELECT sum(i.delta) AS n FROM increments i JOIN series s USING (series_id)
+                               WHERE s.target = 'decode-0' AND s.metric = 'vllm:estimated_flops_per_gpu_total'""")
     finally:
         wh.close()
     end = datetime.utcnow().replace(microsecond=0) + timedelta(seconds=1)
@@ -290,6 +292,8 @@ def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, caps
     # Through the stack: NIXL handed the decode server every prompt; it computed none.
     by_source = dict(zip(spent.source, spent.n))
     assert by_source.get("local_compute", 0) == 0 and by_source.get("external_kv_transfer", 0) > 0, by_source
+    # started with --enable-mfu-metrics, vLLM estimates what each step computed (the Roofline page)
+    assert flops.n[0] > 0, "vllm:estimated_flops_per_gpu_total did not move"
     assert_as_vllm_says(stored, result, lines, k)
 
     capsys.readouterr()
