@@ -28,7 +28,9 @@ for argv in json.load(sys.stdin):
         continue
     out.append({"dp": a.data_parallel_size, "all2all": a.all2all_backend, "eplb": a.enable_eplb,
                 "redundant": a.eplb_config.num_redundant_experts if a.enable_eplb else None,
-                "headless": a.headless, "ep": a.enable_expert_parallel,
+                "headless": a.headless, "ep": a.enable_expert_parallel, "mfu": a.enable_mfu_metrics,
+                "spec": json.loads(a.speculative_config) if isinstance(a.speculative_config, str)
+                        else a.speculative_config,
                 "kv": json.loads(a.kv_transfer_config)["kv_connector"] if isinstance(a.kv_transfer_config, str)
                       else a.kv_transfer_config.kv_connector})
 print(json.dumps(out))
@@ -59,10 +61,15 @@ def test_every_vllm_command_parses_with_vllms_own_parser():
         "redundant": None,
         "headless": False,
         "ep": True,
+        "mfu": True,
+        "spec": None,
         "kv": "NixlConnector",
     }
     assert by_name["decode-node-00"]["all2all"] == "deepep_low_latency" and by_name["decode-node-00"]["redundant"] == 64
     assert not by_name["decode-node-00"]["headless"] and by_name["decode-node-15"]["headless"]
+    # decode drafts as the twin's profile does (its one home), prefill does not
+    assert by_name["decode-node-00"]["spec"] == {"method": "dspark", "num_speculative_tokens": 3}
+    assert all(p["mfu"] for p in parsed)
     # A renamed flag would fail: the same check refuses one that does not exist.
     assert _vllm_parse([[*vllm_argv(launches[0]), "--enable-eplbb"]]) == [None]
 
