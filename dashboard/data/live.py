@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from moemeter.contract import DEFAULT_INTERVAL, computed_tokens
+from moemeter.contract import DEFAULT_INTERVAL, computed_tokens, windows
 from warehouse.read import Query, Window, at_resolution, increases, run, run_time
 
 LATENCY_FAMILIES = (
@@ -42,6 +42,12 @@ def scrape_interval(q: Query) -> float:
 
 def latest_scrape_time(q: Query) -> datetime | None:
     return run_time(q, "latest_scrape", "ts")
+
+
+def recent(q: Query, latest: datetime, key: str) -> Window:
+    """The window a page's time-range picker names (a key of moemeter/contract/windows.py), up to
+    and including the latest scrape, at the scrape interval stored."""
+    return Window.ending(latest, windows.span(key).total_seconds(), scrape_interval(q))
 
 
 def pool_gpus(tgts: pd.DataFrame) -> dict[str, int]:

@@ -10,22 +10,28 @@ from .live import POOL_COLORS, _layout, gapped
 ACCEPTED, REJECTED = "#2ca02c", "#d62728"
 
 
-def acceptance_length_figure(over_time: pd.DataFrame) -> go.Figure:
-    """Mean acceptance length (tokens a request gains per decode step, the bonus token included)
-    per pool over time."""
+def _per_pool(over_time: pd.DataFrame, column: str, hover: str) -> go.Figure:
+    """One line per pool of `column` over time."""
     fig = go.Figure()
     for role, s in over_time.groupby("role", sort=True):
         s = gapped(s)
         fig.add_trace(
             go.Scatter(
                 x=s["bucket"],
-                y=s["mean_acceptance_length"],
+                y=s[column],
                 name=str(role),
                 mode="lines",
                 line=dict(color=POOL_COLORS.get(str(role))),
-                hovertemplate="%{y:.2f} tokens/step<extra>" + str(role) + "</extra>",
+                hovertemplate=hover + "<extra>" + str(role) + "</extra>",
             )
         )
+    return fig
+
+
+def acceptance_length_figure(over_time: pd.DataFrame) -> go.Figure:
+    """Mean acceptance length (tokens a request gains per decode step, the bonus token included)
+    per pool over time."""
+    fig = _per_pool(over_time, "mean_acceptance_length", "%{y:.2f} tokens/step")
     fig.update_yaxes(title="tokens per step", rangemode="tozero")
     return _layout(fig, "Mean acceptance length", subtitle="1 + accepted / drafts: tokens per request per step")
 
@@ -77,18 +83,6 @@ def drafted_figure(over_time: pd.DataFrame, step_seconds: int) -> go.Figure:
 
 def rejected_share_figure(over_time: pd.DataFrame) -> go.Figure:
     """The rejected drafts' share of the positions the target model verified, per pool over time."""
-    fig = go.Figure()
-    for role, s in over_time.groupby("role", sort=True):
-        s = gapped(s)
-        fig.add_trace(
-            go.Scatter(
-                x=s["bucket"],
-                y=s["rejected_share"],
-                name=str(role),
-                mode="lines",
-                line=dict(color=POOL_COLORS.get(str(role))),
-                hovertemplate="%{y:.1%}<extra>" + str(role) + "</extra>",
-            )
-        )
+    fig = _per_pool(over_time, "rejected_share", "%{y:.1%}")
     fig.update_yaxes(title="share of verified positions", tickformat=".0%", rangemode="tozero")
     return _layout(fig, "Decode compute on rejected drafts", subtitle="rejected / (generated + rejected)")

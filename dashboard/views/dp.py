@@ -29,7 +29,7 @@ def render() -> None:
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
         return
-    w = live.Window.ending(latest, windows.span(choice).total_seconds(), live.scrape_interval(query))
+    w = live.recent(query, latest, choice)
     over_time = data.engines_over_time(query, w, role)
     if over_time.empty:
         st.info(f"No {role} engine was scraped in this range.")

@@ -73,7 +73,7 @@ def render() -> None:
         c[1].segmented_control("Time range", windows.RECENT, format_func=windows.label, default="1h", key="exp_range")
         or "1h"
     )
-    w = live.Window.ending(latest, windows.span(choice).total_seconds(), live.scrape_interval(query))
+    w = live.recent(query, latest, choice)
     steps = data.rank_steps(query, w, target)
     bal = data.balancedness_over_time(steps)
     events = data.rebalance_cost(

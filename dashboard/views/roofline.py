@@ -63,7 +63,7 @@ def render() -> None:
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
         return
-    w = live.Window.ending(latest, windows.span(choice).total_seconds(), live.scrape_interval(query))
+    w = live.recent(query, latest, choice)
     engines = data.engines(query, w)
     if engines.empty:
         st.info("No prefill or decode engine exported vLLM's estimated FLOPs and bytes in this range.")

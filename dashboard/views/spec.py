@@ -48,7 +48,7 @@ def render() -> None:
     if latest is None:
         st.info(f"No scrapes stored yet in the warehouse behind {api_url()}.")
         return
-    w = live.Window.ending(latest, windows.span(choice).total_seconds(), live.scrape_interval(query))
+    w = live.recent(query, latest, choice)
     drafting = data.drafting(query, w)
     if drafting.empty:
         st.info(

@@ -214,10 +214,14 @@ def cmd_report_daily(args: argparse.Namespace) -> int:
     return 0
 
 
-def _slo_options(s: Command) -> None:
+def _stored_targets_option(s: Command) -> None:
     s.add_argument(
         "--targets", help="targets file: roles and GPUs of the pools (default: the targets the warehouse saw)"
     )
+
+
+def _slo_options(s: Command) -> None:
+    _stored_targets_option(s)
     from warehouse.goodput import GROUPS
 
     s.add_argument("--by", choices=tuple(GROUPS), default="class", help="a row per class, or per tenant")
@@ -252,9 +256,7 @@ def cmd_report_slo(args: argparse.Namespace) -> int:
 
 
 def _spec_options(s: Command) -> None:
-    s.add_argument(
-        "--targets", help="targets file: roles and GPUs of the pools (default: the targets the warehouse saw)"
-    )
+    _stored_targets_option(s)
     from warehouse.spec import BY
 
     s.add_argument("--by", choices=BY, default="pool", help="a row per pool, instance or engine (DP rank)")
