@@ -61,7 +61,8 @@ def _safe(num: pd.Series, den: pd.Series) -> pd.Series:
 def figures(long: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """The window's counts summed by `keys` and their ratios (module doc): columns drafts,
     draft_tokens, accepted_tokens, generated_tokens, FIGURES, and `position_rates` (a list per row,
-    position 0 first). No rows where nothing drafted."""
+    position 0 first; NaN at a position the row has no series for, as an engine drafting fewer
+    tokens than another). No rows where nothing drafted."""
     columns = [*keys, *COUNTS.values(), *FIGURES, "position_rates"]
     if long.empty:
         return pd.DataFrame(columns=columns)
@@ -74,9 +75,9 @@ def figures(long: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     wide["rejected_tokens"] = (wide["draft_tokens"] - wide["accepted_tokens"]).clip(lower=0.0)
     wide["rejected_share"] = _safe(wide["rejected_tokens"], wide["generated_tokens"] + wide["rejected_tokens"])
     per_pos = long[long["metric"] == PER_POSITION]
-    by_pos = per_pos.pivot_table(index=keys, columns="position", values="delta", aggfunc="sum", fill_value=0.0)
+    by_pos = per_pos.pivot_table(index=keys, columns="position", values="delta", aggfunc="sum")
     positions = range(int(per_pos["position"].max()) + 1) if len(per_pos) else range(0)
-    by_pos = by_pos.reindex(index=wide.index, columns=positions, fill_value=0.0)  # list index = position
+    by_pos = by_pos.reindex(index=wide.index, columns=positions)  # list index = position; NaN: no such series
     rates = by_pos.to_numpy() / wide["drafts"].to_numpy()[:, None]
     wide["position_rates"] = [list(r) for r in rates] if len(wide) else []
     return wide.reset_index()[columns]
@@ -171,12 +172,12 @@ class SpecReport:
         lines = [f"Speculative decoding, {self.start:%Y-%m-%d %H:%M} to {self.end:%Y-%m-%d %H:%M} UTC, by {self.by}"]
         for r in self.as_json()["rows"]:
             name = " ".join(str(r[k]) for k in ("pool", "instance", "engine") if k in r)
-            rates = ", ".join(f"{x:.3f}" for x in r["position_rates"] if x is not None)
+            rates = ", ".join("—" if x is None else f"{x:.3f}" for x in r["position_rates"])
             lines.append(
                 f"  {name}: mean acceptance length {r['mean_acceptance_length']:.2f}, "
-                f"acceptance rate {100 * (r['acceptance_rate'] or 0):.1f}%, "
+                f"acceptance rate {_percent(r['acceptance_rate'])}, "
                 f"{r['accepted_tokens']:,} of {r['draft_tokens']:,} draft tokens accepted in {r['drafts']:,} drafts, "
-                f"per position {rates}; rejected drafts {100 * (r['rejected_share'] or 0):.1f}% of decode compute"
+                f"per position {rates}; rejected drafts {_percent(r['rejected_share'])} of decode compute"
             )
         if not self.as_json()["rows"]:
             lines.append("  no speculative decoding counted in the window")
@@ -188,6 +189,10 @@ class SpecReport:
                     f"accepted output, ${parts['rejected_drafts']:,.4f} rejected drafts (estimate)"
                 )
         return "\n".join(lines)
+
+
+def _percent(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.1f}%"
 
 
 def _ratio(v: Any) -> float | None:

@@ -22,8 +22,10 @@ class Drafting:
 
     @property
     def empty(self) -> bool:
-        """Nothing drafted in the window: the stack runs without a speculative config."""
-        return self.long.empty or not (self.long["metric"] == "vllm:spec_decode_num_drafts_total").any()
+        """Nothing drafted in the window: the stack runs without a speculative config, or with one
+        and served nothing."""
+        drafted = (self.long["metric"] == "vllm:spec_decode_num_drafts_total") & (self.long["delta"] > 0)
+        return self.long.empty or not drafted.any()
 
     def window(self, by: str = "pool") -> pd.DataFrame:
         """The window's figures per pool, instance or engine (warehouse/spec.py's figures)."""

@@ -102,7 +102,7 @@ def render() -> None:
     for i, r in enumerate(pools.itertuples()):
         peak = r.flops_per_second / r.mfu if r.mfu and r.mfu > 0 else math.nan
         cards[2 * i].metric(
-            f"{r.role} MFU ({str(r.precision).upper()})",
+            f"{r.role} MFU" + (f" ({str(r.precision).upper()})" if r.precision else ""),
             _pct(r.mfu),
             help=f"{_si(r.flops_per_second, 'FLOP/s')} per GPU of a {_si(peak, 'FLOP/s')} dense peak",
         )

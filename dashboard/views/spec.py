@@ -30,13 +30,19 @@ def _usd(v: float | None) -> str:
 
 ENGINE_COLUMNS = {
     "label": st.column_config.TextColumn("engine"),
-    "mean_acceptance_length": st.column_config.NumberColumn("acceptance length (tokens/step)", format="%.2f"),
-    "acceptance_rate": st.column_config.NumberColumn("acceptance rate", format="percent"),
+    "mean_acceptance_length": st.column_config.NumberColumn(
+        "tokens/step", format="%.2f", help="mean acceptance length: 1 + accepted / drafts"
+    ),
+    "acceptance_rate": st.column_config.NumberColumn("acceptance", format="percent", help="accepted / draft tokens"),
     "drafts": st.column_config.NumberColumn("drafts", format="localized"),
     "draft_tokens": st.column_config.NumberColumn("draft tokens", format="localized"),
-    "accepted_tokens": st.column_config.NumberColumn("accepted tokens", format="localized"),
-    "rejected_share": st.column_config.NumberColumn("decode compute on rejected drafts", format="percent"),
+    "accepted_tokens": st.column_config.NumberColumn("accepted", format="localized"),
+    "rejected_share": st.column_config.NumberColumn(
+        "rejected share", format="percent", help="share of the engine's decode compute spent on rejected drafts"
+    ),
 }
+COUNTED = ["drafts", "draft_tokens", "accepted_tokens"]
+"""Whole counts: a window's edges prorate them, the table shows them rounded."""
 
 
 def render() -> None:
@@ -87,7 +93,7 @@ def render() -> None:
     st.subheader("Per engine")
     engines = drafting.window("engine")
     engines["label"] = [dp.engine_label(t, e) for t, e in zip(engines["target"], engines["engine"])]
-    engines = engines.sort_values("mean_acceptance_length", kind="stable")
+    engines = engines.sort_values("mean_acceptance_length", kind="stable").round({c: 0 for c in COUNTED})
     st.caption(
         "Lowest acceptance first: an engine whose drafts are rejected emits fewer tokens a step while its queue "
         "stays short; a straggler's queue grows (DP ranks page)."

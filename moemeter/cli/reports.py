@@ -290,9 +290,10 @@ def cmd_report_spec(args: argparse.Namespace) -> int:
 
     def report(q):  # type: ignore[no-untyped-def]
         try:
-            decode_cost = cost_report(q, pools or stored_pools(q, start, end), start, end, sheet).decode.cost_usd
-        except NoData:
-            decode_cost = None  # no pools in the window: the figures without their cost
+            costed = cost_report(q, pools or stored_pools(q, start, end), start, end, sheet, revenue_too=False)
+            decode_cost = costed.decode.cost_usd
+        except (NoData, ValueError):
+            decode_cost = None  # no pools or tokens in the window: the figures without their cost
         return spec_report(q, start, end, args.by, decode_cost)
 
     try:

@@ -122,9 +122,9 @@ class PerformanceSpec:
     """Extra decode step time per context token held by the busiest rank (KV reads), seconds."""
     decode_speed_jitter: float = 0.05
     """Log-normal sigma of a request's own speed factor (sampling, stop checks; acceptance is drawn apart)."""
-    prefill_tokens_per_second: float = 5.0e5
+    prefill_tokens_per_second: float = 5.5e5
     """Computed prompt tokens one prefill engine (GPU) processes per second: for V4.1-Flash's 13B
-    active parameters over its 20 prefill layers, 34% of a GB300's dense FP4 peak while busy, within
+    active parameters over its 20 prefill layers, 37% of a GB300's dense FP4 peak while busy, within
     2x of the 19% published DeepSeek-V3 prefill reaches on GB200 (tests/stack/twin/test_physics.py)."""
     prefill_step_base_seconds: float = 0.002
     """Fixed time of one prefill pass, seconds."""

@@ -53,6 +53,13 @@ def test_a_window_before_the_rack_drafts_nothing(sick):
     assert spec.drafting(sick, Window.ending(T0 - timedelta(days=1), 300, 10)).empty
 
 
+def test_a_stack_that_drafts_but_served_nothing_is_empty(drafting):
+    """Started with a speculative config and idle: its counters are there and flat. Not a page
+    with no rows to show (it crashed on `pools.iloc[0]`), the page's "no speculative decoding"."""
+    idle = spec.Drafting(drafting.long.assign(delta=0.0))
+    assert idle.empty and idle.window("pool").empty
+
+
 def test_the_cost_split_adds_up_to_the_decode_pools_output_price(sick):
     split = spec.cost_split(sick, LATEST - timedelta(minutes=5), LATEST, 100.0, 2e6)
     assert split is not None

@@ -105,3 +105,22 @@ def test_two_instances_engine_0_stay_two_rows(tmp_path):
     assert rows == {("decode-0", "0"): 710, ("decode-1", "0"): 71}
     [pool] = report(con)["rows"]
     assert pool["drafts"] == 781
+
+
+def test_a_pool_drafting_on_one_instance_only_shares_its_rejected_drafts_over_all_its_decode(tmp_path):
+    """decode-0 drafts, decode-1 runs without a speculative config: the pool's acceptance is
+    decode-0's, its rejected drafts' share is of both instances' decode compute (as the Roofline and
+    Cost pages take it), and decode-1 has no row of its own."""
+    plain = (FIXTURES / "vllm-0.32.0-cpu-pd-decode-nixl.metrics.txt").read_text()
+
+    def generated(n: float) -> str:
+        return re.sub(r"^(vllm:generation_tokens_total\{[^}]*\}) \S+$", rf"\g<1> {n}", plain, flags=re.M)
+
+    pages = [("decode-0", page(0)), ("decode-1", generated(0)), ("decode-0", page(10)), ("decode-1", generated(5000))]
+    con = store(tmp_path, pages)
+    [pool] = report(con)["rows"]
+    rejected = (176 - 116) * 10
+    assert pool["generated_tokens"] == 192 * 10 + 5000
+    assert pool["rejected_share"] == pytest.approx(rejected / (192 * 10 + 5000 + rejected), abs=1e-6)
+    assert pool["mean_acceptance_length"] == pytest.approx(1 + 116 / 71, abs=1e-6)
+    assert [r["instance"] for r in report(con, "instance")["rows"]] == ["decode-0"]

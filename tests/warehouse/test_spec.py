@@ -136,3 +136,15 @@ def test_an_unknown_grouping_is_refused(drafted):
     db, start, _ = drafted
     with pytest.raises(ValueError, match="--by must be one of pool, instance, engine"):
         report(db, start, "tenant")
+
+
+def test_the_command_without_pools_or_drafts_in_its_window_says_so(drafted, capsys):
+    from moemeter.cli import main
+
+    db, start, _ = drafted
+    window = ["--from", (start - timedelta(days=2)).isoformat(), "--to", (start - timedelta(days=1)).isoformat()]
+    assert main(["report", "spec", "--db", str(db), *window]) == 0
+    assert "no speculative decoding counted in the window" in capsys.readouterr().out
+    assert main(["report", "spec", "--db", str(db), *window, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["rows"] == [] and "decode_cost" not in data

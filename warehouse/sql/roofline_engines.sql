@@ -25,6 +25,8 @@ WITH picked AS (
     FROM per_series p JOIN picked s USING (series_id)
     GROUP BY ALL
 )
-SELECT *, (draft_tokens - accepted_tokens) / nullif(generated + draft_tokens - accepted_tokens, 0) AS rejected_share
-FROM engines
+SELECT *, rejected / nullif(generated + rejected, 0) AS rejected_share
+FROM (SELECT *,  -- clipped at 0 (a broken exporter's accepted over drafted), NULL where nothing drafts
+             CASE WHEN draft_tokens < accepted_tokens THEN 0 ELSE draft_tokens - accepted_tokens END AS rejected
+      FROM engines)
 ORDER BY bucket, role, target, engine

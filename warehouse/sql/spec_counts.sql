@@ -1,6 +1,7 @@
 -- Speculative decoding: per step, pool, instance and engine of every target that exports vLLM's
--- spec-decode counters, the drafts, draft tokens, accepted tokens (also per draft position) and
--- generated tokens it counted (docs/definitions.md, Speculative decoding). Long form: one row per
+-- spec-decode counters, the drafts, draft tokens, accepted tokens (also per draft position) it
+-- counted, and the generated tokens of every decode target, drafting or not, so that a pool's
+-- rejected share is of all its decode compute (docs/definitions.md, Speculative decoding). Long form: one row per
 -- counter and position. A per-position series whose label is not a whole number in
 -- [0, $positions) is left out (the other counters keep their rows).
 WITH drafting AS (
@@ -10,7 +11,7 @@ picked AS (
     SELECT series_id, role, target, coalesce(engine, '0') AS engine, metric,
            try_cast(json_extract_string(labels, '$.position') AS INTEGER) AS position
     FROM series_targets
-    WHERE target IN (SELECT target FROM drafting)
+    WHERE (target IN (SELECT target FROM drafting) OR role = 'decode' AND metric = 'vllm:generation_tokens_total')
       AND metric IN ('vllm:spec_decode_num_drafts_total', 'vllm:spec_decode_num_draft_tokens_total',
                      'vllm:spec_decode_num_accepted_tokens_total',
                      'vllm:spec_decode_num_accepted_tokens_per_pos_total', 'vllm:generation_tokens_total')
