@@ -180,15 +180,18 @@ def bench_url(localstack) -> Iterator[str]:
     srv.server_close()
 
 
-def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, capsys):
+def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, capsys, monkeypatch):
     """Drafts, draft tokens, accepted tokens, acceptance rate, mean acceptance length and the
     per-position rates over one bench run through the stack: the counters' increase between the
-    scrapes before and after it, and moemeter's `report spec` of it, against vLLM's log at its
-    rounding and bench serve's floats."""
+    scrapes before and after it, moemeter's `report spec` of it and the Speculative decoding page,
+    against vLLM's log at its rounding and bench serve's floats."""
+    from streamlit.testing.v1 import AppTest
+
     from collectors.scrape import http_fetch
     from collectors.service import Collector
     from moemeter.cli import main
     from stack.localstack import DECODE_SPECULATIVE_CONFIG, MODEL_NAME
+    from warehouse.api import QueryServer
     from warehouse.db import Warehouse
 
     work, base, _ = localstack
@@ -285,6 +288,14 @@ def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, caps
                                GROUP BY 1""")
         flops = wh.query_df("""SELECT sum(i.delta) AS n FROM increments i JOIN series s USING (series_id)
                                WHERE s.target = 'decode-0' AND s.metric = 'vllm:estimated_flops_per_gpu_total'""")
+        api = QueryServer(wh)  # the page over the same warehouse: its 15 min hold the run and nothing else
+        api.start()
+        monkeypatch.setenv("MOEMETER_API", api.url)
+        try:
+            page = AppTest.from_file(str(ROOT / "dashboard" / "views" / "spec.py"), default_timeout=60)
+            page.run()
+        finally:
+            api.shutdown()
     finally:
         wh.close()
     end = datetime.utcnow().replace(microsecond=0) + timedelta(seconds=1)
@@ -302,3 +313,8 @@ def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, caps
     [row] = json.loads(capsys.readouterr().out)["rows"]  # the decode server alone drafts
     assert (row["pool"], row["instance"]) == ("decode", "decode-0"), row
     assert_as_vllm_says(row, result, lines, k)
+    assert not page.exception and not page.error, page.exception
+    shown = {m.label: m.value for m in page.metric}
+    assert shown["Mean acceptance length"] == f"{row['mean_acceptance_length']:.2f}"
+    assert shown["Acceptance rate"] == f"{row['acceptance_rate']:.1%}"
+    assert page.dataframe[0].value["label"].tolist() == ["decode-0 · DP 0"]
