@@ -41,8 +41,7 @@ ENGINE_COLUMNS = {
         "rejected share", format="percent", help="share of the engine's decode compute spent on rejected drafts"
     ),
 }
-COUNTED = ["drafts", "draft_tokens", "accepted_tokens"]
-"""Whole counts: a window's edges prorate them, the table shows them rounded."""
+COUNTED = ["drafts", "draft_tokens", "accepted_tokens"]  # whole counts the window's edges prorate: shown rounded
 
 
 def render() -> None:
