@@ -119,6 +119,8 @@ class RackModel:
         self.prefill_busy_seconds = np.zeros(n_pf)  # busy time since the last hardware update
         self._hardware_at = start
         self.decode_step_seconds = profile.performance.decode_step_base_seconds
+        slots = (m.routed_experts + topo.eplb_redundant_experts) / topo.decode_dp  # physical experts per rank
+        self.expert_weight_bytes = slots * profile.eplb.expert_bytes * m.num_layers
         self.decode_batch = np.zeros(n_dc)
         self.decode_context = np.zeros(n_dc)
         # One slot per agent: at most one request in flight each.
@@ -419,6 +421,9 @@ class RackModel:
             busy = np.flatnonzero(eng_batch > 0)
             scheduled = eng_batch[busy] * (1 + k)  # each request's bonus position and its k drafts
             inst.histograms["vllm:iteration_tokens_total"].observe(busy, scheduled, steps)
+            # each step reads the rank's routed-expert weights once, whatever its batch (decode is
+            # bound by these reads and the KV's, not by its FLOPs)
+            inst.counters["estimated_read_bytes"][busy] += steps * self.expert_weight_bytes
         self.totals["generation_tokens"] += emitted.sum()
         self.experts.step(float(emitted.sum()), t0, t1)
         done = active[finished]

@@ -150,3 +150,13 @@ def test_decode_tokens_per_gpu_land_near_published_blackwell_figures(run: Run) -
     twin = run.decode.tokens_per_second_per_gpu
     low, high = min(PUBLISHED_DECODE_TOKENS_PER_GPU) / BAND, max(PUBLISHED_DECODE_TOKENS_PER_GPU) * BAND
     assert low <= twin <= high, f"{twin:,.0f} tokens/s per decode GPU, band {low:,.0f}..{high:,.0f}"
+
+
+def test_decode_is_bound_by_memory_and_prefill_by_compute(run: Run) -> None:
+    """A decode step reads its rank's expert weights and its requests' KV for a few tokens each:
+    its arithmetic intensity lies left of the GPU's ridge (peak FLOP/s over HBM bytes/s); a prefill
+    pass computes thousands of tokens per weight read, right of it."""
+    ridge = run.assumed.peak_flops_per_second / run.gpu.hbm_bytes_per_second
+    decode = run.decode.flops_per_second.sum() / run.decode.bytes_per_second.sum()
+    prefill = run.prefill.flops_per_second.sum() / run.prefill.bytes_per_second.sum()
+    assert decode < ridge < prefill, f"decode {decode:,.0f}, ridge {ridge:,.0f}, prefill {prefill:,.0f} FLOP/byte"
