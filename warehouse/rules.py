@@ -16,9 +16,6 @@ when the file is written): write the file again when either changes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-
 from moemeter.contract import POOLS, TargetInfo
 from moemeter.contract.alerts import (
     ACCEPTANCE_MINUTES,
@@ -31,45 +28,27 @@ from moemeter.contract.alerts import (
     WAITING_MEAN_MINUTES,
     prom_minutes,
 )
-from moemeter.contract.errors import MoemeterError
-from moemeter.contract.requests import E2E_BUCKETS, ITL_BUCKETS, SERVER_FAULTS, TTFT_BUCKETS
 from warehouse.alerts import AlertRules, eplb_group
-from warehouse.prices import PriceSheet
+from warehouse.promql import (
+    PoolCost,
+    PromqlError,
+    acceptance_length,
+    figure,
+    figures,
+    inventory,
+    pool_tokens,
+)
 from warehouse.slo import SloClass
 
 WINDOWS = ("5m", "30m", "1h", "6h")
 """The burn-rate windows: fast burn reads 1h with 5m, slow burn 6h with 30m."""
 
-POOL_TOKENS = {
-    "prefill": 'vllm:prompt_tokens_by_source_total{role="prefill",source="local_compute"}',
-    "decode": 'vllm:generation_tokens_total{role="decode"}',
-}
-"""The tokens a pool's $/M is over (docs/definitions.md): the prefill pool's computed prompt tokens
-(prompt - cached, which vLLM counts as source="local_compute"), the decode pool's generated tokens."""
-
 ENGINE = "role, instance, engine"
 """What per-engine series are aggregated to."""
 
 
-class RulesError(MoemeterError, ValueError):
-    """Targets the pack cannot express (an SLO target that is no bucket boundary, no default class)."""
-
-
-@dataclass(frozen=True)
-class PoolCost:
-    gpus: int
-    usd_per_gpu_hour: float
-
-
-def pool_costs(targets: list[TargetInfo], sheet: PriceSheet, at: datetime) -> dict[str, PoolCost]:
-    """Each pool's GPUs in the targets file and its GPU-hour price in effect at `at` (UTC, naive)."""
-    out = {}
-    for pool in POOLS:
-        gpus = sum(t.gpus for t in targets if t.role == pool)
-        segments = sheet.gpu_segments(pool, at, at + timedelta(seconds=1))
-        if gpus and segments:
-            out[pool] = PoolCost(gpus, segments[0][2].usd_per_gpu_hour)
-    return out
+RulesError = PromqlError
+"""Targets the pack cannot express (an SLO target that is no bucket boundary, no default class)."""
 
 
 def alert_pack(rules: AlertRules, slo: SloClass, pools: dict[str, PoolCost] | None = None) -> dict[str, object]:
@@ -78,7 +57,7 @@ def alert_pack(rules: AlertRules, slo: SloClass, pools: dict[str, PoolCost] | No
     Without `pools` the $/M group is left out."""
     groups = [_slo(rules, slo), _engines(rules), _targets(rules)]
     if pools:
-        groups.append(_cost(rules, pools))
+        groups += [inventory(pools), _cost(rules, pools)]
     groups.append(eplb_group(rules))
     return {"groups": groups}
 
@@ -98,23 +77,16 @@ def file_sd(targets: list[TargetInfo]) -> list[dict[str, object]]:
 
 # --------------------------------------------------------------------------- groups
 def _slo(r: AlertRules, c: SloClass) -> dict[str, object]:
-    budget = 1 - c.objective
-    measures = (
-        ("ttft", "moemeter_gateway_ttft_seconds", c.ttft_seconds, TTFT_BUCKETS),
-        ("itl", "moemeter_gateway_itl_mean_seconds", c.itl_seconds, ITL_BUCKETS),
-        ("e2e", "moemeter_gateway_request_duration_seconds", c.e2e_seconds, E2E_BUCKETS),
-    )
-    record = []
-    for window in WINDOWS:
-        bad = [(name, _over(hist, target, buckets, window)) for name, hist, target, buckets in measures if target]
-        for objective, share in [*bad, ("availability", _faults(window))]:
-            record.append(
-                {
-                    "record": f"moemeter:slo_burn:rate{window}",
-                    "expr": f"({share}) / {budget:g}",
-                    "labels": {"objective": objective, "slo_class": c.name},
-                }
-            )
+    burns = [f for f in figures(c) if f.key.startswith("slo_")]
+    record = [
+        {
+            "record": f"moemeter:slo_burn:rate{window}",
+            "expr": f.expr(window),
+            "labels": {"objective": f.key.removeprefix("slo_").removesuffix("_burn"), "slo_class": c.name},
+        }
+        for window in WINDOWS
+        for f in burns
+    ]
     what = "{{ $labels.slo_class }} {{ $labels.objective }} objective " + f"({c.objective * 100:g}% of requests)"
     alerts = [
         {
@@ -159,12 +131,11 @@ def _engines(r: AlertRules) -> dict[str, object]:
         },
     ]
     drafted = prom_minutes(ACCEPTANCE_MINUTES)
-    for by, scope in ((ENGINE, "engine"), ("role", "pool")):
+    for by, scope in ((ENGINE, "engine"), ("rack, role", "pool")):
         rules += [
             {
                 "record": f"moemeter:{scope}_acceptance_length:{drafted}",
-                "expr": f"1 + sum by ({by}) (rate(vllm:spec_decode_num_accepted_tokens_total[{drafted}]))"
-                f" / sum by ({by}) (rate(vllm:spec_decode_num_drafts_total[{drafted}]))",
+                "expr": acceptance_length(by).replace("[W]", f"[{drafted}]"),
             },
             {
                 "record": f"moemeter:{scope}_drafts:increase{drafted}",
@@ -265,6 +236,7 @@ def _targets(r: AlertRules) -> dict[str, object]:
             },
         }
     ]
+    idle = pool_tokens("role").replace("[W]", f"[{r.idle_minutes:g}m]")
     for pool in POOLS:
         rules.append(
             {
@@ -275,12 +247,10 @@ def _targets(r: AlertRules) -> dict[str, object]:
                 "annotations": {"summary": f"no {pool} target is scraped at all"},
             }
         )
-        tokens = POOL_TOKENS[pool]
         rules.append(
             {
                 "alert": "PoolIdle",
-                "expr": f"sum by (role) (rate({tokens}[{r.idle_minutes:g}m])) == 0"
-                f' and on (role) max by (role) (up{{role="{pool}"}}) == 1',
+                "expr": f'({idle}) == 0 and on (role) max by (role) (up{{role="{pool}"}}) == 1',
                 "for": prom_minutes(POOL_IDLE_HOLD_MINUTES),
                 "labels": {"severity": "info", "role": pool},
                 "annotations": {"summary": f"the {pool} pool is up and produced no token in {r.idle_minutes:g} min"},
@@ -290,17 +260,10 @@ def _targets(r: AlertRules) -> dict[str, object]:
 
 
 def _cost(r: AlertRules, pools: dict[str, PoolCost]) -> dict[str, object]:
-    rules: list[dict[str, object]] = []
-    for pool, cost in pools.items():
-        usd_per_second = cost.gpus * cost.usd_per_gpu_hour / 3600
-        for window in ("1h", "24h"):
-            rules.append(
-                {
-                    "record": f"moemeter:pool_usd_per_mtok:{window}",
-                    "expr": f"{usd_per_second:.10g} / ((sum by (role) (rate({POOL_TOKENS[pool]}[{window}])) > 0) / 1e6)",
-                    "labels": {"role": pool},
-                }
-            )
+    usd = figure("pool_usd_per_mtok")
+    rules: list[dict[str, object]] = [
+        {"record": f"moemeter:pool_usd_per_mtok:{window}", "expr": usd.expr(window)} for window in ("1h", "24h")
+    ]
     rules.append(
         {
             "alert": "CostPerTokenSpike",
@@ -320,24 +283,6 @@ def _cost(r: AlertRules, pools: dict[str, PoolCost]) -> dict[str, object]:
 
 
 # --------------------------------------------------------------------------- helpers
-def _over(histogram: str, target: float, buckets: tuple[float, ...], window: str) -> str:
-    """The share of observations above `target` over `window`, from a histogram with that bucket."""
-    if target not in buckets:
-        raise RulesError(
-            f"{histogram}: the target {target:g} s is no bucket boundary ({', '.join(f'{b:g}' for b in buckets)})"
-        )
-    return f'1 - sum(rate({histogram}_bucket{{le="{target!r}"}}[{window}])) / sum(rate({histogram}_count[{window}]))'
-
-
-def _faults(window: str) -> str:
-    """The share of requests that failed on the server side (client errors are not the rack's)."""
-    faults = "|".join(sorted(SERVER_FAULTS))
-    return (
-        f'(sum(rate(moemeter_gateway_requests_total{{outcome=~"{faults}"}}[{window}])) or vector(0))'
-        f" / sum(rate(moemeter_gateway_requests_total[{window}]))"
-    )
-
-
 def _path(url: str) -> str:
     from urllib.parse import urlsplit
 

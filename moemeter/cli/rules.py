@@ -46,7 +46,8 @@ def cmd_rules(args: argparse.Namespace) -> int:
     from collectors.targets import load_targets
     from warehouse.alerts import AlertRules
     from warehouse.prices import default_sheet, load_sheet
-    from warehouse.rules import RulesError, alert_pack, file_sd, pool_costs
+    from warehouse.promql import pool_costs
+    from warehouse.rules import RulesError, alert_pack, file_sd
     from warehouse.slo import default_slo_sheet, load_slo_sheet
 
     targets = load_targets(args.targets) if args.targets else None

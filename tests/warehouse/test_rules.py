@@ -18,7 +18,8 @@ from moemeter.cli import main
 from moemeter.contract import FAMILIES, TargetInfo
 from warehouse.alerts import AlertRules
 from warehouse.prices import default_sheet
-from warehouse.rules import PoolCost, RulesError, alert_pack, pool_costs
+from warehouse.promql import PoolCost, pool_costs
+from warehouse.rules import RulesError, alert_pack
 from warehouse.slo import default_slo_sheet
 
 NOW = datetime(2026, 12, 1)
