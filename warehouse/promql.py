@@ -400,16 +400,16 @@ def markdown_table(slo: SloClass, measured: dict[str, dict[str, float]]) -> str:
     """docs/grafana.md's parity table: each figure, its recording rule and tolerance, and the
     difference one run of tests/integration/test_promql_parity.py measured (MOEMETER_PARITY_OUT)."""
     lines = [
-        "| Figure | Recording rule | Tolerance | moemeter | Prometheus | Difference |",
-        "| --- | --- | --- | ---: | ---: | ---: |",
+        "| Figure | Recording rule | Tolerance | moemeter | Prometheus | Difference | Allowed |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for f in figures(slo):
         m = measured.get(f.key)
-        cells = ["not measured"] * 3
+        cells = ["not measured"] * 4
         if m:
             ours, theirs = m["moemeter"], m["prometheus"]
             diff = f"{(theirs - ours) / ours:+.2%}" if ours else f"{theirs - ours:+g}"
-            cells = [_number(ours), _number(theirs), diff]
+            cells = [_number(ours), _number(theirs), diff, f"±{_number(m['allowed'])}"]
         unit = "burn" if f.key.startswith("slo_") else ""
         lines.append(
             f"| {f.title} | `{f.record}` | {f.tolerance.describe(unit)} ({f.tolerance.name}) | "

@@ -4,14 +4,15 @@ Groups: SLO burn rates from the gateway's histograms and request counter (multi-
 Google's SRE workbook), NIXL transfer failures and expired KV, KV-cache saturation, preemptions,
 DP-engine stragglers, targets down or absent, idle pools, a $/M-token spike, and the EPLB rules of
 warehouse/alerts.py. Every threshold is a field of `AlertRules`; the SLO objectives and targets
-are the SLO sheet's (warehouse/slo.py). Series are aggregated before they
-are compared, to `role` (the pool), `instance` and `engine` at most, so the pack's own series stay
-bounded on a 72-GPU rack.
+are the SLO sheet's (warehouse/slo.py); the burn rates', acceptance lengths' and $/M expressions
+are figures of warehouse/promql.py. Series are aggregated before they are compared, to `rack`,
+`role` (the pool), `instance` and `engine` at most, so the pack's own series stay bounded on a
+72-GPU rack.
 
 The pack expects each scraped target to carry a `role` label (prefill, decode, router, gateway,
 gpu: the targets file's role; `moemeter rules --sd-out` writes a file_sd file with it). The $/M
-rule embeds each pool's GPUs (from the targets file) and GPU-hour price (the sheet's, in effect
-when the file is written): write the file again when either changes.
+rule reads each pool's GPUs (from the targets file) and GPU-hour price (the sheet's, in effect
+when the file is written) as recorded constants: write the file again when either changes.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ ORDER = (
     "ingest",
     "eplb",
     "rules",
+    "mixin",
     "pull",
     "export",
     "report",

@@ -1,4 +1,5 @@
-"""`moemeter rules`: the alert pack as one Prometheus rules file (and a file_sd file of the targets)."""
+"""`moemeter rules`: the alert pack as one Prometheus rules file (and a file_sd file of the targets);
+`moemeter mixin`: the pack, the figures' recording rules and Grafana boards as a monitoring mixin."""
 
 from __future__ import annotations
 
@@ -25,6 +26,29 @@ def _rules_options(s: Command) -> None:
     )
 
 
+def _inputs(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """(targets, pools, SLO class) from --targets, --price-sheet and --slo-sheet."""
+    from collectors.targets import load_targets
+    from warehouse.prices import default_sheet, load_sheet
+    from warehouse.promql import pool_costs
+    from warehouse.rules import RulesError
+    from warehouse.slo import default_slo_sheet, load_slo_sheet
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    targets = load_targets(args.targets) if args.targets else None
+    pools = None
+    if targets is not None:
+        sheet = load_sheet(args.price_sheet) if args.price_sheet else default_sheet()
+        pools = pool_costs(targets, sheet, now)  # the prices in effect now
+    else:
+        print("no --targets: the $/M-token rules (they need each pool's GPUs) are left out", file=sys.stderr)
+    slo_sheet = load_slo_sheet(args.slo_sheet) if args.slo_sheet else default_slo_sheet()
+    slo = slo_sheet.default_at(now)
+    if slo is None:
+        raise RulesError(f"SLO sheet {slo_sheet.name}: no default class is in effect now")
+    return targets, pools, slo
+
+
 @commands.command(
     "rules",
     _rules_options,
@@ -43,25 +67,10 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from collectors.targets import load_targets
     from warehouse.alerts import AlertRules
-    from warehouse.prices import default_sheet, load_sheet
-    from warehouse.promql import pool_costs
     from warehouse.rules import RulesError, alert_pack, file_sd
-    from warehouse.slo import default_slo_sheet, load_slo_sheet
 
-    targets = load_targets(args.targets) if args.targets else None
-    pools = None
-    if targets is not None:
-        sheet = load_sheet(args.price_sheet) if args.price_sheet else default_sheet()
-        pools = pool_costs(targets, sheet, datetime.now(UTC).replace(tzinfo=None))  # the prices in effect now
-    else:
-        print("no --targets: the $/M-token rules (they need each pool's GPUs) are left out", file=sys.stderr)
-    slo_sheet = load_slo_sheet(args.slo_sheet) if args.slo_sheet else default_slo_sheet()
-    now = datetime.now(UTC).replace(tzinfo=None)
-    slo = slo_sheet.default_at(now)
-    if slo is None:
-        raise RulesError(f"SLO sheet {slo_sheet.name}: no default class is in effect now")
+    targets, pools, slo = _inputs(args)
     text = yaml.safe_dump(alert_pack(AlertRules(), slo, pools), sort_keys=False, width=1000)
     if args.sd_out:
         if targets is None:
@@ -73,4 +82,40 @@ def cmd_rules(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(text, end="")
+    return 0
+
+
+def _mixin_options(s: Command) -> None:
+    s.add_argument("--out", required=True, help="directory to write the mixin into (made if missing)")
+    s.add_argument("--targets", help="targets file: each pool's GPUs, for the per-GPU and $/M figures (else left out)")
+    s.add_argument("--price-sheet", help="TOML price sheet (default: warehouse/price_sheets/default.toml)")
+    s.add_argument(
+        "--slo-sheet",
+        help="TOML SLO sheet: its default class sets the burn-rate objectives (default: warehouse/slo_sheets/default.toml)",
+    )
+    s.add_argument(
+        "--rack", default="", help="the `rack` label of the recorded GPUs and prices, as your scrape config sets it"
+    )
+
+
+@commands.command(
+    "mixin",
+    _mixin_options,
+    help="the monitoring mixin: recording rules, alerts, Grafana boards, provisioning, Kubernetes",
+    rows=[
+        Row(
+            "moemeter mixin --out DIR [--targets F] [--rack R]",
+            "the **monitoring mixin** for an existing Prometheus and Grafana: every headline figure as a "
+            "recording rule, the alert pack, six Grafana boards (grafana-foundation-sdk), provisioning "
+            "files, a PrometheusRule and a dashboards ConfigMap (docs/grafana.md)",
+        ),
+    ],
+)
+def cmd_mixin(args: argparse.Namespace) -> int:
+    from warehouse.mixin import files, write
+
+    targets, pools, slo = _inputs(args)
+    texts = files(slo, pools, targets, args.rack)  # everything built before anything is written
+    written = write(Path(args.out), texts)
+    print(f"wrote {len(written)} files under {args.out}", file=sys.stderr)
     return 0
