@@ -165,6 +165,47 @@ def assert_as_vllm_says(row: dict, bench: dict, lines: list[LoggedInterval], k: 
 
 
 @pytest.fixture
+def prometheus(localstack, tmp_path_factory) -> Iterator[tuple[str, float]]:
+    """Debian's Prometheus scraping the stack's servers at 5 s with the mixin's rules, as an SRE's
+    would (docs/grafana.md), until it holds a sample of the decode server: its address and the
+    time before its first scrape."""
+    from moemeter.cli import main
+    from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus
+
+    if PROMETHEUS is None:
+        pytest.skip("needs Debian's prometheus package (make test installs it)")
+    work, _, _ = localstack
+    tmp = tmp_path_factory.mktemp("prometheus")
+    targets = str(work / "targets.json")
+    assert main(["mixin", "--targets", targets, "--out", str(tmp / "mixin")]) == 0
+    (tmp / "rules.yml").write_text((tmp / "mixin" / "prometheus_rules.yaml").read_text())
+    assert main(["rules", "--targets", targets, "--sd-out", str(tmp / "sd.json")]) == 0
+    procs: list[subprocess.Popen] = []
+    began = time.time()
+    try:
+        url = start_prometheus(
+            tmp, [{"job_name": "stack", "file_sd_configs": [{"files": [str(tmp / "sd.json")]}]}], procs
+        )
+        decode_scraped_after(url, began)
+        yield url, began
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(20)
+
+
+def decode_scraped_after(url: str, t: float) -> None:
+    """Until Prometheus holds a sample of the decode server taken after `t` (epoch seconds)."""
+    deadline = time.monotonic() + scaled(60)
+    while True:
+        r = httpx.get(url + "/api/v1/query", params={"query": 'timestamp(up{role="decode"} == 1)'}).json()
+        if r["data"]["result"] and float(r["data"]["result"][0]["value"][1]) > t:
+            return
+        assert time.monotonic() < deadline, f"Prometheus scraped no decode sample after {t}: {r}"
+        time.sleep(0.5)
+
+
+@pytest.fixture
 def bench_url(localstack) -> Iterator[str]:
     """The base URL for `vllm bench serve`. It reads the spec-decode counters from the /metrics of the
     URL it sends its requests to; the gateway's and the router's /metrics have none (the router's
@@ -180,18 +221,20 @@ def bench_url(localstack) -> Iterator[str]:
     srv.server_close()
 
 
-def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, capsys, monkeypatch):
+def test_spec_decode_figures_are_vllms_own(localstack, bench_url, prometheus, tmp_path, capsys, monkeypatch):
     """Drafts, draft tokens, accepted tokens, acceptance rate, mean acceptance length and the
     per-position rates over one bench run through the stack: the counters' increase between the
     scrapes before and after it, moemeter's `report spec` of it and the Speculative decoding page,
-    against vLLM's log at its rounding and bench serve's floats."""
+    against vLLM's log at its rounding and bench serve's floats; and the mixin's PromQL for the
+    run's ratios and quantiles, on a real Prometheus that scraped the same servers, against
+    moemeter's query API."""
     from streamlit.testing.v1 import AppTest
 
     from collectors.scrape import http_fetch
     from collectors.service import Collector
     from moemeter.cli import main
     from stack.localstack import DECODE_SPECULATIVE_CONFIG, MODEL_NAME
-    from warehouse.api import QueryServer
+    from warehouse.api import QueryClient, QueryServer
     from warehouse.db import Warehouse
 
     work, base, _ = localstack
@@ -294,6 +337,7 @@ def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, caps
         try:
             page = AppTest.from_file(str(ROOT / "dashboard" / "views" / "spec.py"), default_timeout=60)
             page.run()
+            parity = prometheus_parity(QueryClient(api.url), prometheus, start)
         finally:
             api.shutdown()
     finally:
@@ -318,3 +362,39 @@ def test_spec_decode_figures_are_vllms_own(localstack, bench_url, tmp_path, caps
     assert shown["Mean acceptance length"] == f"{row['mean_acceptance_length']:.2f}"
     assert shown["Acceptance rate"] == f"{row['acceptance_rate']:.1%}"
     assert page.dataframe[0].value["label"].tolist() == ["decode-0 · DP 0"]
+    assert parity["acceptance_length"][0] == pytest.approx(row["mean_acceptance_length"], rel=1e-6)  # its rounding
+    for key, (ours, theirs, allowed) in parity.items():
+        assert abs(theirs - ours) <= allowed, f"{key}: moemeter {ours}, Prometheus {theirs}, allowed {allowed}"
+
+
+PARITY_FIGURES = ("acceptance_length", "ttft_p90_seconds", "itl_p50_seconds", "user_tokens_per_second_p90")
+"""The figures of warehouse/promql.py that one short, bursty run can referee: ratios and quantiles.
+Both sides' increases cover the whole run (moemeter's from a scrape before it to one after it,
+Prometheus's from its first sample, before the run, to one after it); Prometheus's `rate`
+extrapolates both terms of a ratio by the same factor, so the ratio is the run's own. A rate per
+GPU over the run would instead be stretched by that factor (up to a scrape interval over the
+range), so the counters' figures are refereed on the twin (tests/integration/test_promql_parity.py)."""
+
+
+def prometheus_parity(q, prometheus: tuple[str, float], start: datetime) -> dict[str, tuple[float, float, float]]:
+    """figure -> (moemeter, Prometheus, allowed) for the run: Prometheus evaluated once it holds a
+    decode sample taken after the last scrape of ours, over everything it scraped."""
+    from tests.integration.test_promql_parity import moemeter
+    from warehouse.promql import figures
+    from warehouse.slo import default_slo_sheet
+
+    url, began = prometheus
+    after = time.time()
+    decode_scraped_after(url, after)
+    at = time.time()
+    window = f"{math.ceil(at - began) + 1}s"
+    end = datetime.utcnow() + timedelta(seconds=1)
+    found = {f.key: f for f in figures(default_slo_sheet().default_at(end))}
+    out = {}
+    for key in PARITY_FIGURES:
+        f = found[key]
+        rows = httpx.get(url + "/api/v1/query", params={"query": f.expr(window), "time": f"{at:.3f}"}).json()
+        [(_, ours)] = moemeter(q, key, start, end, {}).items()
+        [theirs] = [float(r["value"][1]) for r in rows["data"]["result"]]
+        out[key] = (ours, theirs, f.tolerance.allowed(ours))
+    return out
