@@ -15,14 +15,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from warehouse.promql import RULE_WINDOW, Figure, figures
+from warehouse.promql import GPU_PRICE, POOL_GPUS, RULE_WINDOW, Figure, figures
 from warehouse.slo import SloClass
 
 DATASOURCE_UID = "moemeter-prometheus"
 """The uid of the Prometheus datasource the provisioning file declares and the boards default to."""
 VARIABLES = {"rack": "rack", "pool": "role", "instance": "instance", "engine": "engine"}
 """Each board's template variables and the label each filters."""
+VARIABLE_QUERIES = {
+    "rack": "label_values(up, rack)",
+    "pool": 'label_values(up{rack=~"$rack"}, role)',
+    "instance": 'label_values(up{rack=~"$rack", role=~"$pool"}, instance)',
+    # `engine` is vLLM's own label (a DP engine's index), on its series, not on the target
+    "engine": 'label_values(vllm:num_requests_running{rack=~"$rack", role=~"$pool", instance=~"$instance"}, engine)',
+}
+"""Each variable's choices, each narrowed by the variables before it."""
 RATE = "$__rate_interval"
+KINDS = ("stat", "timeseries", "heatmap")
+"""The panel types a Panel may be drawn as; a heatmap's expression returns histogram buckets by `le`."""
 
 BOARDS = {
     "moemeter-overview": "moemeter: rack overview",
@@ -42,9 +52,15 @@ class Panel:
     expr: str  # PromQL with the board's variables
     unit: str  # a Grafana unit id
     legend: str = ""
-    kind: str = "timeseries"  # or "stat"
+    kind: str = "timeseries"  # one of KINDS
     plugin: bool = False  # reads the moemeter vLLM plugin's families
     description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.board not in BOARDS:
+            raise ValueError(f"panel {self.title!r}: no board {self.board!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"panel {self.title!r}: kind {self.kind!r} is none of {', '.join(KINDS)}")
 
     @property
     def text(self) -> str:
@@ -107,6 +123,16 @@ def panels(slo: SloClass) -> list[Panel]:
         figure("moemeter-overview", "acceptance_length"),
         figure("moemeter-overview", "pool_usd_per_mtok"),
         Panel(
+            "moemeter-overview",
+            "TTFT distribution",
+            _rate("vllm:time_to_first_token_seconds_bucket", "le"),
+            "s",
+            "{{le}}",
+            "heatmap",
+            description="Requests per second by time to first token, in vLLM's own buckets, over the selected "
+            "pools and engines (the TTFT P90 panels read the prefill pool's alone).",
+        ),
+        Panel(
             "moemeter-dp-ranks",
             "Requests waiting per engine",
             f"sum by ({engine}) ({_engines('vllm:num_requests_waiting')})",
@@ -136,6 +162,16 @@ def panels(slo: SloClass) -> list[Panel]:
             "{{role}} {{instance}} engine {{engine}}",
             plugin=True,
             description="Every rank's all-to-all waits for the slowest engine step.",
+        ),
+        Panel(
+            "moemeter-dp-ranks",
+            "Engine step time distribution",
+            _rate("moemeter_step_seconds_bucket", "le"),
+            "s",
+            "{{le}}",
+            "heatmap",
+            plugin=True,
+            description="Engine steps per second by duration, all selected engines.",
         ),
         Panel(
             "moemeter-dp-ranks",
@@ -199,8 +235,7 @@ def panels(slo: SloClass) -> list[Panel]:
         Panel(
             "moemeter-cost",
             "GPU cost per hour",
-            f"moemeter:pool_gpus{{{_select('rack', 'pool')}}}"
-            f" * on (rack, role) moemeter:pool_usd_per_gpu_hour{{{_select('rack', 'pool')}}}",
+            f"{POOL_GPUS}{{{_select('rack', 'pool')}}} * on (rack, role) {GPU_PRICE}{{{_select('rack', 'pool')}}}",
             "currencyUSD",
             "{{role}}",
             description="Each pool's GPUs x the price sheet's GPU-hour price, as recorded when the mixin was written.",
@@ -208,7 +243,7 @@ def panels(slo: SloClass) -> list[Panel]:
         Panel(
             "moemeter-cost",
             "GPUs per pool",
-            f"moemeter:pool_gpus{{{_select('rack', 'pool')}}}",
+            f"{POOL_GPUS}{{{_select('rack', 'pool')}}}",
             "short",
             "{{role}}",
             "stat",
@@ -251,19 +286,21 @@ def panels(slo: SloClass) -> list[Panel]:
 
 
 def concrete(expr: str, window: str = "1m") -> str:
-    """A panel's expression as Prometheus runs it with every variable at "All" and the rate
-    interval at `window`."""
-    expr = re.sub(r"\$__(rate_interval|interval|range)\b", window, expr)
-    return re.sub(r"\$(" + "|".join(VARIABLES) + r")\b", ".*", expr)
+    """A panel's expression as Prometheus runs it with every variable at "All" (`.*`) and the
+    rate interval, interval and range at `window`; `$x` and `${x}` (`${x:format}`) alike."""
+    expr = re.sub(r"\$(?:__(?:rate_interval|interval|range)\b|\{__(?:rate_interval|interval|range)\})", window, expr)
+    names = "|".join(VARIABLES)
+    return re.sub(r"\$(?:(" + names + r")\b|\{(" + names + r")(?::[a-z]+)?\})", ".*", expr)
 
 
 # --------------------------------------------------------------------------- boards
 def dashboards(slo: SloClass) -> dict[str, dict[str, Any]]:
     """Each board's JSON model (uid -> dashboard), built with grafana-foundation-sdk."""
     from grafana_foundation_sdk.builders import dashboard as db
-    from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+    from grafana_foundation_sdk.builders import heatmap, prometheus, stat, timeseries
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption, VariableRefresh
+    from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
     source = DataSourceRef(type_val="prometheus", uid="${datasource}")
     by_board: dict[str, list[Panel]] = {}
@@ -286,20 +323,27 @@ def dashboards(slo: SloClass) -> dict[str, dict[str, Any]]:
                 .current(VariableOption(text=DATASOURCE_UID, value=DATASOURCE_UID, selected=True))
             )
         )
-        for name, label in VARIABLES.items():
+        for name in VARIABLES:
             board = board.with_variable(
                 db.QueryVariable(name)
                 .label(name)
                 .datasource(source)
-                .query(f"label_values(up, {label})")
+                .query(VARIABLE_QUERIES[name])
                 .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
                 .multi(True)
                 .include_all(True)
                 .all_value(".*")
             )
         for p in by_board[uid]:
-            builder = stat.Panel() if p.kind == "stat" else timeseries.Panel()
             query = prometheus.Dataquery().expr(p.expr).legend_format(p.legend or "__auto").ref_id("A")
+            builder: Any
+            if p.kind == "stat":
+                builder = stat.Panel()
+            elif p.kind == "heatmap":  # buckets as Prometheus counts them, not re-bucketed by Grafana
+                builder = heatmap.Panel().calculate(False).y_axis(heatmap.YAxisConfig().unit(p.unit)).show_tooltip()
+                query = query.format(PromQueryFormat.HEATMAP)
+            else:
+                builder = timeseries.Panel()
             builder = (
                 builder.title(p.title)
                 .description(p.text)

@@ -13,6 +13,7 @@ does, for a Prometheus and Grafana that already run (docs/grafana.md):
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +24,12 @@ from moemeter.contract.errors import MoemeterError
 from warehouse.alerts import AlertRules
 from warehouse.export import RACK_NAME
 from warehouse.grafana import BOARDS, DATASOURCE_UID, dashboards
-from warehouse.promql import PoolCost, inventory, recording_group
+from warehouse.promql import CONSTANTS, PoolCost, inventory, recording_group
 from warehouse.rules import alert_pack
 from warehouse.slo import SloClass
 
+READS_CONSTANTS = re.compile(r"\b(" + "|".join(map(re.escape, CONSTANTS)) + r")\b")
+"""An expression reading the rack's constants, which only the targets file (and the price sheet) give."""
 DASHBOARDS_PATH = "/var/lib/grafana/dashboards/moemeter"
 """Where the provisioning file tells Grafana the boards are (copy dashboards/ there)."""
 
@@ -41,7 +44,8 @@ Group = dict[str, Any]
 def rule_files(
     slo: SloClass, pools: dict[str, PoolCost] | None, targets: list[TargetInfo] | None, rack: str = ""
 ) -> tuple[dict[str, list[Group]], dict[str, list[Group]]]:
-    """(recording, alerting): the two rules files' documents."""
+    """(recording, alerting): the two rules files' documents. Without pools (no targets file) the
+    rules that read the rack's constants are left out: they would record nothing."""
     pack: list[Group] = alert_pack(AlertRules(), slo, pools)["groups"]  # type: ignore[assignment]
     groups = [g for g in pack if g["name"] != "moemeter-inventory"]  # the mixin's own, with the rack's
     if pools:
@@ -51,7 +55,7 @@ def rule_files(
     alerts: list[Group] = []
     for g in groups:
         for kind, into in (("record", records), ("alert", alerts)):
-            rules = [r for r in g["rules"] if kind in r]
+            rules = [r for r in g["rules"] if kind in r and (pools or not READS_CONSTANTS.search(str(r["expr"])))]
             if rules:
                 into.append({"name": g["name"], "rules": rules})
     return {"groups": records}, {"groups": alerts}
@@ -123,6 +127,10 @@ def write(out: Path, texts: dict[str, str]) -> list[Path]:
     """Write the files under `out` (made if missing); an `out` that is a file is refused first."""
     if out.exists() and not out.is_dir():
         raise MixinError(f"--out {out}: a file is there, not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a parent directory should be, no permission
+        raise MixinError(f"--out {out}: cannot make the directory: {exc.strerror}") from exc
     written = []
     for rel, text in texts.items():
         path = out / rel

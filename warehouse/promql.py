@@ -33,6 +33,11 @@ RULE_WINDOW = "5m"
 PROMPT = 'vllm:prompt_tokens_total{role="prefill"}'
 CACHED = 'vllm:prompt_tokens_by_source_total{role="prefill",source="local_cache_hit"}'
 GENERATED = 'vllm:generation_tokens_total{role="decode"}'
+POOL_GPUS = "moemeter:pool_gpus"
+RACK_GPUS = "moemeter:rack_gpus"
+GPU_PRICE = "moemeter:pool_usd_per_gpu_hour"
+CONSTANTS = (POOL_GPUS, RACK_GPUS, GPU_PRICE)
+"""The rack's constants the mixin records from the targets file and the price sheet (`inventory`)."""
 KV = f'vllm:kv_cache_usage_perc{{role=~"{"|".join(POOLS)}"}}'
 WAITING = f'vllm:num_requests_waiting{{role=~"{"|".join(POOLS)}"}}'
 
@@ -68,7 +73,7 @@ EDGES = Tolerance(
     "edges",
     0.02,
     0.0,
-    "scrape phase: Prometheus's `rate` extrapolates its first and last sample in the range to the "
+    "Prometheus's `rate` extrapolates its first and last sample in the range to the "
     "range's edges, moemeter prorates the increase between the scrapes on either side of each edge; "
     "the two scrape the same targets at different moments",
 )
@@ -76,7 +81,7 @@ GAUGE = Tolerance(
     "sampling",
     0.01,
     0.0,
-    "sampling: each side averages the samples its own scrapes took, at other moments of the window; "
+    "each side averages the samples its own scrapes took, at other moments of the window; "
     "a queue turns over faster than the scrape interval (the twin's prefill queue swings 12-125 "
     "between scrapes), so the two means differ like two independent samples: 3 standard errors of "
     "that difference (from the standard deviation Prometheus measures over the window), or 1%",
@@ -93,9 +98,10 @@ REQUESTS = Tolerance(
     "requests",
     0.0,
     0.02,
-    "population: moemeter counts the gateway's request records that finished inside the window "
+    "moemeter counts the gateway's request records that finished inside the window "
     "(exact latencies), Prometheus the gateway histograms' increase between scrapes; a target on a "
-    "bucket boundary makes the comparison itself exact, the requests at the edges do not",
+    "bucket boundary makes the comparison itself exact, the requests at the edges do not; the twin "
+    "fails no request, so its availability burn is 0 on both sides",
 )
 
 
@@ -130,7 +136,7 @@ def _sum(by: str, series: str) -> str:
 
 
 def _per_gpu(tokens: str, by: str = "rack, role") -> str:
-    return f"({tokens}) / on ({by}) group_left () moemeter:pool_gpus"
+    return f"({tokens}) / on ({by}) group_left () {POOL_GPUS}"
 
 
 def over_share(histogram: str, target: float, buckets: tuple[float, ...], by: str = "rack") -> str:
@@ -184,7 +190,7 @@ HEADLINE: tuple[Figure, ...] = (
         "Rack tokens/s per GPU (logical)",
         "short",
         ("rack",),
-        f"({_sum('rack', PROMPT)} + {_sum('rack', GENERATED)}) / on (rack) group_left () moemeter:rack_gpus",
+        f"({_sum('rack', PROMPT)} + {_sum('rack', GENERATED)}) / on (rack) group_left () {RACK_GPUS}",
         EDGES,
         "Throughput",
     ),
@@ -267,8 +273,7 @@ HEADLINE: tuple[Figure, ...] = (
         "$/M tokens per pool",
         "currencyUSD",
         ("rack", "role"),
-        "(moemeter:pool_gpus * on (rack, role) moemeter:pool_usd_per_gpu_hour) / 3600"
-        f" / on (rack, role) ((({pool_tokens()}) > 0) / 1e6)",
+        f"({POOL_GPUS} * on (rack, role) {GPU_PRICE}) / 3600 / on (rack, role) ((({pool_tokens()}) > 0) / 1e6)",
         EDGES,
         "$/M tokens and revenue",
     ),
@@ -313,32 +318,25 @@ def figures(slo: SloClass) -> list[Figure]:
         ("itl", "moemeter_gateway_itl_mean_seconds", slo.itl_seconds, ITL_BUCKETS),
         ("e2e", "moemeter_gateway_request_duration_seconds", slo.e2e_seconds, E2E_BUCKETS),
     )
-    for name, histogram, target, buckets in measures:
-        if target:
-            out.append(
-                Figure(
-                    f"slo_{name}_burn",
-                    f"SLO burn rate: {name.upper()} over {target:g} s",
-                    "short",
-                    ("rack",),
-                    f"({over_share(histogram, target, buckets)}) / {budget:g}",
-                    replace(REQUESTS, absolute=REQUESTS.absolute / budget),
-                    "SLOs",
-                    recorded=f'moemeter:slo_burn:rate{RULE_WINDOW}{{objective="{name}"}}',
-                )
+    shares = [
+        (name, f"{name.upper()} over {target:g} s", over_share(histogram, target, buckets))
+        for name, histogram, target, buckets in measures
+        if target
+    ]
+    shares.append(("availability", "server-side failures", fault_share()))
+    for name, what, share in shares:
+        out.append(
+            Figure(
+                f"slo_{name}_burn",
+                f"SLO burn rate: {what}",
+                "short",
+                ("rack",),
+                f"({share}) / {budget:g}",
+                replace(REQUESTS, absolute=REQUESTS.absolute / budget),
+                "SLOs",
+                recorded=f'moemeter:slo_burn:rate{RULE_WINDOW}{{objective="{name}"}}',
             )
-    out.append(
-        Figure(
-            "slo_availability_burn",
-            "SLO burn rate: server-side failures",
-            "short",
-            ("rack",),
-            f"({fault_share()}) / {budget:g}",
-            replace(REQUESTS, absolute=REQUESTS.absolute / budget),
-            "SLOs",
-            recorded=f'moemeter:slo_burn:rate{RULE_WINDOW}{{objective="availability"}}',
         )
-    )
     return out
 
 
@@ -370,19 +368,19 @@ def inventory(pools: dict[str, PoolCost], targets: list[TargetInfo] | None = Non
     file), GPU-hour prices in effect when the file is written: write it again when either changes."""
     labels = {"rack": rack} if rack else {}
     rules: list[dict[str, object]] = [
-        {"record": "moemeter:pool_gpus", "expr": f"vector({cost.gpus})", "labels": {**labels, "role": pool}}
+        {"record": POOL_GPUS, "expr": f"vector({cost.gpus})", "labels": {**labels, "role": pool}}
         for pool, cost in pools.items()
     ]
     rules += [
         {
-            "record": "moemeter:pool_usd_per_gpu_hour",
+            "record": GPU_PRICE,
             "expr": f"vector({cost.usd_per_gpu_hour:.10g})",
             "labels": {**labels, "role": pool},
         }
         for pool, cost in pools.items()
     ]
     if targets is not None:
-        rules.append({"record": "moemeter:rack_gpus", "expr": f"vector({rack_gpus(targets)})", "labels": labels})
+        rules.append({"record": RACK_GPUS, "expr": f"vector({rack_gpus(targets)})", "labels": labels})
     return {"name": "moemeter-inventory", "rules": rules}
 
 
@@ -416,6 +414,9 @@ def markdown_table(slo: SloClass, measured: dict[str, dict[str, float]]) -> str:
             + " | ".join(cells)
             + " |"
         )
+    lines += ["", "Why each tolerance is not zero:", ""]
+    reasons = {f.tolerance.name: f.tolerance.why for f in figures(slo)}
+    lines += [f"- **{name}**: {why}." for name, why in reasons.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -13,13 +13,20 @@ from .common import Command, Commands, Row
 commands = Commands()
 
 
-def _rules_options(s: Command) -> None:
-    s.add_argument("--targets", help="targets file: each pool's GPUs, for the $/M-token rules (else left out)")
+def _sheet_options(s: Command) -> None:
+    """What `_inputs` reads."""
+    s.add_argument(
+        "--targets", help="targets file: each pool's GPUs, for the per-GPU and $/M-token rules (else left out)"
+    )
     s.add_argument("--price-sheet", help="TOML price sheet (default: warehouse/price_sheets/default.toml)")
     s.add_argument(
         "--slo-sheet",
         help="TOML SLO sheet: its default class sets the burn-rate objectives (default: warehouse/slo_sheets/default.toml)",
     )
+
+
+def _rules_options(s: Command) -> None:
+    _sheet_options(s)
     s.add_argument("--out", help="write the rules file here instead of stdout")
     s.add_argument(
         "--sd-out", help="also write a Prometheus file_sd file of the targets, with the labels the rules read"
@@ -87,12 +94,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 def _mixin_options(s: Command) -> None:
     s.add_argument("--out", required=True, help="directory to write the mixin into (made if missing)")
-    s.add_argument("--targets", help="targets file: each pool's GPUs, for the per-GPU and $/M figures (else left out)")
-    s.add_argument("--price-sheet", help="TOML price sheet (default: warehouse/price_sheets/default.toml)")
-    s.add_argument(
-        "--slo-sheet",
-        help="TOML SLO sheet: its default class sets the burn-rate objectives (default: warehouse/slo_sheets/default.toml)",
-    )
+    _sheet_options(s)
     s.add_argument(
         "--rack", default="", help="the `rack` label of the recorded GPUs and prices, as your scrape config sets it"
     )
@@ -115,6 +117,8 @@ def cmd_mixin(args: argparse.Namespace) -> int:
     from warehouse.mixin import files, write
 
     targets, pools, slo = _inputs(args)
+    if pools is None:
+        print("no --targets: the per-GPU figures are left out too; their panels stay empty", file=sys.stderr)
     texts = files(slo, pools, targets, args.rack)  # everything built before anything is written
     written = write(Path(args.out), texts)
     print(f"wrote {len(written)} files under {args.out}", file=sys.stderr)

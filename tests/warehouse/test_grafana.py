@@ -7,6 +7,7 @@ against a real Prometheus scraping the twin."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -16,8 +17,20 @@ import yaml
 
 from moemeter.cli import main
 from moemeter.contract.families import FAMILIES
+from stack.twin.config import load_profile
+from stack.twin.server import Twin
 from tests.warehouse.test_rules import promtool
-from warehouse.grafana import BOARDS, VARIABLES, board_panels, concrete, markdown_table, panels
+from warehouse.grafana import (
+    BOARDS,
+    VARIABLE_QUERIES,
+    VARIABLES,
+    Panel,
+    board_panels,
+    concrete,
+    dashboards,
+    markdown_table,
+    panels,
+)
 from warehouse.slo import default_slo_sheet
 
 ROOT = Path(__file__).parents[2]
@@ -50,6 +63,32 @@ def written(out: Path) -> set[str]:
     return {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
 
 
+SERIES = re.compile(r"\b((?:vllm:|moemeter_|moemeter:)[a-z0-9_:]+)")
+"""The names of ours or vLLM's an expression reads."""
+
+
+def records(mixin: Path) -> dict[str, str]:
+    """Each series the mixin records -> the expressions recording it, joined."""
+    out: dict[str, str] = {}
+    for g in yaml.safe_load((mixin / "prometheus_rules.yaml").read_text())["groups"]:
+        for r in g["rules"]:
+            out[r["record"]] = f"{out.get(r['record'], '')} {r['expr']}"
+    return out
+
+
+def families_read(expr: str, recorded: dict[str, str]) -> set[str]:
+    """The series an expression reads, through the mixin's recording rules to what they read."""
+    out = set()
+    for name in SERIES.findall(expr):
+        out |= families_read(recorded[name], recorded) if name in recorded else {name}
+    return out
+
+
+def family_of(series: str) -> str:
+    """A histogram's sample name -> its family's."""
+    return re.sub(r"_(bucket|sum|count)$", "", series)
+
+
 def test_the_mixin_writes_every_file_and_promtool_passes_both_rule_files(mixin):
     assert written(mixin) == FILES
     for name in ("prometheus_rules.yaml", "prometheus_alerts.yaml"):
@@ -59,6 +98,8 @@ def test_the_mixin_writes_every_file_and_promtool_passes_both_rule_files(mixin):
     alerts = yaml.safe_load((mixin / "prometheus_alerts.yaml").read_text())["groups"]
     assert all("record" in r for g in records for r in g["rules"])
     assert all("alert" in r for g in alerts for r in g["rules"])
+    keys = [(r["record"], sorted(r.get("labels", {}).items())) for g in records for r in g["rules"]]
+    assert len(keys) == len({str(k) for k in keys}), "a series recorded twice"
     gpus = [r for g in records for r in g["rules"] if r["record"] == "moemeter:pool_gpus"]
     assert sorted((r["labels"]["role"], r["expr"], r["labels"]["rack"]) for r in gpus) == [
         ("decode", "vector(16)", "nvl72-a"),
@@ -96,12 +137,69 @@ def test_every_panel_expression_comes_from_the_table_and_parses_in_promtool(mixi
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_a_panel_on_the_plugins_families_says_so():
+def test_a_panel_on_the_plugins_families_says_so_directly_or_through_a_recording_rule(mixin):
     plugin = {f.name for f in FAMILIES.values() if f.source == "plugin"}
+    recorded = records(mixin)
     for p in panels(SLO):
-        reads_plugin = any(name in p.expr for name in plugin) or p.title.startswith("Balancedness")
+        reads_plugin = any(family_of(s) in plugin for s in families_read(p.expr, recorded))
         assert p.plugin == reads_plugin, p.title
         assert ("moemeter vLLM plugin" in p.text) == p.plugin, p.title
+
+
+def test_the_boards_read_only_families_of_the_contract_or_the_mixins_own_records(mixin):
+    recorded = records(mixin)
+    declared = set()
+    for f in FAMILIES.values():
+        declared |= {f.name, f"{f.name}_bucket", f"{f.name}_count", f"{f.name}_sum"}
+    exprs = [p.expr for p in panels(SLO)] + list(VARIABLE_QUERIES.values())
+    names = {n for e in exprs for n in SERIES.findall(e)}
+    assert names - declared - set(recorded) == set()
+    assert {n for e in exprs for n in families_read(e, recorded)} <= declared  # records bottom out in the contract
+
+
+def test_every_series_a_board_reads_is_one_the_twin_exposes(mixin):
+    """What tests/integration/test_promql_parity.py needs to find every panel non-empty."""
+    pages = Twin(load_profile("deepseek-v4.1-flash"), seed=7, start=0.0).pages(5.0)
+    exposed = {m for text in pages.values() for m in re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)", text, re.M)}
+    recorded = records(mixin)
+    exprs = [p.expr for p in panels(SLO)] + list(VARIABLE_QUERIES.values())
+    assert {n for e in exprs for n in families_read(e, recorded)} - exposed == set()
+
+
+def test_every_board_has_the_four_variables_multi_with_all_as_any_value(mixin):
+    for uid in BOARDS:
+        model = json.loads((mixin / "dashboards" / f"{uid}.json").read_text())
+        source, *variables = model["templating"]["list"]
+        assert source["type"] == "datasource" and source["query"] == "prometheus"
+        for v, name in zip(variables, VARIABLES, strict=True):
+            assert (v["name"], v["type"], v["query"]) == (name, "query", VARIABLE_QUERIES[name])
+            assert v["multi"] and v["includeAll"] and v["allValue"] == ".*", (uid, name)
+            assert v["datasource"]["uid"] == "${datasource}"
+
+
+def test_each_panel_is_drawn_as_its_kind_and_an_unknown_kind_or_board_is_refused():
+    drawn = [
+        (uid, p["title"], t["expr"], p["type"], t.get("format"))
+        for uid, model in dashboards(SLO).items()
+        for p in board_panels(model)
+        for t in p["targets"]
+    ]
+    table = [(p.board, p.title, p.expr, p.kind, "heatmap" if p.kind == "heatmap" else None) for p in panels(SLO)]
+    assert sorted(drawn, key=str) == sorted(table, key=str)
+    assert {p.kind for p in panels(SLO)} == {"stat", "timeseries", "heatmap"}
+    with pytest.raises(ValueError, match="kind 'pie'"):
+        Panel("moemeter-overview", "t", "up", "short", kind="pie")
+    with pytest.raises(ValueError, match="no board"):
+        Panel("moemeter-nope", "t", "up", "short")
+
+
+def test_concrete_leaves_no_variable_for_prometheus():
+    for p in panels(SLO):
+        assert "$" not in concrete(p.expr), p.title
+    assert concrete('x{a=~"${rack}", b=~"${engine:regex}"}[$__range] [${__rate_interval}]', "5m") == (
+        'x{a=~".*", b=~".*"}[5m] [5m]'
+    )
+    assert concrete('x{a=~"$racks"}') == 'x{a=~"$racks"}'  # a longer name is not the variable
 
 
 def test_the_kubernetes_renderings_hold_exactly_the_files(mixin):
@@ -122,7 +220,10 @@ def test_the_kubernetes_renderings_hold_exactly_the_files(mixin):
     assert provider["providers"][0]["type"] == "file"
 
 
-@pytest.mark.parametrize("rack", ['a"b', "a}b", "a\nb", "x" * 65, "-lead", "räck", "a b", 'x", role="decode'])
+@pytest.mark.parametrize(
+    "rack",
+    ['a"b', "a}b", "a{b", "a\nb", "x" * 65, "-lead", "räck", "a b", 'x", role="decode', "\udcff", "a\x00b", "a/../b"],
+)
 def test_a_rack_name_that_is_no_plain_label_value_is_refused_and_nothing_is_written(tmp_path, rack, capsys):
     (tmp_path / "targets.json").write_text(json.dumps(TARGETS))
     out = tmp_path / "out"
@@ -137,14 +238,20 @@ def test_an_out_that_is_a_file_is_refused_and_left_as_it_was(tmp_path, capsys):
     assert main(["mixin", "--out", str(out)]) != 0
     assert "a file is there" in capsys.readouterr().err
     assert out.read_text() == "mine\n"
+    assert main(["mixin", "--out", str(out / "under")]) != 0  # a file where a parent should be
+    assert "cannot make the directory" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["out"] and out.read_text() == "mine\n"
 
 
 def test_without_targets_the_constants_and_cost_rules_are_left_out_and_it_says_so(tmp_path, capsys):
     assert main(["mixin", "--out", str(tmp_path / "out")]) == 0
-    assert "left out" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "$/M-token rules" in err and "per-GPU figures are left out" in err
     records = yaml.safe_load((tmp_path / "out" / "prometheus_rules.yaml").read_text())["groups"]
     names = {r["record"] for g in records for r in g["rules"]}
-    assert not names & {"moemeter:pool_gpus", "moemeter:pool_usd_per_mtok:1h"}
+    assert not names & {"moemeter:pool_gpus", "moemeter:pool_usd_per_mtok:1h", "moemeter:decode_tokens_per_gpu:5m"}
+    assert "moemeter:ttft_p90_seconds:5m" in names  # what needs no constant is there
+    assert not any("gpus" in str(r["expr"]) for g in records for r in g["rules"])
 
 
 def test_docs_list_every_panel():
@@ -155,17 +262,20 @@ def test_docs_list_every_panel():
     )
 
 
-def test_the_docs_scrape_config_passes_promtool_and_the_pod_monitor_parses(tmp_path):
-    import re
-
+def test_the_docs_scrape_configs_pass_promtool_and_the_pod_monitor_parses(tmp_path):
     doc = (ROOT / "docs" / "grafana.md").read_text()
-    scrape, monitor = (yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, re.S))
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, re.S)]
     (tmp_path / "sd.json").write_text("[]")
-    scrape["scrape_configs"][0]["file_sd_configs"][0]["files"] = [str(tmp_path / "sd.json")]
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape))
-    check = subprocess.run(
-        [promtool(), "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert monitor["kind"] == "PodMonitor"
+    configs = [b for b in blocks if "scrape_configs" in b]
+    assert len(configs) == 2
+    for i, config in enumerate(configs):
+        for job in config["scrape_configs"]:
+            for sd in job.get("file_sd_configs", []):
+                sd["files"] = [str(tmp_path / "sd.json")]
+        (tmp_path / f"prometheus-{i}.yml").write_text(yaml.safe_dump(config))
+        check = subprocess.run(
+            [promtool(), "check", "config", str(tmp_path / f"prometheus-{i}.yml")], capture_output=True, text=True
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+    [monitor] = [b for b in blocks if b.get("kind") == "PodMonitor"]
     assert {r["targetLabel"] for r in monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]} == {"role", "rack"}

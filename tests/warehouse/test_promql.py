@@ -18,7 +18,7 @@ from moemeter.contract.families import FAMILIES
 from tests.warehouse.test_rules import promtool
 from warehouse.alerts import AlertRules
 from warehouse.prices import default_sheet
-from warehouse.promql import EDGES, GAUGE, figures, inventory, markdown_table, pool_costs, recording_group
+from warehouse.promql import CONSTANTS, EDGES, GAUGE, figures, inventory, markdown_table, pool_costs, recording_group
 from warehouse.rules import alert_pack
 from warehouse.slo import default_slo_sheet, load_slo_sheet
 
@@ -29,7 +29,6 @@ TARGETS = [
     TargetInfo(name="prefill-0", url="http://10.0.0.1:8100/metrics", role="prefill", gpus=8),
     TargetInfo(name="decode-0", url="http://10.0.0.2:8200/metrics", role="decode", gpus=16),
 ]
-CONSTANTS = {"moemeter:pool_gpus", "moemeter:pool_usd_per_gpu_hour", "moemeter:rack_gpus"}
 
 
 def test_tolerances_are_the_arithmetic_the_docs_state():
@@ -59,7 +58,7 @@ def test_every_figure_parses_in_promtool_at_any_window(tmp_path):
 
 
 def test_figures_read_only_families_of_the_contract_and_the_mixins_constants():
-    known = {f"{name}{suffix}" for name in FAMILIES for suffix in ("", "_bucket", "_count", "_sum")} | CONSTANTS
+    known = {f"{name}{suffix}" for name in FAMILIES for suffix in ("", "_bucket", "_count", "_sum")} | set(CONSTANTS)
     for f in figures(SLO):
         names = set(re.findall(r"\b((?:vllm:|moemeter_|moemeter:)[a-z0-9_:]+)", f.expr() + f.spread))
         assert names and names <= known, f"{f.key} reads {sorted(names - known)}, no family of the contract"
