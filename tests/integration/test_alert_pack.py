@@ -6,9 +6,7 @@ passing the line for a moment: pending, never held."""
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 import time
 
 import httpx
@@ -17,7 +15,7 @@ import pytest
 from moemeter.cli import main
 from stack.ready import scaled
 from stack.twin.server import write_targets
-from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus
+from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus, start_twin
 from warehouse.alerts import AlertRules
 
 pytestmark = pytest.mark.integration
@@ -36,18 +34,9 @@ def prometheus(tmp_path_factory):
         pytest.skip("needs Debian's prometheus package (make test installs it)")
     tmp = tmp_path_factory.mktemp("pack")
     faults = [a for f in FAULTS for a in ("--fault", f)]
-    twin = subprocess.Popen(
-        [sys.executable, "-m", "moemeter.cli", "twin", "--seed", "6", "--targets-out", str(tmp / "all.json"), *faults],
-        stdout=subprocess.DEVNULL,
-    )
-    procs = [twin]
+    procs: list[subprocess.Popen] = []
     try:
-        within = scaled(180)
-        deadline = time.monotonic() + within
-        while not (tmp / "all.json").exists() and twin.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert (tmp / "all.json").exists(), f"the twin did not publish its targets within {within:g} s"
-        chosen = [t for t in json.loads((tmp / "all.json").read_text()) if t["role"] in ("prefill", "decode")]
+        chosen = [t for t in start_twin(tmp, procs, "--seed", "6", *faults) if t["role"] in ("prefill", "decode")]
         write_targets(chosen, tmp / "targets.json")
         assert (
             main(

@@ -64,6 +64,22 @@ def _with_prometheus(twin: subprocess.Popen, tmp, procs: list[subprocess.Popen])
     yield url, tmp / "targets.json", tmp
 
 
+def start_twin(tmp, procs: list[subprocess.Popen], *args: str) -> list[dict]:
+    """The twin in its own process (added to `procs`, for the caller to stop), until it publishes
+    its targets: their entries."""
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter.cli", "twin", *args, "--targets-out", str(tmp / "all.json")],
+        stdout=subprocess.DEVNULL,
+    )
+    procs.append(twin)
+    within = scaled(180)  # it publishes once its simulation has caught up with the clock
+    deadline = time.monotonic() + within
+    while not (tmp / "all.json").exists() and twin.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp / "all.json").exists(), f"the twin did not publish its targets within {within:g} s (exit {twin.poll()})"
+    return json.loads((tmp / "all.json").read_text())
+
+
 def start_prometheus(tmp, scrape_configs: list[dict], procs: list[subprocess.Popen]) -> str:
     """Debian's Prometheus on a free loopback port, the alert pack in tmp/rules.yml loaded, until
     it is ready; its address. Added to `procs` for the caller to stop."""

@@ -28,8 +28,8 @@ from moemeter.contract import DEFAULT_INTERVAL
 from stack.ready import scaled
 from stack.twin.server import write_targets
 from tests.e2e.test_browser import free_port
-from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus, wait_for_scrapes
-from warehouse.api import QueryClient
+from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus, start_twin, wait_for_scrapes
+from warehouse.api import QueryClient, QueryError
 from warehouse.cost import cost_report, stored_pools
 from warehouse.goodput import slo_reports
 from warehouse.grafana import board_panels, concrete, panels
@@ -42,8 +42,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow("scrapes the twin for th
 INTERVAL = DEFAULT_INTERVAL
 WINDOW_SECONDS = 120
 """The compared window: 24 scrapes at 5 s on either side."""
-SETTLE_SECONDS = 15
-"""Both collectors have scraped past the window's end by then (three scrape intervals)."""
+SETTLE_SECONDS = 5
+"""Both collectors' rounds after the window's end, so that moemeter's prorated increases at the edge are whole."""
 ONE_BUCKET = 9_999_999
 """A step far longer than the window, and no whole minute: one bucket of raw rows (warehouse/read.py)."""
 
@@ -59,21 +59,10 @@ def rack(tmp_path_factory):
     if PROMETHEUS is None:
         pytest.skip("needs Debian's prometheus package (make test installs it)")
     tmp = tmp_path_factory.mktemp("parity")
-    twin = subprocess.Popen(
-        [sys.executable, "-m", "moemeter.cli", "twin", "--seed", "1", "--targets-out", str(tmp / "all.json")],
-        stdout=subprocess.DEVNULL,
-    )
-    procs = [twin]
+    procs: list[subprocess.Popen] = []
     try:
-        within = scaled(180)
-        deadline = time.monotonic() + within
-        while not (tmp / "all.json").exists() and twin.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert (tmp / "all.json").exists(), f"the twin did not publish its targets within {within:g} s"
         # both pools whole (the figures are per pool), the gateway (SLOs); not the 18 GPU trays
-        chosen = [
-            t for t in json.loads((tmp / "all.json").read_text()) if t["role"] in ("prefill", "decode", "gateway")
-        ]
+        chosen = [t for t in start_twin(tmp, procs, "--seed", "1") if t["role"] in ("prefill", "decode", "gateway")]
         write_targets(chosen, tmp / "targets.json")
         mixin = tmp / "mixin"
         argv = ["mixin", "--targets", str(tmp / "targets.json"), "--slo-sheet", str(SLO_SHEET), "--out", str(mixin)]
@@ -94,10 +83,14 @@ def rack(tmp_path_factory):
         wait_for_scrapes(url, len(chosen), 2, scaled(180))
         q = QueryClient(f"http://127.0.0.1:{port}")
         _first_scrape(q, serve, scaled(180))
-        # the window starts once both have scraped for a while, and is judged once both are past it
+        # the window starts once both have scraped for a while, and is judged once both hold a
+        # scrape of every target past its end
         end = (datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=10 + WINDOW_SECONDS)).replace(microsecond=0)
-        while datetime.now(UTC).replace(tzinfo=None) < end + timedelta(seconds=SETTLE_SECONDS):
+        past = end + timedelta(seconds=SETTLE_SECONDS)
+        deadline = time.monotonic() + WINDOW_SECONDS + scaled(120)
+        while not (_moemeter_past(q, past) and _prometheus_past(url, past)):
             assert serve.poll() is None, f"serve exited {serve.returncode}: {(tmp / 'serve.log').read_text()[-2000:]}"
+            assert time.monotonic() < deadline, f"the collectors had not scraped past {past} in time"
             time.sleep(1)
         yield q, url, end, mixin, load_targets(str(tmp / "targets.json"))
     finally:
@@ -110,13 +103,23 @@ def rack(tmp_path_factory):
                 json.dump(MEASURED, f, indent=2, sort_keys=True)
 
 
+def _moemeter_past(q: QueryClient, t: datetime) -> bool:
+    latest = live.latest_scrape_time(q)
+    return latest is not None and latest > t
+
+
+def _prometheus_past(url: str, t: datetime) -> bool:
+    oldest = _query(url, "min(timestamp(up))", None)
+    return bool(oldest) and float(oldest[0]["value"][1]) > t.replace(tzinfo=UTC).timestamp()
+
+
 def _first_scrape(q: QueryClient, serve: subprocess.Popen, within: float) -> datetime:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         assert serve.poll() is None, f"serve exited {serve.returncode}"
         try:
             latest = live.latest_scrape_time(q)
-        except Exception:  # the query API is not up yet
+        except QueryError:  # the query API is not up yet
             latest = None
         if latest is not None:
             return latest
