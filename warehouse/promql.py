@@ -33,6 +33,8 @@ RULE_WINDOW = "5m"
 PROMPT = 'vllm:prompt_tokens_total{role="prefill"}'
 CACHED = 'vllm:prompt_tokens_by_source_total{role="prefill",source="local_cache_hit"}'
 GENERATED = 'vllm:generation_tokens_total{role="decode"}'
+FINISHED = "moemeter_gateway_request_duration_seconds"
+"""The gateway's histogram that observes every request it finishes."""
 POOL_GPUS = "moemeter:pool_gpus"
 RACK_GPUS = "moemeter:rack_gpus"
 GPU_PRICE = "moemeter:pool_usd_per_gpu_hour"
@@ -140,14 +142,18 @@ def _per_gpu(tokens: str, by: str = "rack, role") -> str:
 
 
 def over_share(histogram: str, target: float, buckets: tuple[float, ...], by: str = "rack") -> str:
-    """The share of observations above `target` over `[W]`, from a histogram with that bucket."""
+    """The share of requests whose measure in `histogram` is above `target` over `[W]`. A request
+    without the measure (an answer with no token text has no first token) did not miss it
+    (docs/definitions.md, SLOs), so the share is of every request the gateway finished: its
+    duration histogram observes each one."""
     if target not in buckets:
         raise PromqlError(
             f"{histogram}: the target {target:g} s is no bucket boundary ({', '.join(f'{b:g}' for b in buckets)})"
         )
     return (
-        f'1 - sum by ({by}) (rate({histogram}_bucket{{le="{target!r}"}}[W]))'
-        f" / sum by ({by}) (rate({histogram}_count[W]))"
+        f"(sum by ({by}) (rate({histogram}_count[W]))"
+        f' - sum by ({by}) (rate({histogram}_bucket{{le="{target!r}"}}[W])))'
+        f" / sum by ({by}) (rate({FINISHED}_count[W]))"
     )
 
 
@@ -316,7 +322,7 @@ def figures(slo: SloClass) -> list[Figure]:
     measures = (
         ("ttft", "moemeter_gateway_ttft_seconds", slo.ttft_seconds, TTFT_BUCKETS),
         ("itl", "moemeter_gateway_itl_mean_seconds", slo.itl_seconds, ITL_BUCKETS),
-        ("e2e", "moemeter_gateway_request_duration_seconds", slo.e2e_seconds, E2E_BUCKETS),
+        ("e2e", FINISHED, slo.e2e_seconds, E2E_BUCKETS),
     )
     shares = [
         (name, f"{name.upper()} over {target:g} s", over_share(histogram, target, buckets))
