@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-vllm test test-contended check lint typecheck bench install system-deps vllm-env router-env clean
+.PHONY: run run-vllm test test-contended check lint typecheck bench install system-deps vllm-env router-env focus-env clean
 VLLM_VENV := .vllm-venv
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
@@ -48,6 +48,18 @@ $(ROUTER_STAMP):
 
 router-env: $(ROUTER_STAMP)
 
+## The FinOps Foundation's FOCUS validator, the referee of `moemeter report focus`: Python 3.12
+## (pyenv's 3.12, else python3.12 on the PATH), numpy<2 and pyarrow<16 beside it.
+FOCUS_STAMP := .focus-venv/.installed
+PYTHON312 ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12 \
+	$(HOME)/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+$(FOCUS_STAMP):
+	test -x .focus-venv/bin/python || $(PYTHON312) -m venv .focus-venv
+	.focus-venv/bin/pip install --quiet 'focus-validator==2.2.1' 'numpy<2' 'pyarrow<16'
+	touch $(FOCUS_STAMP)
+
+focus-env: $(FOCUS_STAMP)
+
 ## make run-vllm: the same as make run, observing real vLLM on this CPU (prefill + decode with NIXL, vllm-router).
 run-vllm: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP)
 	$(BIN)/moemeter up --stack local-cpu
@@ -74,12 +86,12 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 ## make test: install and run the whole suite (unit, integration, browser).
-test: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) system-deps lint typecheck
+test: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) $(FOCUS_STAMP) system-deps lint typecheck
 	$(BIN)/pytest
 
 ## make test-contended: the integration tests twice more, as on a shared machine: with one core
 ## kept busy by an unrelated process, then with the whole run pinned to core 0. Prints the CPU.
-test-contended: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) system-deps
+test-contended: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) $(FOCUS_STAMP) system-deps
 	@grep -m1 "model name" /proc/cpuinfo; grep -o -m1 -w 'avx512f\|avx2\|asimd' /proc/cpuinfo | sort -u | tr '\n' ' '; nproc
 	$(BIN)/python -c "while True: pass" & busy=$$!; trap "kill $$busy" EXIT; $(BIN)/pytest -m integration -p no:cacheprovider
 	taskset -c 0 $(BIN)/pytest -m integration -p no:cacheprovider
@@ -94,4 +106,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .router-venv build .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) $(VLLM_VENV) .router-venv .focus-venv build .pytest_cache .ruff_cache .mypy_cache

@@ -28,6 +28,10 @@ from .prices import PriceSheet, default_sheet, stored_sheet
 from .read import Query, floor, increases, request_window, run, timestamp
 
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
+BASES = ("allocation", "usage")
+"""Cost bases (docs/definitions.md, Cost bases): "allocation" charges every reserved GPU-hour to
+the tokens and users that ran; "usage" charges them only the busy GPU-hours and leaves the idle
+cost its own line. The bill (a pool's cost) is the same on both."""
 HOUR = timedelta(hours=1)
 Pools = dict[str, list[tuple[str, int]]]
 """{"prefill": [(target, gpus), ...], "decode": [...]}: the targets of each pool and their GPUs."""
@@ -77,6 +81,24 @@ class PoolCost:
     idle_cost_usd: float
     tokens_per_second_per_gpu: float
 
+    @property
+    def busy_gpu_hours(self) -> float:
+        return self.gpu_hours - self.idle_gpu_hours
+
+    @property
+    def busy_cost_usd(self) -> float:
+        return self.cost_usd - self.idle_cost_usd
+
+    def charged(self, basis: str) -> float:
+        """What the pool's tokens and users are charged on `basis`: the whole cost, or its busy part."""
+        return self.cost_usd if basis == "allocation" else self.busy_cost_usd
+
+
+def check_basis(basis: str) -> str:
+    if basis not in BASES:
+        raise ValueError(f"unknown cost basis {basis!r}: one of {', '.join(BASES)}")
+    return basis
+
 
 @dataclass
 class CostReport:
@@ -95,6 +117,7 @@ class CostReport:
     tokens: pd.DataFrame = field(default_factory=pd.DataFrame)
     """The window's `pool_tokens` in the sheet's steps (`step_seconds`), the rows it was costed from."""
     step_seconds: int = 3600  # of `tokens`' steps
+    basis: str = "allocation"
 
     @property
     def hours(self) -> float:
@@ -107,6 +130,17 @@ class CostReport:
     @property
     def cost_usd(self) -> float:
         return self.prefill.cost_usd + self.decode.cost_usd
+
+    @property
+    def charged_usd(self) -> float:
+        """What the tokens and users are charged on the report's basis."""
+        return self.prefill.charged(self.basis) + self.decode.charged(self.basis)
+
+    @property
+    def cache_savings_usd(self) -> float:
+        """What the cached prompt tokens would have cost computed: at the $/M input of the basis."""
+        computed = self.computed_prompt_tokens
+        return self.cached_prompt_tokens * self.prefill.charged(self.basis) / computed if computed > 0 else 0.0
 
     def per_mtok(self, cost: float, tokens: float) -> float | None:
         return cost / (tokens / 1e6) if tokens > 0 else None
@@ -122,6 +156,7 @@ class CostReport:
                 "last_count": _iso(self.last_count),
             },
             "method": METHOD,
+            "basis": self.basis,
             "price_sheet": {"name": self.sheet.name, "gpu_price_sources": gpu_sources},
             "pools": {
                 "prefill": {
@@ -131,9 +166,14 @@ class CostReport:
                     "prompt_tokens": _count(self.prompt_tokens),
                     "cached_prompt_tokens": _count(self.cached_prompt_tokens),
                     "computed_prompt_tokens": _count(self.computed_prompt_tokens),
-                    "usd_per_mtok_input": _usd(self.per_mtok(self.prefill.cost_usd, self.computed_prompt_tokens)),
+                    "usd_per_mtok_input": _usd(
+                        self.per_mtok(self.prefill.charged(self.basis), self.computed_prompt_tokens)
+                    ),
+                    "busy_gpu_hours": round(self.prefill.busy_gpu_hours, 6),
                     "idle_gpu_hours": round(self.prefill.idle_gpu_hours, 6),
                     "idle_cost_usd": _cents(self.prefill.idle_cost_usd),
+                    "charged_usd": _cents(self.prefill.charged(self.basis)),
+                    "cache_savings_usd": _cents(self.cache_savings_usd),
                     "tokens_per_second_per_gpu": round(self.prefill.tokens_per_second_per_gpu, 3),
                 },
                 "decode": {
@@ -141,16 +181,23 @@ class CostReport:
                     "gpu_hours": round(self.decode.gpu_hours, 6),
                     "cost_usd": _cents(self.decode.cost_usd),
                     "generated_tokens": _count(self.generated_tokens),
-                    "usd_per_mtok_output": _usd(self.per_mtok(self.decode.cost_usd, self.generated_tokens)),
+                    "usd_per_mtok_output": _usd(self.per_mtok(self.decode.charged(self.basis), self.generated_tokens)),
+                    "busy_gpu_hours": round(self.decode.busy_gpu_hours, 6),
                     "idle_gpu_hours": round(self.decode.idle_gpu_hours, 6),
                     "idle_cost_usd": _cents(self.decode.idle_cost_usd),
+                    "charged_usd": _cents(self.decode.charged(self.basis)),
                     "tokens_per_second_per_gpu": round(self.decode.tokens_per_second_per_gpu, 3),
                 },
             },
             "total": {
                 "cost_usd": _cents(self.cost_usd),
                 "tokens": _count(self.prompt_tokens + self.generated_tokens),
-                "usd_per_mtok_blended": _usd(self.per_mtok(self.cost_usd, self.prompt_tokens + self.generated_tokens)),
+                "usd_per_mtok_blended": _usd(
+                    self.per_mtok(self.charged_usd, self.prompt_tokens + self.generated_tokens)
+                ),
+                "charged_usd": _cents(self.charged_usd),
+                "unallocated_idle_usd": _cents(self.cost_usd - self.charged_usd),
+                "cache_savings_usd": _cents(self.cache_savings_usd),
                 "revenue_usd": _cents(self.revenue_usd) if self.revenue_usd is not None else None,
                 "margin_usd": _cents(self.revenue_usd - self.cost_usd) if self.revenue_usd is not None else None,
             },
@@ -255,10 +302,11 @@ class CostReport:
         w, pf, dc, t = d["window"], d["pools"]["prefill"], d["pools"]["decode"], d["total"]
         lines = [
             f"{w['from']} .. {w['to']} ({w['hours']:g} h; tokens counted {w['first_count']} .. {w['last_count']}); price sheet "
-            f"{d['price_sheet']['name']}; per-user method: {d['method']}",
+            f"{d['price_sheet']['name']}; per-user method: {d['method']}; cost basis: {d['basis']}",
             f"prefill  {pf['gpus']:>4} GPUs {pf['gpu_hours']:>10,.2f} GPU-h {usd(pf['cost_usd']):>14}  "
             f"{pf['computed_prompt_tokens']:>15,} computed + {pf['cached_prompt_tokens']:,} cached prompt tokens  "
-            f"{usd(pf['usd_per_mtok_input'], '/M input')}  idle {usd(pf['idle_cost_usd'])}",
+            f"{usd(pf['usd_per_mtok_input'], '/M input')}  idle {usd(pf['idle_cost_usd'])}  "
+            f"cache savings {usd(pf['cache_savings_usd'])}",
             f"decode   {dc['gpus']:>4} GPUs {dc['gpu_hours']:>10,.2f} GPU-h {usd(dc['cost_usd']):>14}  "
             f"{dc['generated_tokens']:>15,} generated tokens  {usd(dc['usd_per_mtok_output'], '/M output')}  "
             f"idle {usd(dc['idle_cost_usd'])}",
@@ -269,6 +317,11 @@ class CostReport:
                 else ""
             ),
         ]
+        if d["basis"] == "usage":
+            lines.append(
+                f"usage basis: {usd(t['charged_usd'])} of busy GPU time charged to tokens and users, "
+                f"{usd(t['unallocated_idle_usd'])} idle left unallocated"
+            )
         if d["users"]:
             lines.append("users (top 20 by cost; each user of its tenant):")
             lines += [
@@ -351,17 +404,24 @@ def allocate(users: pd.DataFrame, prefill_cost: float, decode_cost: float) -> pd
 
 
 def cost_report(
-    q: Query, pools: Pools, start: datetime, end: datetime, sheet: PriceSheet | None = None, revenue_too: bool = True
+    q: Query,
+    pools: Pools,
+    start: datetime,
+    end: datetime,
+    sheet: PriceSheet | None = None,
+    revenue_too: bool = True,
+    basis: str = "allocation",
 ) -> CostReport:
     """`pools`: {"prefill": [(target, gpus), ...], "decode": [...]} from the targets file.
     `revenue_too=False`: no revenue (None), and tokens counted in the GPU prices' steps only (a
     sheet's off-peak half hours would otherwise read a week of minute rows for a week's cost)."""
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
+    check_basis(basis)
     sheet = price_sheet(q, sheet)
     _check_pools(pools)
     step = sheet.step_seconds(tokens=revenue_too)
-    return _costed(q, pools, start, end, sheet, step, pool_tokens(q, pools, start, end, step), revenue_too)
+    return _costed(q, pools, start, end, sheet, step, pool_tokens(q, pools, start, end, step), revenue_too, basis)
 
 
 def _check_pools(pools: Pools) -> list[tuple[str, int]]:
@@ -381,6 +441,7 @@ def _costed(
     step: int,
     tokens: pd.DataFrame,
     revenue_too: bool = True,
+    basis: str = "allocation",
 ) -> CostReport:
     """The report of [start, end) from its `pool_tokens` in steps of `step` seconds (the sheet's)."""
     pf, dc = pools.get("prefill", []), pools.get("decode", [])
@@ -391,7 +452,7 @@ def _costed(
     width = timedelta(seconds=step)
     prefill = _pool_cost(sheet, "prefill", sum(g for _, g in pf), start, end, tokens, width)
     decode = _pool_cost(sheet, "decode", sum(g for _, g in dc), start, end, tokens, width)
-    users = allocate(user_tokens(q, start, end), prefill.cost_usd, decode.cost_usd)
+    users = allocate(user_tokens(q, start, end), prefill.charged(basis), decode.charged(basis))
     seen = run(q, "counted", {"start": start, "end": end, "targets": [n for n, _ in pf + dc]})
     first, last = (timestamp(seen[c].iloc[0]) if len(seen) else None for c in ("first_count", "last_count"))
     return CostReport(
@@ -409,6 +470,7 @@ def _costed(
         last,
         tokens,
         step,
+        basis,
     )
 
 
@@ -423,11 +485,18 @@ def rebucket(tokens: pd.DataFrame, step: timedelta) -> pd.DataFrame:
 
 
 def daily_statement(
-    q: Query, pools: dict[str, list[tuple[str, int]]], start: datetime, end: datetime, sheet: PriceSheet | None = None
+    q: Query,
+    pools: dict[str, list[tuple[str, int]]],
+    start: datetime,
+    end: datetime,
+    sheet: PriceSheet | None = None,
+    basis: str = "allocation",
 ) -> pd.DataFrame:
     """One row per UTC day, in the form DeepSeek published for its inference service: GPUs in
     service (average and peak, from the scrapes that found them up), GPU-hours, cost, input tokens
-    and their cache-hit share, output tokens, revenue at the token price sheet, margin."""
+    and their cache-hit share, output tokens, $/M on the cost `basis`, idle cost, cache savings,
+    revenue at the token price sheet, margin."""
+    check_basis(basis)
     sheet = price_sheet(q, sheet)
     members = _check_pools(pools)
     # every day's tokens in one read: the sheet's steps divide an hour, so none straddles midnight,
@@ -440,7 +509,7 @@ def daily_statement(
         a, b = max(day, start), min(day + timedelta(days=1), end)
         mine = tokens[(tokens["bucket"] >= floor(a, timedelta(seconds=step))) & (tokens["bucket"] < b)]
         try:
-            r = _costed(q, pools, a, b, sheet, step, mine.reset_index(drop=True))
+            r = _costed(q, pools, a, b, sheet, step, mine.reset_index(drop=True), basis=basis)
         except NoData:
             rows.append({"day": day.date().isoformat(), "note": "no data"})
             day += timedelta(days=1)
@@ -458,8 +527,10 @@ def daily_statement(
                 "input_tokens": _count(r.prompt_tokens),
                 "cache_hit_share": round(r.cached_prompt_tokens / r.prompt_tokens, 4) if r.prompt_tokens else None,
                 "output_tokens": _count(r.generated_tokens),
-                "usd_per_mtok_input": _usd(r.per_mtok(r.prefill.cost_usd, r.computed_prompt_tokens)),
-                "usd_per_mtok_output": _usd(r.per_mtok(r.decode.cost_usd, r.generated_tokens)),
+                "usd_per_mtok_input": _usd(r.per_mtok(r.prefill.charged(basis), r.computed_prompt_tokens)),
+                "usd_per_mtok_output": _usd(r.per_mtok(r.decode.charged(basis), r.generated_tokens)),
+                "idle_cost_usd": _cents(r.prefill.idle_cost_usd + r.decode.idle_cost_usd),
+                "cache_savings_usd": _cents(r.cache_savings_usd),
                 "revenue_usd": _cents(rev) if rev is not None else None,
                 "margin_usd": _cents(rev - r.cost_usd) if rev is not None else None,
                 "margin_pct": round(100 * (rev - r.cost_usd) / rev, 2) if rev else None,

@@ -98,6 +98,18 @@ def _print_report(args: argparse.Namespace, report: Any) -> int:
     return 0
 
 
+def _basis_option(s: Command) -> None:
+    from warehouse.cost import BASES
+
+    s.add_argument(
+        "--basis",
+        choices=BASES,
+        default=BASES[0],
+        help="cost basis (docs/definitions.md): allocation charges every reserved GPU-hour to the tokens "
+        "and users; usage charges only busy GPU time and leaves idle its own line",
+    )
+
+
 def _cost_options(s: Command) -> None:
     s.add_argument(
         "--targets",
@@ -105,6 +117,7 @@ def _cost_options(s: Command) -> None:
     )
     lake_reading(s)
     _window_options(s)
+    _basis_option(s)
 
 
 @report_commands.command(
@@ -113,7 +126,8 @@ def _cost_options(s: Command) -> None:
     help="GPU-hours, cost, $/M input/output/blended tokens, idle cost, revenue, per-user allocation over a window",
     rows=[
         Row(
-            "moemeter report cost --targets F --from T --to T [--db F | --api URL] [--price-sheet F] [--json | --csv]",
+            "moemeter report cost --targets F --from T --to T [--db F | --api URL] [--price-sheet F] "
+            "[--basis allocation|usage] [--json | --csv]",
             "for finance: GPU-hours and cost per pool, $/M input (computed prompt tokens), $/M output, "
             "blended, cache hits apart, idle cost, revenue and margin at the token prices, each user's share "
             "of the cost",
@@ -136,7 +150,9 @@ def cmd_report_cost(args: argparse.Namespace) -> int:
         raise CliError("--targets is needed: the roles and GPUs of the pools (a lake's racks carry their own)")
     pools = _report_pools(args.targets) if args.targets else None
     try:
-        report = _with_query(args, lambda q: cost_report(q, pools or stored_pools(q, start, end), start, end, sheet))
+        report = _with_query(
+            args, lambda q: cost_report(q, pools or stored_pools(q, start, end), start, end, sheet, basis=args.basis)
+        )
     except (NoData, ValueError) as exc:
         raise CliError(str(exc)) from exc
     return _print_report(args, report)
@@ -162,7 +178,7 @@ def _fleet_cost(args: argparse.Namespace, start: datetime, end: datetime, sheet)
                 missing[rack] = "none of its prefill or decode targets was scraped in the window"
                 continue
             try:
-                reports[rack] = cost_report(q, pools, start, end, sheet)
+                reports[rack] = cost_report(q, pools, start, end, sheet, basis=args.basis)
             except (NoData, ValueError) as exc:
                 missing[rack] = str(exc)
     if not reports:
@@ -173,6 +189,7 @@ def _fleet_cost(args: argparse.Namespace, start: datetime, end: datetime, sheet)
 def _daily_options(s: Command) -> None:
     s.add_argument("--targets", required=True, help="targets file: roles and GPUs of the pools")
     _window_options(s)
+    _basis_option(s)
     s.add_argument("--parquet", help="also write the statement to this Parquet file")
 
 
@@ -183,7 +200,8 @@ def _daily_options(s: Command) -> None:
     "input tokens and cache-hit share, output tokens, revenue, margin",
     rows=[
         Row(
-            "moemeter report daily --targets F --from T --to T [--json | --csv] [--parquet F]",
+            "moemeter report daily --targets F --from T --to T [--basis allocation|usage] [--json | --csv] "
+            "[--parquet F]",
             "the daily statement: GPUs in service (average, peak), GPU-hours, cost, input tokens and "
             "cache-hit share, output tokens, revenue, margin",
         ),
@@ -197,7 +215,7 @@ def cmd_report_daily(args: argparse.Namespace) -> int:
         raise CliError("--to must be after --from")
     pools, sheet = _report_pools(args.targets), _report_sheet(args)
     try:
-        df = _with_query(args, lambda q: daily_statement(q, pools, start, end, sheet))
+        df = _with_query(args, lambda q: daily_statement(q, pools, start, end, sheet, basis=args.basis))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     if args.parquet:
@@ -212,6 +230,80 @@ def cmd_report_daily(args: argparse.Namespace) -> int:
         with pd.option_context("display.width", 250, "display.max_columns", 30):
             print(df.to_string(index=False))
     return 0
+
+
+def _focus_options(s: Command) -> None:
+    from warehouse.focus import BY, PROVIDER
+
+    _cost_options(s)
+    s.add_argument("--by", choices=BY, default="tenant", help="allocate the GPU rows to tenants, users, or not")
+    s.add_argument("--out", help="write here (.csv or .parquet; default: CSV on stdout)")
+    s.add_argument("--provider", default=PROVIDER, help=f"ProviderName and InvoiceIssuerName (default {PROVIDER!r})")
+
+
+@report_commands.command(
+    "focus",
+    _focus_options,
+    help="FOCUS 1.2 cost and usage rows per hour and pool (busy, idle, tokens), allocated to tenants or users",
+    rows=[
+        Row(
+            "moemeter report focus --from T --to T [--db F | --api URL | --lake CATALOG --rack R] "
+            "[--basis allocation|usage] [--by pool|tenant|user] [--out F.csv | F.parquet]",
+            "for a FinOps tool: FOCUS 1.2 rows per hour and pool, GPU-hours busy and idle at the price in "
+            "force, tokens per kind, split to tenants or users in x_Allocated* columns; BilledCost adds up "
+            "to `report cost`",
+        ),
+    ],
+)
+def cmd_report_focus(args: argparse.Namespace) -> int:
+    from warehouse.cost import NoData, stored_pools
+    from warehouse.focus import focus_rows, write
+    from warehouse.lake import LakeError, check_rack
+
+    from .common import rack_name
+
+    start, end = parse_time(args.from_), parse_time(args.to)
+    if args.lake and not args.rack:
+        raise CliError("--lake needs --rack: a FOCUS export is one rack's (its pools and price sheets)")
+    sheet = _report_sheet(args)
+    pools = _report_pools(args.targets) if args.targets else None
+    try:
+        rack = check_rack(rack_name(args))
+    except LakeError as exc:
+        raise CliError(f"--rack: {exc}") from exc
+
+    def rows(q):  # type: ignore[no-untyped-def]
+        return focus_rows(
+            q, pools or stored_pools(q, start, end), start, end, rack, sheet, args.basis, args.by, args.provider
+        )
+
+    if args.out:
+        _check_out(args.out)
+    try:
+        df = _with_query(args, rows)
+    except (NoData, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    if args.out:
+        write(df, args.out)
+        print(
+            f"{len(df):,} FOCUS rows, BilledCost ${df['BilledCost'].sum():,.2f}, written to {args.out}", file=sys.stderr
+        )
+    else:
+        sys.stdout.write(df.to_csv(index=False))
+    return 0
+
+
+def _check_out(path: str) -> None:
+    """--out names a .csv or .parquet file in a directory that exists (nothing else is touched)."""
+    import os
+
+    if not path.endswith((".csv", ".parquet")):
+        raise CliError(f"--out {path!r}: name a .csv or a .parquet file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise CliError(f"--out {path!r}: {parent} is not a directory")
+    if os.path.isdir(path):
+        raise CliError(f"--out {path!r} is a directory")
 
 
 def _stored_targets_option(s: Command) -> None:

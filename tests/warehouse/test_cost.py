@@ -13,6 +13,11 @@ them through an engine restart, ingested with `moemeter ingest`. Expected, by ha
     alice = 155.84 x 200/300 + 311.68 x 50/200 = $181.81; bob = 155.84 x 100/300 + 311.68 x 150/200 = $285.71
   revenue at the default token sheet (peak until 16:30 UTC): hits 1.3M x $0.006 + misses 3.2M x $0.30
     + output 1.0M x $1.20 = $2.1678 -> margin $-465.35
+  cache savings: 1.3M cached at $48.70/M computed input = $63.31
+  usage basis: decode busy = 311.68 - 77.487111 = $234.192889 -> $/M output $234.19, blended
+    (155.84 + 234.192889) / 5.5 = $70.915071; alice = 155.84 x 200/300 + 234.192889 x 50/200 = $162.44,
+    bob = 155.84 x 100/300 + 234.192889 x 150/200 = $227.59: each less by their share of the idle
+    $77.487111 (alice 1/4: $19.37, bob 3/4: $58.12); the bill ($467.52) the same
 """
 
 from __future__ import annotations
@@ -71,6 +76,25 @@ def test_the_report_matches_the_hand_computed_numbers_to_the_cent(rack, capsys) 
     assert pf["idle_cost_usd"] == 0.0
     assert [(u["user"], u["cost_usd"]) for u in r["users"]] == [("bob", 285.71), ("alice", 181.81)]
     assert tot["revenue_usd"] == 2.17 and tot["margin_usd"] == round(2.1678 - 467.52, 2)
+    assert r["basis"] == "allocation" and pf["cache_savings_usd"] == tot["cache_savings_usd"] == 63.31
+    assert (tot["charged_usd"], tot["unallocated_idle_usd"]) == (467.52, 0.0)
+
+
+def test_the_usage_basis_charges_busy_gpu_time_and_leaves_idle_its_own_line(rack, capsys) -> None:
+    alloc, usage = report(capsys, rack), report(capsys, rack, "--basis", "usage")
+    pf, dc, tot = usage["pools"]["prefill"], usage["pools"]["decode"], usage["total"]
+    assert usage["basis"] == "usage"
+    assert tot["cost_usd"] == alloc["total"]["cost_usd"] == 467.52  # the bill is the same
+    assert (dc["cost_usd"], dc["idle_cost_usd"], dc["charged_usd"]) == (311.68, 77.49, 234.19)
+    assert dc["busy_gpu_hours"] == pytest.approx(8 - 4 * 1790 / 3600, abs=1e-6)
+    assert dc["usd_per_mtok_output"] == pytest.approx(311.68 - 4 * 1790 / 3600 * 38.96, abs=1e-6)
+    assert tot["usd_per_mtok_blended"] == pytest.approx(70.915071, abs=1e-6)
+    assert (tot["charged_usd"], tot["unallocated_idle_usd"]) == (390.03, 77.49)
+    assert pf["usd_per_mtok_input"] == alloc["pools"]["prefill"]["usd_per_mtok_input"]  # prefill never idled
+    users = {u["user"]: u["cost_usd"] for u in usage["users"]}
+    assert users == {"alice": 162.44, "bob": 227.59}
+    before = {u["user"]: u["cost_usd"] for u in alloc["users"]}
+    assert round(before["alice"] - users["alice"], 2) == 19.37 and round(before["bob"] - users["bob"], 2) == 58.12
 
 
 def test_the_rollups_and_the_raw_counters_agree(rack, capsys) -> None:

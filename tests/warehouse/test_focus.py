@@ -1,0 +1,195 @@
+"""`moemeter report focus` on the held cost fixture (tests/warehouse/conftest.py; test_cost.py has
+its hand-computed numbers): FOCUS rows that add up to `report cost` to the cent on both bases, a
+price change inside the window, a window cut inside an hour, the restart's tokens, the allocation
+to users and tenants, idle time as rows of its own; and the FinOps Foundation's validator on them.
+
+By hand, 10:00 .. 12:00 at $38.96/GPU-hour: alice's request finished at 10:10, bob's at 11:06 (both
+of tenant acme); the decode pool idled 1790 s (11:30:05 .. 11:59:55) on 4 GPUs = 1.988889 GPU-h =
+$77.487111. So in hour 10 alice is charged all of it ($77.92 prefill + $155.84 decode), in hour 11
+bob the busy time ($77.92 + $78.352889) and, on the allocation basis, the idle time as idle rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from moemeter.cli import main
+
+from . import focus_validator
+
+IDLE_HOURS = 4 * 1790 / 3600
+IDLE_USD = IDLE_HOURS * 38.96
+WINDOW = ("2026-11-29T10:00:00Z", "2026-11-29T12:00:00Z")
+
+
+def export(rack, tmp_path: Path, *extra: str, window=WINDOW, suffix: str = ".csv") -> pd.DataFrame:
+    db, targets = rack
+    out = tmp_path / f"focus-{len(list(tmp_path.iterdir()))}{suffix}"
+    args = ["report", "focus", "--db", str(db), "--targets", str(targets), "--rack", "rack-a"]
+    assert main([*args, "--from", window[0], "--to", window[1], "--out", str(out), *extra]) == 0
+    return pd.read_csv(out) if suffix == ".csv" else pd.read_parquet(out)
+
+
+def cost(rack, capsys, *extra: str, window=WINDOW) -> dict:
+    db, targets = rack
+    capsys.readouterr()
+    args = ["report", "cost", "--db", str(db), "--targets", str(targets), "--json"]
+    assert main([*args, "--from", window[0], "--to", window[1], *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("basis", ["allocation", "usage"])
+@pytest.mark.parametrize("by", ["pool", "tenant", "user"])
+def test_billed_cost_adds_up_to_report_cost_to_the_cent(rack, tmp_path, capsys, basis, by) -> None:
+    rows = export(rack, tmp_path, "--basis", basis, "--by", by)
+    report = cost(rack, capsys, "--basis", basis)
+    assert round(rows["BilledCost"].sum(), 2) == report["total"]["cost_usd"] == 467.52
+    for pool in ("prefill", "decode"):
+        assert round(rows[rows["x_Pool"] == pool]["BilledCost"].sum(), 2) == report["pools"][pool]["cost_usd"]
+    assert (rows["BilledCost"] == rows["EffectiveCost"]).all() and (rows["ListCost"] == rows["BilledCost"]).all()
+    gpu = rows[rows["ConsumedUnit"] == "GPU-Hours"]
+    assert gpu["ConsumedQuantity"].sum() == pytest.approx(12.0)  # 2 + 4 GPUs x 2 h, busy and idle
+    assert (gpu["ListUnitPrice"] == 38.96).all()
+    assert set(rows["ChargePeriodStart"]) == {"2026-11-29T10:00:00Z", "2026-11-29T11:00:00Z"}
+
+
+def test_idle_time_is_its_own_row_unallocated_on_the_usage_basis(rack, tmp_path, capsys) -> None:
+    rows = export(rack, tmp_path, "--basis", "usage", "--by", "user")
+    idle = rows[rows["x_UsageKind"] == "idle"]
+    decode_idle = idle[(idle["x_Pool"] == "decode") & (idle["ConsumedQuantity"] > 0)]
+    assert len(decode_idle) == 1 and decode_idle["x_AllocatedResourceId"].isna().all()
+    assert decode_idle["ConsumedQuantity"].iloc[0] == pytest.approx(IDLE_HOURS)
+    assert decode_idle["BilledCost"].iloc[0] == pytest.approx(IDLE_USD)
+    assert decode_idle["ChargePeriodStart"].iloc[0] == "2026-11-29T11:00:00Z"
+    # per-user allocated cost = each pool's cost less its idle, as report cost says
+    report = cost(rack, capsys, "--basis", "usage")
+    allocated = rows[rows["x_AllocatedResourceId"].notna()]
+    for pool in ("prefill", "decode"):
+        charged = allocated[allocated["x_Pool"] == pool]["BilledCost"].sum()
+        assert round(charged, 2) == report["pools"][pool]["charged_usd"]
+    assert round(allocated["BilledCost"].sum(), 2) == report["total"]["charged_usd"] == 390.03
+    by_user = allocated.groupby("x_AllocatedResourceId")["BilledCost"].sum().round(2).to_dict()
+    assert by_user == {"acme/alice": 77.92 + 155.84, "acme/bob": round(77.92 + 155.84 - IDLE_USD, 2)}
+
+
+def test_idle_time_is_split_in_rows_of_its_own_on_the_allocation_basis(rack, tmp_path) -> None:
+    rows = export(rack, tmp_path, "--basis", "allocation", "--by", "user")
+    idle = rows[(rows["x_UsageKind"] == "idle") & (rows["ConsumedQuantity"] > 0)]
+    assert idle[["x_Pool", "x_AllocatedResourceId", "x_AllocatedMethodId"]].values.tolist() == [
+        ["decode", "acme/bob", "tokens"]
+    ]
+    assert idle["BilledCost"].iloc[0] == pytest.approx(IDLE_USD)
+    assert "idle" in idle["ChargeDescription"].iloc[0]
+    assert rows["x_AllocatedResourceId"].notna().all()  # every GPU-hour charged to a user
+    bob = rows[rows["x_AllocatedResourceId"] == "acme/bob"]
+    assert round(bob["BilledCost"].sum(), 2) == 77.92 + 155.84
+    assert json.loads(bob["x_AllocatedTags"].iloc[0]) == {"tenant": "acme", "user": "bob"}
+    assert json.loads(bob["Tags"].iloc[0])["x_user"] == "bob"
+
+
+def test_a_price_change_inside_an_hour_splits_the_charge_periods(rack, tmp_path, capsys) -> None:
+    sheet = tmp_path / "prices.toml"
+    sheet.write_text("""name = "contract"
+[[gpu]]
+effective = "2026-01-01T00:00:00Z"
+pool = "*"
+usd_per_gpu_hour = 3.00
+source = "rental contract 2026"
+[[gpu]]
+effective = "2026-11-29T11:30:00Z"
+pool = "decode"
+usd_per_gpu_hour = 4.00
+source = "decode GPUs repriced"
+""")
+    rows = export(rack, tmp_path, "--price-sheet", str(sheet), "--by", "pool")
+    report = cost(rack, capsys, "--price-sheet", str(sheet))
+    assert round(rows["BilledCost"].sum(), 2) == report["total"]["cost_usd"] == 2 * 2 * 3 + 4 * 1.5 * 3 + 4 * 0.5 * 4
+    decode = rows[(rows["ConsumedUnit"] == "GPU-Hours") & (rows["x_Pool"] == "decode")]
+    prices = decode.groupby("ChargePeriodStart")["ListUnitPrice"].agg(set).to_dict()
+    assert prices == {
+        "2026-11-29T10:00:00Z": {3.0},
+        "2026-11-29T10:30:00Z": {3.0},
+        "2026-11-29T11:00:00Z": {3.0},
+        "2026-11-29T11:30:00Z": {4.0},
+    }
+    assert set(decode["SkuPriceId"]) == {"gpu-hour-decode@2026-01-01T00:00:00Z", "gpu-hour-decode@2026-11-29T11:30:00Z"}
+    assert json.loads(decode["SkuPriceDetails"].iloc[0])["x_PriceSheet"] == "contract"
+
+
+def test_a_window_cut_inside_hours_prices_its_edges(rack, tmp_path, capsys) -> None:
+    window = ("2026-11-29T10:20:00Z", "2026-11-29T11:40:00Z")
+    for basis in ("allocation", "usage"):
+        rows = export(rack, tmp_path, "--basis", basis, window=window)
+        report = cost(rack, capsys, "--basis", basis, window=window)
+        assert round(rows["BilledCost"].sum(), 2) == report["total"]["cost_usd"]
+        assert (rows["ChargePeriodStart"].min(), rows["ChargePeriodEnd"].max()) == (
+            "2026-11-29T10:20:00Z",
+            "2026-11-29T11:40:00Z",
+        )
+        idle = rows[rows["x_UsageKind"] == "idle"]["ConsumedQuantity"].sum()
+        assert idle == pytest.approx(report["pools"]["decode"]["idle_gpu_hours"], abs=1e-6)
+
+
+def test_token_rows_count_the_pools_tokens_through_the_restart(rack, tmp_path, capsys) -> None:
+    rows = export(rack, tmp_path, "--by", "pool", suffix=".parquet")
+    tokens = rows[rows["ConsumedUnit"] == "Tokens"].groupby("SkuId")["ConsumedQuantity"].sum().to_dict()
+    # an hour's share of a scrape interval across its edge is a fraction of a token: summed, whole
+    assert tokens == pytest.approx(
+        {"tokens-input-cache-hit": 1_300_000, "tokens-input-computed": 3_200_000, "tokens-output": 1_000_000},
+        abs=1e-6,
+    )
+    assert (rows[rows["ConsumedUnit"] == "Tokens"]["BilledCost"] == 0).all()
+    # cache savings: the cached tokens at the hour's $/M computed input ($77.92 / the hour's computed)
+    hits = rows[rows["SkuId"] == "tokens-input-cache-hit"]
+    report = cost(rack, capsys)
+    assert hits["x_CacheSavings"].sum() > 0 and report["total"]["cache_savings_usd"] == 63.31
+
+
+def test_cache_savings_of_a_user(rack, tmp_path) -> None:
+    rows = export(rack, tmp_path, "--by", "user")
+    [hit] = rows[(rows["SkuId"] == "tokens-input-cache-hit")].itertuples()
+    assert (hit.x_AllocatedResourceId, hit.ConsumedQuantity) == ("acme/alice", 100)
+    # alice's prefill charge in hour 10 ($77.92) over her 200 computed prompt tokens, for her 100 cached
+    assert hit.x_CacheSavings == pytest.approx(100 * 77.92 / 200)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--out", "focus.txt"], "name a .csv or a .parquet file"),
+        (["--out", "missing/focus.csv"], "is not a directory"),
+        (["--rack", "a b"], "rack name"),
+        (["--rack", "../../etc"], "rack name"),
+        (["--rack", "x" * 65], "rack name"),
+        (["--from", "2026-11-20T00:00:00Z", "--to", "2026-11-21T00:00:00Z"], "no token counters"),
+        (["--from", "2026-11-21T00:00:00Z", "--to", "2026-11-20T00:00:00Z"], "must end after it starts"),
+        (["--lake", "catalog.ducklake"], "--lake needs --rack"),
+    ],
+)
+def test_a_refused_export_writes_nothing_and_keeps_the_file_there(rack, tmp_path, capsys, monkeypatch, extra, message):
+    db, targets = rack
+    monkeypatch.chdir(tmp_path)
+    kept = tmp_path / "kept.csv"
+    kept.write_text("an export from last month\n")
+    args = ["report", "focus", "--db", str(db), "--targets", str(targets), "--out", str(kept)]
+    window = ["--from", WINDOW[0], "--to", WINDOW[1]]
+    rack_a = [] if "--lake" in extra else ["--rack", "rack-a"]
+    assert main([*args, *window, *rack_a, *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert kept.read_text() == "an export from last month\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.csv"]
+
+
+@pytest.mark.slow("builds the validator's Python 3.12 environment on first use (make focus-env)")
+def test_the_validator_finds_no_mandatory_violation(rack, tmp_path) -> None:
+    """The FinOps Foundation's focus-validator on the CSV and Parquet forms, both bases, by user."""
+    out = tmp_path / "verdicts"
+    out.mkdir()
+    for basis, suffix in (("allocation", ".csv"), ("usage", ".parquet")):
+        export(rack, tmp_path, "--basis", basis, "--by", "user", suffix=suffix)
+    for path in sorted(tmp_path.glob("focus-*")):
+        focus_validator.check(focus_validator.validate(path, out))

@@ -1,0 +1,410 @@
+"""FOCUS 1.2 cost and usage rows (docs/definitions.md, FOCUS export): what `moemeter report focus`
+writes for a FinOps tool, from the same cost model as `report cost`.
+
+Per charge period (the price sheet's GPU step: the hour unless a GPU price changes inside one) and
+pool, the pool's reserved GPU time is two kinds of rows, busy and idle (idle: the engines' token
+counters did not move; docs/definitions.md, Pools and cost), each at the GPU-hour price in force
+then; their BilledCost adds up to `report cost`'s pool cost. By tenant or user, the busy rows are
+split by the "tokens" method (share of computed prompt tokens in the prefill pool, of generated
+tokens in the decode pool, of the requests that finished in the period); on the allocation basis
+the idle rows are split the same way, each split its own row; on the usage basis the idle rows stay
+unallocated. Token rows (cache hit, computed input, output) carry the tokens as ConsumedQuantity at
+no cost: the GPU rows carry the cost. FOCUS 1.3's Allocated* columns are written as `x_Allocated*`
+until the validator knows 1.3.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+
+from moemeter.contract import POOLS, computed_tokens
+from moemeter.contract.errors import MoemeterError
+
+from .cost import METHOD, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
+from .prices import GpuPrice, PriceSheet
+from .read import Query, floor
+
+VERSION = "1.2"
+BY = ("pool", "tenant", "user")
+CURRENCY = "USD"
+SERVICE_CATEGORY = "AI and Machine Learning"
+SERVICE_SUBCATEGORY = "Generative AI"
+SERVICE_NAME = "LLM inference (vLLM, prefill/decode disaggregated)"
+PUBLISHER = "vLLM"
+PROVIDER = "Self-hosted"
+RESOURCE_TYPE = "GPU Pool"
+GPU_UNIT = "GPU-Hours"
+TOKEN_UNIT = "Tokens"
+TOKEN_KINDS = {
+    # SkuId: (pool, SkuMeter, what it counts)
+    "tokens-input-cache-hit": ("prefill", "Input Tokens (Cache Hit)", "cached prompt tokens"),
+    "tokens-input-computed": ("prefill", "Input Tokens (Computed)", "computed prompt tokens"),
+    "tokens-output": ("decode", "Output Tokens", "generated tokens"),
+}
+METHOD_DETAILS = {
+    "prefill": "share of the computed prompt tokens of the requests that finished in the charge period",
+    "decode": "share of the generated tokens of the requests that finished in the charge period",
+}
+
+APPLICABILITY = (
+    "USAGE_MEASUREMENT_SUPPORTED",  # ConsumedQuantity and ConsumedUnit: GPU-hours and tokens
+    "UNIT_PRICING_SUPPORTED",  # ListUnitPrice and ContractedUnitPrice: the GPU-hour price in force
+    "TAGGING_SUPPORTED",  # Tags: rack, pool, cost basis, tenant, user
+    "RESOURCE_TYPE_ASSIGNMENT_SUPPORTED",  # ResourceType: "GPU Pool"
+    "BILLING_BASED_ON_PROVISIONED_RESOURCES_SUPPORTED",  # ResourceId: a rack's pool
+    "ACCOUNT_NAMING_SUPPORTED",  # BillingAccountName: the rack
+    "PUBLIC_PRICE_LIST_SUPPORTED",  # ListUnitPrice: the price sheet, the rate every tenant is charged at
+)
+"""The FOCUS 1.2 applicability criteria the export meets (focus-validator's
+--applicability-criteria); docs/definitions.md, FOCUS export, says why the others do not apply."""
+
+COLUMNS = [
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ContractedCost",
+    "EffectiveCost",
+    "InvoiceId",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceCategory",
+    "ServiceName",
+    "ServiceSubcategory",
+    "SkuId",
+    "SkuMeter",
+    "SkuPriceDetails",
+    "SkuPriceId",
+    "Tags",
+    "x_CostBasis",
+    "x_Pool",
+    "x_UsageKind",
+    "x_AllocatedMethodId",
+    "x_AllocatedMethodDetails",
+    "x_AllocatedResourceId",
+    "x_AllocatedResourceName",
+    "x_AllocatedRatio",
+    "x_AllocatedTags",
+    "x_CacheSavings",
+]
+"""FOCUS 1.2's columns in moemeter's export, then its own (x_: the 1.3 allocation columns, the cost
+basis, the pool, busy/idle/tokens and the cache savings of a cache-hit row)."""
+
+
+class FocusError(MoemeterError, ValueError):
+    """An export that cannot be written: the message says why; nothing is written."""
+
+
+@dataclass(frozen=True)
+class Export:
+    rack: str
+    basis: str
+    by: str
+    sheet: str
+    provider: str = PROVIDER
+
+
+def focus_rows(
+    q: Query,
+    pools: Pools,
+    start: datetime,
+    end: datetime,
+    rack: str,
+    sheet: PriceSheet | None = None,
+    basis: str = "allocation",
+    by: str = "tenant",
+    provider: str = PROVIDER,
+) -> pd.DataFrame:
+    """The FOCUS rows of [start, end), in COLUMNS, ordered by charge period, pool, kind and the
+    allocation. Raises NoData where the window holds no token counters (as `report cost`)."""
+    if end <= start:
+        raise FocusError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
+    if by not in BY:
+        raise FocusError(f"unknown --by {by!r}: one of {', '.join(BY)}")
+    check_basis(basis)
+    sheet = price_sheet(q, sheet)
+    if not any(pools.get(role) for role in POOLS):
+        raise FocusError("the targets file names no prefill or decode target: no pool to cost")
+    step = timedelta(seconds=sheet.step_seconds(tokens=False))
+    tokens = pool_tokens(q, pools, start, end, step.total_seconds())
+    if tokens.empty:
+        raise NoData(
+            f"no token counters stored for the pools between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC"
+        )
+    by_bucket = {pd.Timestamp(r.bucket).to_pydatetime(): r for r in tokens.itertuples()}
+    ex = Export(rack, basis, by, sheet.name, provider)
+    rows: list[dict[str, Any]] = []
+    t = floor(start, step)
+    while t < end:
+        a, b = max(t, start), min(t + step, end)
+        counted = by_bucket.get(t)
+        shares = _shares(q, a, b, by) if by != "pool" else None
+        for pool in POOLS:
+            gpus = sum(g for _, g in pools.get(pool, []))
+            idle_hours = float(getattr(counted, f"{pool}_idle_gpu_seconds", 0.0) or 0.0) / 3600 if counted else 0.0
+            rows += _gpu_rows(ex, sheet, pool, gpus, a, b, idle_hours, shares)
+        rows += _token_rows(ex, a, b, counted, shares)
+        t += step
+    return with_cache_savings(pd.DataFrame(rows, columns=COLUMNS))
+
+
+def _shares(q: Query, a: datetime, b: datetime, by: str) -> pd.DataFrame:
+    """Per tenant (or tenant and user): tokens of the requests that finished in [a, b) and each one's
+    share of the prefill pool (computed prompt tokens) and of the decode pool (generated tokens)."""
+    users = user_tokens(q, a, b)
+    keys = ["tenant"] if by == "tenant" else ["tenant", "user"]
+    cols = ["requests", "prompt_tokens", "cached_prompt_tokens", "generated_tokens"]
+    g = users.groupby(keys, as_index=False)[cols].sum() if len(users) else users.reindex(columns=keys + cols)
+    g["computed_prompt_tokens"] = computed_tokens(g["prompt_tokens"], g["cached_prompt_tokens"])
+    for pool, col in (("prefill", "computed_prompt_tokens"), ("decode", "generated_tokens")):
+        total = float(g[col].sum())
+        g[f"{pool}_share"] = g[col] / total if total > 0 else 0.0
+    return g.sort_values(keys).reset_index(drop=True)
+
+
+def _gpu_rows(
+    ex: Export,
+    sheet: PriceSheet,
+    pool: str,
+    gpus: int,
+    a: datetime,
+    b: datetime,
+    idle_hours: float,
+    shares: pd.DataFrame | None,
+) -> list[dict[str, Any]]:
+    """The pool's busy and idle GPU time in [a, b) at the price in force then: one row each, or one
+    per tenant (user) where it is allocated."""
+    out = []
+    for s, e, price in sheet.gpu_segments(pool, a, b):
+        hours = gpus * (e - s).total_seconds() / 3600
+        idle = min(hours, idle_hours * (e - s) / (b - a))
+        for kind, qty in (("busy", hours - idle), ("idle", idle)):
+            allocated = shares is not None and (kind == "busy" or ex.basis == "allocation")
+            split = shares[shares[f"{pool}_share"] > 0] if allocated and shares is not None else None
+            if split is None or split.empty:
+                note = "" if not allocated else "; no request finished in the period: not allocated"
+                out.append(_gpu_row(ex, pool, s, e, price, kind, qty, None, note))
+                continue
+            for r in split.itertuples():
+                out.append(_gpu_row(ex, pool, s, e, price, kind, qty * getattr(r, f"{pool}_share"), r, ""))
+    return out
+
+
+def _gpu_row(
+    ex: Export, pool: str, s: datetime, e: datetime, price: GpuPrice, kind: str, qty: float, alloc: Any, note: str
+) -> dict[str, Any]:
+    cost = qty * price.usd_per_gpu_hour
+    what = "busy" if kind == "busy" else "idle (token counters did not move)"
+    row = _common(ex, pool, s, e)
+    row.update(
+        {
+            "BilledCost": cost,
+            "ChargeDescription": f"GPU time of the {pool} pool, {what}{_to(alloc)}{note}",
+            "ConsumedQuantity": qty,
+            "ConsumedUnit": GPU_UNIT,
+            "ContractedCost": cost,
+            "EffectiveCost": cost,
+            "ListCost": cost,
+            "ListUnitPrice": price.usd_per_gpu_hour,
+            "PricingCurrencyContractedUnitPrice": price.usd_per_gpu_hour,
+            "PricingCurrencyEffectiveCost": cost,
+            "PricingCurrencyListUnitPrice": price.usd_per_gpu_hour,
+            "PricingQuantity": qty,
+            "PricingUnit": GPU_UNIT,
+            "SkuId": f"gpu-hour-{pool}",
+            "SkuMeter": "GPU Time",
+            "SkuPriceDetails": json.dumps({"x_PriceSheet": ex.sheet, "x_Effective": _iso(price.effective)}),
+            "SkuPriceId": f"gpu-hour-{pool}@{_iso(price.effective)}",
+            "x_UsageKind": kind,
+        }
+    )
+    return _allocated(row, ex, pool, alloc)
+
+
+def _token_rows(
+    ex: Export, a: datetime, b: datetime, counted: Any, shares: pd.DataFrame | None
+) -> list[dict[str, Any]]:
+    """Tokens of [a, b) per kind: the pools' counters (by pool), or the requests that finished in it
+    (per tenant or user), at no cost; a cache-hit row carries what its tokens would have cost
+    computed (x_CacheSavings) at the period's $/M computed input, on the export's basis."""
+    out: list[dict[str, Any]] = []
+    if shares is None:
+        if counted is None:
+            return out
+        prompt, cached, gen = (float(getattr(counted, c)) for c in ("prompt", "cached", "generated"))
+        lines = [
+            (None, {"tokens-input-cache-hit": cached, "tokens-input-computed": prompt - cached, "tokens-output": gen})
+        ]
+    else:
+        lines = [
+            (
+                r,
+                {
+                    "tokens-input-cache-hit": float(r.cached_prompt_tokens),
+                    "tokens-input-computed": float(r.computed_prompt_tokens),
+                    "tokens-output": float(r.generated_tokens),
+                },
+            )
+            for r in shares.itertuples()
+        ]
+    for alloc, kinds in lines:
+        for sku, qty in kinds.items():
+            if qty <= 0:
+                continue
+            pool, meter, what = TOKEN_KINDS[sku]
+            row = _common(ex, pool, a, b)
+            row.update(
+                {
+                    "BilledCost": 0.0,
+                    "ChargeDescription": f"{what[0].upper()}{what[1:]} of the {pool} pool{_to(alloc)}; "
+                    "their cost is on the GPU rows",
+                    "ConsumedQuantity": qty,
+                    "ConsumedUnit": TOKEN_UNIT,
+                    "ContractedCost": 0.0,
+                    "EffectiveCost": 0.0,
+                    "ListCost": 0.0,
+                    "ListUnitPrice": 0.0,
+                    "PricingCurrencyContractedUnitPrice": 0.0,
+                    "PricingCurrencyEffectiveCost": 0.0,
+                    "PricingCurrencyListUnitPrice": 0.0,
+                    "PricingQuantity": qty,
+                    "PricingUnit": TOKEN_UNIT,
+                    "SkuId": sku,
+                    "SkuMeter": meter,
+                    "SkuPriceDetails": json.dumps({"x_CostOn": f"gpu-hour-{pool}"}),
+                    "SkuPriceId": f"{sku}@gpu-time",
+                    "x_UsageKind": "tokens",
+                }
+            )
+            out.append(_allocated(row, ex, pool, alloc))
+    return out
+
+
+def with_cache_savings(rows: pd.DataFrame) -> pd.DataFrame:
+    """x_CacheSavings on every cache-hit row: its tokens at the $/M computed input of its charge
+    period (and tenant or user): what the prefill pool charged it on the basis, over its computed
+    prompt tokens."""
+    if rows.empty:
+        return rows
+    key = ["ChargePeriodStart", "x_AllocatedResourceId"]
+    prefill = rows[(rows["x_Pool"] == "prefill")].fillna({"x_AllocatedResourceId": ""})
+    charged = prefill[prefill["x_UsageKind"] != "tokens"].groupby(key)["BilledCost"].sum()
+    computed = prefill[prefill["SkuId"] == "tokens-input-computed"].groupby(key)["ConsumedQuantity"].sum()
+    hits = rows["SkuId"] == "tokens-input-cache-hit"
+    ids = rows.loc[hits, key].fillna({"x_AllocatedResourceId": ""})
+    rate = [
+        (charged.get(k, 0.0) / computed[k]) if computed.get(k, 0.0) > 0 else 0.0
+        for k in zip(ids["ChargePeriodStart"], ids["x_AllocatedResourceId"])
+    ]
+    out = rows.copy()
+    out.loc[hits, "x_CacheSavings"] = out.loc[hits, "ConsumedQuantity"].to_numpy() * rate
+    return out
+
+
+def _common(ex: Export, pool: str, a: datetime, b: datetime) -> dict[str, Any]:
+    month = a.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    nxt = (month + timedelta(days=32)).replace(day=1)
+    return {
+        "BillingAccountId": ex.rack,
+        "BillingAccountName": ex.rack,
+        "BillingCurrency": CURRENCY,
+        "BillingPeriodEnd": _iso(nxt),
+        "BillingPeriodStart": _iso(month),
+        "ChargeCategory": "Usage",
+        "ChargeClass": None,
+        "ChargeFrequency": "Usage-Based",
+        "ChargePeriodEnd": _iso(b),
+        "ChargePeriodStart": _iso(a),
+        "InvoiceId": f"{ex.rack}-{month:%Y-%m}",
+        "InvoiceIssuerName": ex.provider,
+        "ProviderName": ex.provider,
+        "PublisherName": PUBLISHER,
+        "ResourceId": f"{ex.rack}/{pool}",
+        "ResourceName": f"{pool} pool of {ex.rack}",
+        "ResourceType": RESOURCE_TYPE,
+        "ServiceCategory": SERVICE_CATEGORY,
+        "ServiceName": SERVICE_NAME,
+        "ServiceSubcategory": SERVICE_SUBCATEGORY,
+        "Tags": json.dumps({"x_rack": ex.rack, "x_pool": pool, "x_cost_basis": ex.basis}),
+        "x_CostBasis": ex.basis,
+        "x_Pool": pool,
+        "x_CacheSavings": None,
+    }
+
+
+def _allocated(row: dict[str, Any], ex: Export, pool: str, alloc: Any) -> dict[str, Any]:
+    """The x_Allocated* columns (FOCUS 1.3's split cost allocation) of a row split to a tenant or user."""
+    if alloc is None:
+        row.update({c: None for c in COLUMNS if c.startswith("x_Allocated")})
+        return row
+    tags = {"tenant": alloc.tenant} if ex.by == "tenant" else {"tenant": alloc.tenant, "user": alloc.user}
+    ident = alloc.tenant if ex.by == "tenant" else f"{alloc.tenant}/{alloc.user}"
+    row.update(
+        {
+            "x_AllocatedMethodId": METHOD,
+            "x_AllocatedMethodDetails": json.dumps({"pool": pool, "share": METHOD_DETAILS[pool], "basis": ex.basis}),
+            "x_AllocatedResourceId": ident,
+            "x_AllocatedResourceName": ident,
+            "x_AllocatedRatio": float(getattr(alloc, f"{pool}_share")),
+            "x_AllocatedTags": json.dumps(tags),
+        }
+    )
+    row["Tags"] = json.dumps({**json.loads(row["Tags"]), **{f"x_{k}": v for k, v in tags.items()}})
+    return row
+
+
+def _to(alloc: Any) -> str:
+    if alloc is None:
+        return ""
+    return f", allocated to {alloc.tenant}" + (f"/{alloc.user}" if hasattr(alloc, "user") else "")
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def write(rows: pd.DataFrame, path: str) -> None:
+    """CSV or Parquet by the file's suffix, whole or not at all: written beside the path, then
+    renamed over it (a file already there is replaced only by a complete export)."""
+    import os
+    import tempfile
+
+    if not path.endswith((".csv", ".parquet")):
+        raise FocusError(f"--out {path!r}: name a .csv or a .parquet file")
+    fd, tmp = tempfile.mkstemp(prefix=".focus-", suffix=os.path.splitext(path)[1], dir=os.path.dirname(path) or ".")
+    os.close(fd)
+    try:
+        if path.endswith(".parquet"):
+            rows.to_parquet(tmp, index=False)
+        else:
+            rows.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
