@@ -56,9 +56,11 @@ from moemeter.contract.errors import MoemeterError
 
 from .db import apply_migrations
 from .export import RACK_NAME, named_by_key
-from .read import HOUR, MINUTE, floor
+from .read import HOUR, MINUTE, bind, floor
 from .readonly import lock_down
+from .requests import ITL_BIN_SCALE
 from .rollup import compacted
+from .slo import slo_params
 from .sql import sql
 
 log = logging.getLogger(__name__)
@@ -115,13 +117,20 @@ class Table:
     watermark: those are published when the watermark has passed them);
     `whole`: the window ends at its last whole period (the writer adds to the open hour of
     increments_1h each minute, and readers take hour rows only for hours before the minute
-    watermark's: the open hour is published once, when it has closed)."""
+    watermark's: the open hour is published once, when it has closed);
+    `pending`: the statement (warehouse/sql) that gives the window's rows as a reader of the file
+    sums them: the table's rows and the same sums of the records stored since the table's roll-up,
+    up to the step's minute watermark. A request that finished in an hour's last seconds is stored
+    after the hour's roll-up (the next round's); the file's readers add it from the records, which
+    the lake does not hold, so the lake takes it with the hour's rows (its window reaches back to
+    it: `_since`), not an hour later with the next roll-up."""
 
     name: str
     clock: str
     reach: str | None = None
     period: timedelta = MINUTE
     whole: bool = False
+    pending: str | None = None
 
     def edges(self, since: datetime | None, end: datetime | None) -> dict[str, datetime | None]:
         """The parameters of lake_edges.sql, the condition for the rows of [since, end) of this table
@@ -146,9 +155,9 @@ TABLES = (
     Table("expert_placement", "1m"),
     Table(EVENTS, "1m"),
     Table("expert_load_1h", "1h", period=HOUR),
-    Table("requests_1h", "1h", "requests", HOUR),
-    Table("requests_itl_1h", "1h", "requests", HOUR),
-    Table("requests_slo_1h", "1h", "requests", HOUR),
+    Table("requests_1h", "1h", "requests", HOUR, pending="lake_requests_1h"),
+    Table("requests_itl_1h", "1h", "requests", HOUR, pending="lake_requests_itl_1h"),
+    Table("requests_slo_1h", "1h", "requests", HOUR, pending="requests_slo"),
     Table("requests_slo_1m", "requests_slo_1m", "requests"),
 )
 SHEETS = ("targets", "gpu_prices", "token_prices", "slo_classes", "slo_assignments")
@@ -732,10 +741,25 @@ def _targets(
     return out
 
 
+def _stored(local: duckdb.DuckDBPyConnection, through: dict[str, datetime]) -> datetime:
+    """The records a step's `pending` windows hold are those stored before this: the hourly tables
+    hold those stored before the hourly roll-up's watermark, and the step adds those stored since,
+    up to its minute watermark (a step catching up ends before the roll-up's)."""
+    rolled = _local_state(local).get("1h")
+    return through["1m"] if rolled is None else max(rolled, through["1m"])
+
+
 def _since(
-    local: duckdb.DuckDBPyConnection, table: Table, before: dict[str, datetime], end: datetime
+    local: duckdb.DuckDBPyConnection,
+    table: Table,
+    before: dict[str, datetime],
+    end: datetime,
+    stored: datetime | None = None,
+    first: bool = False,
 ) -> datetime | None:
-    """Where this step's window of `table`, ending at `end`, starts (None: from its first row)."""
+    """Where this step's window of `table`, ending at `end`, starts (None: from its first row).
+    `stored` and `first`: for a `pending` table, the records this step holds are those stored before
+    `stored`, and whether this publisher has committed nothing yet."""
     start = before.get(table.clock)
     if start is None:
         return None
@@ -746,6 +770,12 @@ def _since(
         return start - EVENT_LATENESS
     if table.reach == "increments":  # the rows rolled since: raw increments closed in [start, ...)
         row = local.execute(sql("lake_increments_reach"), {"start": start}).fetchone()
+    elif table.pending is not None:  # the records stored since the last step, which add to the hour they
+        # finished in (the last step held those stored before its minute watermark, or before the hourly
+        # roll-up's if later: a step catching up). A publisher's first step reaches back from the hourly
+        # watermark: a version before `pending` left out the records stored after the hour's roll-up.
+        since = before.get("1h" if first else "1m", start)
+        row = local.execute(sql("lake_requests_reach"), {"start": since, "end": stored or end}).fetchone()
     elif table.reach == "requests":  # the records rolled since, which add to the period they finished in
         row = local.execute(sql("lake_requests_reach"), {"start": start, "end": end}).fetchone()
     else:
@@ -754,7 +784,18 @@ def _since(
     return floor(min(start, reached), table.period)
 
 
-def _window(local: duckdb.DuckDBPyConnection, table: Table, since: datetime | None, through: datetime) -> pa.Table:
+def _window(
+    local: duckdb.DuckDBPyConnection,
+    table: Table,
+    since: datetime | None,
+    through: datetime,
+    stored: datetime | None = None,
+) -> pa.Table:
+    if table.pending is not None:  # the table's rows and the sums of the records stored since its roll-up
+        hours = {"finished_from": since or datetime.min, "finished_until": through}
+        records = {"ingested_from": None, "ingested_until": stored, "bin_scale": ITL_BIN_SCALE}
+        params = {**hours, **records, **slo_params(None, None)}  # no edges: whole hours only
+        return local.execute(*bind(sql(table.pending), params)).to_arrow_table()
     return local.execute(named_by_key(table.name, sql("lake_edges")), table.edges(since, through)).to_arrow_table()
 
 
@@ -799,12 +840,14 @@ class Publisher:
             if through is None:
                 return None
             batches: dict[str, tuple[datetime | None, datetime, pa.Table]] = {}
+            stored = _stored(local, through)
+            first = self._sheets is None  # set once this publisher has committed
             for t in TABLES:
                 end = through.get(t.clock)
                 if end is None:
                     continue
-                since = _since(local, t, before, end)
-                batches[t.name] = (since, end, _window(local, t, since, end))
+                since = _since(local, t, before, end, stored, first)
+                batches[t.name] = (since, end, _window(local, t, since, end, stored))
             sheets = {name: local.execute(sql("lake_sheet", table=name)).to_arrow_table() for name in SHEETS}
             sheet_rows = {name: _row_set(table) for name, table in sheets.items()}
             series = local.execute(named_by_key(SERIES)).to_arrow_table()
