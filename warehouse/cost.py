@@ -30,8 +30,9 @@ from .read import Query, floor, increases, request_window, run, timestamp
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
 BASES = ("allocation", "usage")
 """Cost bases (docs/definitions.md, Cost bases): "allocation" charges every reserved GPU-hour to
-the tokens and users that ran; "usage" charges them only the busy GPU-hours and leaves the idle
-cost its own line. The bill (a pool's cost) is the same on both."""
+the tokens and users that ran; "usage" charges them only the busy GPU-hours (scrape intervals in
+which the engines' token counters moved) and leaves idle and unobserved time lines of their own.
+The bill (a pool's cost) is the same on both."""
 HOUR = timedelta(hours=1)
 Pools = dict[str, list[tuple[str, int]]]
 """{"prefill": [(target, gpus), ...], "decode": [...]}: the targets of each pool and their GPUs."""
@@ -80,14 +81,13 @@ class PoolCost:
     idle_gpu_hours: float
     idle_cost_usd: float
     tokens_per_second_per_gpu: float
+    busy_gpu_hours: float = 0.0
+    busy_cost_usd: float = 0.0
 
     @property
-    def busy_gpu_hours(self) -> float:
-        return self.gpu_hours - self.idle_gpu_hours
-
-    @property
-    def busy_cost_usd(self) -> float:
-        return self.cost_usd - self.idle_cost_usd
+    def unobserved_gpu_hours(self) -> float:
+        """Reserved GPU-hours no scrape interval covered: neither busy nor idle."""
+        return max(self.gpu_hours - self.busy_gpu_hours - self.idle_gpu_hours, 0.0)
 
     def charged(self, basis: str) -> float:
         """What the pool's tokens and users are charged on `basis`: the whole cost, or its busy part."""
@@ -170,6 +170,7 @@ class CostReport:
                         self.per_mtok(self.prefill.charged(self.basis), self.computed_prompt_tokens)
                     ),
                     "busy_gpu_hours": round(self.prefill.busy_gpu_hours, 6),
+                    "unobserved_gpu_hours": round(self.prefill.unobserved_gpu_hours, 6),
                     "idle_gpu_hours": round(self.prefill.idle_gpu_hours, 6),
                     "idle_cost_usd": _cents(self.prefill.idle_cost_usd),
                     "charged_usd": _cents(self.prefill.charged(self.basis)),
@@ -183,6 +184,7 @@ class CostReport:
                     "generated_tokens": _count(self.generated_tokens),
                     "usd_per_mtok_output": _usd(self.per_mtok(self.decode.charged(self.basis), self.generated_tokens)),
                     "busy_gpu_hours": round(self.decode.busy_gpu_hours, 6),
+                    "unobserved_gpu_hours": round(self.decode.unobserved_gpu_hours, 6),
                     "idle_gpu_hours": round(self.decode.idle_gpu_hours, 6),
                     "idle_cost_usd": _cents(self.decode.idle_cost_usd),
                     "charged_usd": _cents(self.decode.charged(self.basis)),
@@ -196,7 +198,7 @@ class CostReport:
                     self.per_mtok(self.charged_usd, self.prompt_tokens + self.generated_tokens)
                 ),
                 "charged_usd": _cents(self.charged_usd),
-                "unallocated_idle_usd": _cents(self.cost_usd - self.charged_usd),
+                "uncharged_usd": _cents(self.cost_usd - self.charged_usd),
                 "cache_savings_usd": _cents(self.cache_savings_usd),
                 "revenue_usd": _cents(self.revenue_usd) if self.revenue_usd is not None else None,
                 "margin_usd": _cents(self.revenue_usd - self.cost_usd) if self.revenue_usd is not None else None,
@@ -320,7 +322,7 @@ class CostReport:
         if d["basis"] == "usage":
             lines.append(
                 f"usage basis: {usd(t['charged_usd'])} of busy GPU time charged to tokens and users, "
-                f"{usd(t['unallocated_idle_usd'])} idle left unallocated"
+                f"{usd(t['uncharged_usd'])} of idle and unobserved GPU time to nobody"
             )
         if d["users"]:
             lines.append("users (top 20 by cost; each user of its tenant):")
@@ -342,7 +344,7 @@ def _count(v: float) -> int:
 
 
 def _cents(v: float) -> float:
-    return round(v + 0.0, 2)
+    return round(v, 2) + 0.0
 
 
 def _usd(v: float | None) -> float | None:
@@ -352,19 +354,25 @@ def _usd(v: float | None) -> float | None:
 def _pool_cost(
     sheet: PriceSheet, pool: str, gpus: int, start: datetime, end: datetime, tokens: pd.DataFrame, step: timedelta
 ) -> PoolCost:
-    """Reserved GPU-hours and cost over the whole window; idle GPU-hours and their cost summed per
-    step of the sheet, at the price in effect in that step."""
-    idle_hours = idle_cost = 0.0
-    for t, idle in zip(tokens["bucket"], tokens[f"{pool}_idle_gpu_seconds"]):
-        a = max(pd.Timestamp(t).to_pydatetime(), start)
+    """Reserved GPU-hours and cost over the whole window; idle and busy GPU-hours and their cost
+    summed per step of the sheet, at the price in effect in that step."""
+    hours = {"idle": 0.0, "busy": 0.0}
+    costs = {"idle": 0.0, "busy": 0.0}
+    for r in tokens.itertuples():
+        a = max(pd.Timestamp(r.bucket).to_pydatetime(), start)
         b = min(a + step, end)
-        if idle > 0 and b > a:
-            idle_hours += float(idle) / 3600
-            idle_cost += float(idle) / 3600 * sheet.gpu_cost(pool, 1, a, b) / ((b - a) / HOUR)
+        if b <= a:
+            continue
+        price = sheet.gpu_cost(pool, 1, a, b) / ((b - a) / HOUR)
+        for kind in hours:
+            seconds = float(getattr(r, f"{pool}_{kind}_gpu_seconds"))
+            hours[kind] += seconds / 3600
+            costs[kind] += seconds / 3600 * price
     window = (end - start).total_seconds()
     counted = float(tokens["prompt" if pool == "prefill" else "generated"].sum())
     tps = counted / (window * gpus) if gpus and window else 0.0
-    return PoolCost(gpus, gpus * window / 3600, sheet.gpu_cost(pool, gpus, start, end), idle_hours, idle_cost, tps)
+    cost = sheet.gpu_cost(pool, gpus, start, end)
+    return PoolCost(gpus, gpus * window / 3600, cost, hours["idle"], costs["idle"], tps, hours["busy"], costs["busy"])
 
 
 def revenue(sheet: PriceSheet, tokens: pd.DataFrame, start: datetime) -> float | None:

@@ -3,7 +3,7 @@
 A rack's report is the one its own warehouse gives (warehouse/cost.py over the rack's view of the
 lake, warehouse/lake.py). The fleet's line adds the racks' lines as they are printed, in cents and
 whole tokens, so the fleet's total is the sum of the racks' to the cent; its $/M figures divide
-those sums (docs/definitions.md).
+those sums (docs/definitions.md), the cost each rack charges on the report's basis.
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ class FleetCost:
                 "cost": ("total", "cost_usd"),
                 "prefill_idle": ("pools", "prefill", "idle_cost_usd"),
                 "decode_idle": ("pools", "decode", "idle_cost_usd"),
+                "prefill_charged": ("pools", "prefill", "charged_usd"),
+                "decode_charged": ("pools", "decode", "charged_usd"),
+                "charged": ("total", "charged_usd"),
+                "cache_savings": ("total", "cache_savings_usd"),
             }.items()
         }
         computed = int(total("pools", "prefill", "computed_prompt_tokens"))
@@ -69,9 +73,12 @@ class FleetCost:
             "cached_prompt_tokens": int(total("pools", "prefill", "cached_prompt_tokens")),
             "computed_prompt_tokens": computed,
             "generated_tokens": generated,
-            "usd_per_mtok_input": _per_mtok(cents["prefill_cost"] / 100, computed),
-            "usd_per_mtok_output": _per_mtok(cents["decode_cost"] / 100, generated),
-            "usd_per_mtok_blended": _per_mtok(cents["cost"] / 100, prompt + generated),
+            "basis": lines[0]["basis"] if lines else None,
+            "charged_usd": cents["charged"] / 100,
+            "cache_savings_usd": cents["cache_savings"] / 100,
+            "usd_per_mtok_input": _per_mtok(cents["prefill_charged"] / 100, computed),
+            "usd_per_mtok_output": _per_mtok(cents["decode_charged"] / 100, generated),
+            "usd_per_mtok_blended": _per_mtok(cents["charged"] / 100, prompt + generated),
             "revenue_usd": None if revenue is None else revenue / 100,
             "margin_usd": None if revenue is None else (revenue - cents["cost"]) / 100,
         }

@@ -2,13 +2,13 @@
 writes for a FinOps tool, from the same cost model as `report cost`.
 
 Per charge period (the price sheet's GPU step: the hour unless a GPU price changes inside one) and
-pool, the pool's reserved GPU time is two kinds of rows, busy and idle (idle: the engines' token
-counters did not move; docs/definitions.md, Pools and cost), each at the GPU-hour price in force
-then; their BilledCost adds up to `report cost`'s pool cost. By tenant or user, the busy rows are
-split by the "tokens" method (share of computed prompt tokens in the prefill pool, of generated
-tokens in the decode pool, of the requests that finished in the period); on the allocation basis
-the idle rows are split the same way, each split its own row; on the usage basis the idle rows stay
-unallocated. Token rows (cache hit, computed input, output) carry the tokens as ConsumedQuantity at
+pool, the pool's reserved GPU time is three kinds of rows, busy, idle and unobserved (the scrape
+intervals in which the engines' token counters moved, did not, and the time no interval covered;
+docs/definitions.md, Cost bases), each at the GPU-hour price in force then; their BilledCost adds
+up to `report cost`'s pool cost. By tenant or user, the busy rows are split by the "tokens" method
+(share of computed prompt tokens in the prefill pool, of generated tokens in the decode pool, of the
+requests that finished in the period); on the allocation basis the idle and unobserved rows are
+split the same way, each split its own row; on the usage basis they stay unallocated. Token rows (cache hit, computed input, output) carry the tokens as ConsumedQuantity at
 no cost: the GPU rows carry the cost. FOCUS 1.3's Allocated* columns are written as `x_Allocated*`
 until the validator knows 1.3.
 """
@@ -30,6 +30,9 @@ from .prices import GpuPrice, PriceSheet
 from .read import Query, floor
 
 VERSION = "1.2"
+KINDS = ("busy", "idle")
+"""The GPU time the engines' token counters observed (docs/definitions.md, Cost bases); the rest of
+a pool's reserved time is unobserved."""
 BY = ("pool", "tenant", "user")
 CURRENCY = "USD"
 SERVICE_CATEGORY = "AI and Machine Learning"
@@ -167,8 +170,8 @@ def focus_rows(
         shares = _shares(q, a, b, by) if by != "pool" else None
         for pool in POOLS:
             gpus = sum(g for _, g in pools.get(pool, []))
-            idle_hours = float(getattr(counted, f"{pool}_idle_gpu_seconds", 0.0) or 0.0) / 3600 if counted else 0.0
-            rows += _gpu_rows(ex, sheet, pool, gpus, a, b, idle_hours, shares)
+            observed = {k: float(getattr(counted, f"{pool}_{k}_gpu_seconds")) / 3600 if counted else 0.0 for k in KINDS}
+            rows += _gpu_rows(ex, sheet, pool, gpus, a, b, observed, shares)
         rows += _token_rows(ex, a, b, counted, shares)
         t += step
     return with_cache_savings(pd.DataFrame(rows, columns=COLUMNS))
@@ -195,16 +198,19 @@ def _gpu_rows(
     gpus: int,
     a: datetime,
     b: datetime,
-    idle_hours: float,
+    observed: dict[str, float],
     shares: pd.DataFrame | None,
 ) -> list[dict[str, Any]]:
-    """The pool's busy and idle GPU time in [a, b) at the price in force then: one row each, or one
-    per tenant (user) where it is allocated."""
+    """The pool's busy, idle and unobserved GPU time in [a, b) (`observed`: its busy and idle
+    GPU-hours) at the price in force then: a row each, or one per tenant (user) where allocated."""
     out = []
     for s, e, price in sheet.gpu_segments(pool, a, b):
         hours = gpus * (e - s).total_seconds() / 3600
-        idle = min(hours, idle_hours * (e - s) / (b - a))
-        for kind, qty in (("busy", hours - idle), ("idle", idle)):
+        busy, idle = (min(hours, observed[k] * (e - s) / (b - a)) for k in KINDS)
+        quantities = {"busy": busy, "idle": min(idle, hours - busy), "unobserved": max(hours - busy - idle, 0.0)}
+        for kind, qty in quantities.items():
+            if qty <= 0:
+                continue
             allocated = shares is not None and (kind == "busy" or ex.basis == "allocation")
             split = shares[shares[f"{pool}_share"] > 0] if allocated and shares is not None else None
             if split is None or split.empty:
@@ -220,7 +226,11 @@ def _gpu_row(
     ex: Export, pool: str, s: datetime, e: datetime, price: GpuPrice, kind: str, qty: float, alloc: Any, note: str
 ) -> dict[str, Any]:
     cost = qty * price.usd_per_gpu_hour
-    what = "busy" if kind == "busy" else "idle (token counters did not move)"
+    what = {
+        "busy": "busy (token counters moved)",
+        "idle": "idle (token counters did not move)",
+        "unobserved": "unobserved (no scrape interval covered it)",
+    }[kind]
     row = _common(ex, pool, s, e)
     row.update(
         {

@@ -113,7 +113,8 @@ def _basis_option(s: Command) -> None:
 def _cost_options(s: Command) -> None:
     s.add_argument(
         "--targets",
-        help="targets file: roles and GPUs of the pools (with --lake: the ones each rack published)",
+        help="targets file: roles and GPUs of the pools (default: the targets the warehouse, or each rack "
+        "of the lake, saw in the window)",
     )
     lake_reading(s)
     _window_options(s)
@@ -146,8 +147,6 @@ def cmd_report_cost(args: argparse.Namespace) -> int:
         )
     if args.lake and not args.rack:
         return _print_report(args, _fleet_cost(args, start, end, sheet))
-    if not args.targets and not args.lake:
-        raise CliError("--targets is needed: the roles and GPUs of the pools (a lake's racks carry their own)")
     pools = _report_pools(args.targets) if args.targets else None
     try:
         report = _with_query(

@@ -14,10 +14,12 @@ them through an engine restart, ingested with `moemeter ingest`. Expected, by ha
   revenue at the default token sheet (peak until 16:30 UTC): hits 1.3M x $0.006 + misses 3.2M x $0.30
     + output 1.0M x $1.20 = $2.1678 -> margin $-465.35
   cache savings: 1.3M cached at $48.70/M computed input = $63.31
-  usage basis: decode busy = 311.68 - 77.487111 = $234.192889 -> $/M output $234.19, blended
-    (155.84 + 234.192889) / 5.5 = $70.915071; alice = 155.84 x 200/300 + 234.192889 x 50/200 = $162.44,
-    bob = 155.84 x 100/300 + 234.192889 x 150/200 = $227.59: each less by their share of the idle
-    $77.487111 (alice 1/4: $19.37, bob 3/4: $58.12); the bill ($467.52) the same
+  usage basis: busy = the scrape intervals whose counter moved: prefill 7190 s x 2 GPUs = $155.623556
+    (10 s before the first scrape unobserved), decode 3 x 1800 s x 4 GPUs = 6 GPU-h = $233.76 (1790 s
+    idle, 10 s unobserved) -> $/M input 155.623556 / 3.2 = $48.632361, $/M output $233.76, blended
+    389.383556 / 5.5 = $70.797010; alice = 155.623556 x 200/300 + 233.76 x 50/200 = $162.19, bob =
+    155.623556 x 100/300 + 233.76 x 150/200 = $227.19; $78.14 idle and unobserved charged to nobody;
+    cache savings 1.3M x $48.632361/M = $63.22; the bill ($467.52) the same
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def test_the_report_matches_the_hand_computed_numbers_to_the_cent(rack, capsys) 
     assert [(u["user"], u["cost_usd"]) for u in r["users"]] == [("bob", 285.71), ("alice", 181.81)]
     assert tot["revenue_usd"] == 2.17 and tot["margin_usd"] == round(2.1678 - 467.52, 2)
     assert r["basis"] == "allocation" and pf["cache_savings_usd"] == tot["cache_savings_usd"] == 63.31
-    assert (tot["charged_usd"], tot["unallocated_idle_usd"]) == (467.52, 0.0)
+    assert (tot["charged_usd"], tot["uncharged_usd"]) == (467.52, 0.0)
 
 
 def test_the_usage_basis_charges_busy_gpu_time_and_leaves_idle_its_own_line(rack, capsys) -> None:
@@ -85,16 +87,17 @@ def test_the_usage_basis_charges_busy_gpu_time_and_leaves_idle_its_own_line(rack
     pf, dc, tot = usage["pools"]["prefill"], usage["pools"]["decode"], usage["total"]
     assert usage["basis"] == "usage"
     assert tot["cost_usd"] == alloc["total"]["cost_usd"] == 467.52  # the bill is the same
-    assert (dc["cost_usd"], dc["idle_cost_usd"], dc["charged_usd"]) == (311.68, 77.49, 234.19)
-    assert dc["busy_gpu_hours"] == pytest.approx(8 - 4 * 1790 / 3600, abs=1e-6)
-    assert dc["usd_per_mtok_output"] == pytest.approx(311.68 - 4 * 1790 / 3600 * 38.96, abs=1e-6)
-    assert tot["usd_per_mtok_blended"] == pytest.approx(70.915071, abs=1e-6)
-    assert (tot["charged_usd"], tot["unallocated_idle_usd"]) == (390.03, 77.49)
-    assert pf["usd_per_mtok_input"] == alloc["pools"]["prefill"]["usd_per_mtok_input"]  # prefill never idled
+    assert (dc["cost_usd"], dc["idle_cost_usd"], dc["charged_usd"]) == (311.68, 77.49, 233.76)
+    assert (dc["busy_gpu_hours"], dc["idle_gpu_hours"]) == (6.0, round(4 * 1790 / 3600, 6))
+    assert dc["unobserved_gpu_hours"] == round(4 * 10 / 3600, 6)
+    assert (pf["busy_gpu_hours"], pf["idle_gpu_hours"]) == (round(7190 * 2 / 3600, 6), 0.0)
+    assert dc["usd_per_mtok_output"] == pytest.approx(233.76, abs=1e-6)
+    assert pf["usd_per_mtok_input"] == pytest.approx(48.632361, abs=1e-6)
+    assert tot["usd_per_mtok_blended"] == pytest.approx(70.797010, abs=1e-6)
+    assert (tot["charged_usd"], tot["uncharged_usd"]) == (389.38, 78.14)
+    assert pf["cache_savings_usd"] == 63.22
     users = {u["user"]: u["cost_usd"] for u in usage["users"]}
-    assert users == {"alice": 162.44, "bob": 227.59}
-    before = {u["user"]: u["cost_usd"] for u in alloc["users"]}
-    assert round(before["alice"] - users["alice"], 2) == 19.37 and round(before["bob"] - users["bob"], 2) == 58.12
+    assert users == {"alice": 162.19, "bob": 227.19}
 
 
 def test_the_rollups_and_the_raw_counters_agree(rack, capsys) -> None:
@@ -218,3 +221,11 @@ def test_text_and_csv_forms(rack, capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("kind,name,gpus") and lines[3].startswith("total,,6,12.0,467.52")
     assert lines[4].startswith("user,bob,,,285.71")
+
+
+def test_without_a_targets_file_the_pools_the_warehouse_saw(rack, capsys) -> None:
+    db, _ = rack
+    given = report(capsys, rack)
+    args = ["report", "cost", "--db", str(db), "--from", "2026-11-29T10:00:00Z", "--to", "2026-11-29T12:00:00Z"]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == given

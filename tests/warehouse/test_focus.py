@@ -4,9 +4,12 @@ price change inside the window, a window cut inside an hour, the restart's token
 to users and tenants, idle time as rows of its own; and the FinOps Foundation's validator on them.
 
 By hand, 10:00 .. 12:00 at $38.96/GPU-hour: alice's request finished at 10:10, bob's at 11:06 (both
-of tenant acme); the decode pool idled 1790 s (11:30:05 .. 11:59:55) on 4 GPUs = 1.988889 GPU-h =
-$77.487111. So in hour 10 alice is charged all of it ($77.92 prefill + $155.84 decode), in hour 11
-bob the busy time ($77.92 + $78.352889) and, on the allocation basis, the idle time as idle rows.
+of tenant acme); scrapes at 10:00:05, 10:30:05, 11:00:05, 11:30:05 and 11:59:55, the decode pool
+idle in the last interval (1790 s on 4 GPUs = 1.988889 GPU-h = $77.487111), the 5 s at each end of
+the window unobserved. On the allocation basis alice is charged all of hour 10 ($77.92 prefill +
+$155.84 decode), bob all of hour 11, idle and unobserved time as rows of their own; on the usage
+basis alice the busy 3595 s of hour 10 on 6 GPUs ($233.443556), bob 3595 s of prefill on 2 GPUs and
+1805 s of decode on 4 ($155.947556), and nobody the idle and unobserved time.
 """
 
 from __future__ import annotations
@@ -60,8 +63,12 @@ def test_billed_cost_adds_up_to_report_cost_to_the_cent(rack, tmp_path, capsys, 
 def test_idle_time_is_its_own_row_unallocated_on_the_usage_basis(rack, tmp_path, capsys) -> None:
     rows = export(rack, tmp_path, "--basis", "usage", "--by", "user")
     idle = rows[rows["x_UsageKind"] == "idle"]
-    decode_idle = idle[(idle["x_Pool"] == "decode") & (idle["ConsumedQuantity"] > 0)]
+    decode_idle = idle[idle["x_Pool"] == "decode"]
     assert len(decode_idle) == 1 and decode_idle["x_AllocatedResourceId"].isna().all()
+    assert len(idle) == 1  # the prefill pool never idled
+    unobserved = rows[rows["x_UsageKind"] == "unobserved"]
+    assert unobserved["ConsumedQuantity"].sum() == pytest.approx(6 * 10 / 3600)
+    assert unobserved["x_AllocatedResourceId"].isna().all()
     assert decode_idle["ConsumedQuantity"].iloc[0] == pytest.approx(IDLE_HOURS)
     assert decode_idle["BilledCost"].iloc[0] == pytest.approx(IDLE_USD)
     assert decode_idle["ChargePeriodStart"].iloc[0] == "2026-11-29T11:00:00Z"
@@ -71,17 +78,22 @@ def test_idle_time_is_its_own_row_unallocated_on_the_usage_basis(rack, tmp_path,
     for pool in ("prefill", "decode"):
         charged = allocated[allocated["x_Pool"] == pool]["BilledCost"].sum()
         assert round(charged, 2) == report["pools"][pool]["charged_usd"]
-    assert round(allocated["BilledCost"].sum(), 2) == report["total"]["charged_usd"] == 390.03
-    by_user = allocated.groupby("x_AllocatedResourceId")["BilledCost"].sum().round(2).to_dict()
-    assert by_user == {"acme/alice": 77.92 + 155.84, "acme/bob": round(77.92 + 155.84 - IDLE_USD, 2)}
+    assert round(allocated["BilledCost"].sum(), 2) == report["total"]["charged_usd"] == 389.38
+    assert set(allocated["x_UsageKind"]) == {"busy", "tokens"}
+    by_user = allocated.groupby("x_AllocatedResourceId")["BilledCost"].sum().to_dict()
+    assert by_user == pytest.approx(
+        {"acme/alice": 3595 * 6 / 3600 * 38.96, "acme/bob": (3595 * 2 + 1805 * 4) / 3600 * 38.96}
+    )
 
 
 def test_idle_time_is_split_in_rows_of_its_own_on_the_allocation_basis(rack, tmp_path) -> None:
     rows = export(rack, tmp_path, "--basis", "allocation", "--by", "user")
-    idle = rows[(rows["x_UsageKind"] == "idle") & (rows["ConsumedQuantity"] > 0)]
+    idle = rows[rows["x_UsageKind"] == "idle"]
     assert idle[["x_Pool", "x_AllocatedResourceId", "x_AllocatedMethodId"]].values.tolist() == [
         ["decode", "acme/bob", "tokens"]
     ]
+    unobserved = rows[rows["x_UsageKind"] == "unobserved"]
+    assert sorted(set(unobserved["x_AllocatedResourceId"])) == ["acme/alice", "acme/bob"]
     assert idle["BilledCost"].iloc[0] == pytest.approx(IDLE_USD)
     assert "idle" in idle["ChargeDescription"].iloc[0]
     assert rows["x_AllocatedResourceId"].notna().all()  # every GPU-hour charged to a user
@@ -130,8 +142,9 @@ def test_a_window_cut_inside_hours_prices_its_edges(rack, tmp_path, capsys) -> N
             "2026-11-29T10:20:00Z",
             "2026-11-29T11:40:00Z",
         )
-        idle = rows[rows["x_UsageKind"] == "idle"]["ConsumedQuantity"].sum()
-        assert idle == pytest.approx(report["pools"]["decode"]["idle_gpu_hours"], abs=1e-6)
+        for kind in ("idle", "busy", "unobserved"):
+            mine = rows[rows["x_UsageKind"] == kind]["ConsumedQuantity"].sum()
+            assert mine == pytest.approx(sum(p[f"{kind}_gpu_hours"] for p in report["pools"].values()), abs=1e-5)
 
 
 def test_token_rows_count_the_pools_tokens_through_the_restart(rack, tmp_path, capsys) -> None:
@@ -143,7 +156,7 @@ def test_token_rows_count_the_pools_tokens_through_the_restart(rack, tmp_path, c
         abs=1e-6,
     )
     assert (rows[rows["ConsumedUnit"] == "Tokens"]["BilledCost"] == 0).all()
-    # cache savings: the cached tokens at the hour's $/M computed input ($77.92 / the hour's computed)
+    # cache savings: the cached tokens at their hour's $/M computed input
     hits = rows[rows["SkuId"] == "tokens-input-cache-hit"]
     report = cost(rack, capsys)
     assert hits["x_CacheSavings"].sum() > 0 and report["total"]["cache_savings_usd"] == 63.31
@@ -153,7 +166,8 @@ def test_cache_savings_of_a_user(rack, tmp_path) -> None:
     rows = export(rack, tmp_path, "--by", "user")
     [hit] = rows[(rows["SkuId"] == "tokens-input-cache-hit")].itertuples()
     assert (hit.x_AllocatedResourceId, hit.ConsumedQuantity) == ("acme/alice", 100)
-    # alice's prefill charge in hour 10 ($77.92) over her 200 computed prompt tokens, for her 100 cached
+    # alice's prefill charge in hour 10 ($77.92, every GPU-hour on this basis) over her 200 computed
+    # prompt tokens, for her 100 cached
     assert hit.x_CacheSavings == pytest.approx(100 * 77.92 / 200)
 
 

@@ -1,7 +1,8 @@
 -- Per bucket of the window: the prefill pool's prompt and cached prompt tokens, the decode pool's
--- generated tokens (docs/definitions.md, Tokens), and each pool's idle GPU-seconds: per engine,
--- its GPUs x the seconds in which its token counter did not move. $targets, $roles and $gpus
--- list the pools' targets (role prefill or decode) and the GPUs each holds.
+-- generated tokens (docs/definitions.md, Tokens), and each pool's idle and busy GPU-seconds: per
+-- engine, its GPUs x the seconds of the scrape intervals in which its token counter did not move,
+-- and did. $targets, $roles and $gpus list the pools' targets (role prefill or decode) and the GPUs
+-- each holds.
 WITH picked AS (
     SELECT s.series_id, s.metric, g.role, json_extract_string(s.labels, '$.source') AS source,
            g.gpus / count(*) OVER (PARTITION BY s.target, s.metric) AS gpus
@@ -19,6 +20,10 @@ SELECT p.bucket,
        coalesce(sum(p.idle_seconds * s.gpus) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total'), 0)
            AS prefill_idle_gpu_seconds,
        coalesce(sum(p.idle_seconds * s.gpus) FILTER (WHERE s.metric = 'vllm:generation_tokens_total'), 0)
-           AS decode_idle_gpu_seconds
+           AS decode_idle_gpu_seconds,
+       coalesce(sum((p.seconds - p.idle_seconds) * s.gpus) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total'), 0)
+           AS prefill_busy_gpu_seconds,
+       coalesce(sum((p.seconds - p.idle_seconds) * s.gpus) FILTER (WHERE s.metric = 'vllm:generation_tokens_total'), 0)
+           AS decode_busy_gpu_seconds
 FROM per_series p JOIN picked s USING (series_id)
 GROUP BY p.bucket ORDER BY p.bucket
