@@ -47,6 +47,15 @@ TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
 BY_SERIES = ("samples", "increments", "samples_1m", "increments_1m", "samples_1h", "increments_1h")
 """Tables whose rows name a series by its `series_id`."""
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def host_rack() -> str:
+    """This host's name as a rack name: the rack a command or page names when it is given none."""
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")[:64] or "rack"
+
+
 DIMENSION_TABLES = (
     "series",
     "targets",

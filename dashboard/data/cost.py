@@ -12,6 +12,7 @@ import pandas as pd
 
 from moemeter.contract import POOLS
 from warehouse.cost import (
+    BASES,
     CostReport,
     NoData,
     cost_over_time,
@@ -23,12 +24,14 @@ from warehouse.cost import (
     with_gpu_price,
 )
 from warehouse.cost import stored_pools as pools
+from warehouse.focus import focus_rows
 from warehouse.prices import PriceSheet, default_sheet
 from warehouse.read import run_time
 
 from .live import Query
 
 __all__ = [
+    "BASES",
     "NoData",
     "CostReport",
     "cost_report",
@@ -36,6 +39,7 @@ __all__ = [
     "price_sheet",
     "pools",
     "over_time",
+    "focus_csv",
     "latest_count",
     "default_sheet",
     "with_gpu_price",
@@ -63,6 +67,19 @@ def over_time(
         tokens = pool_tokens(q, p, start, end, step.total_seconds())
     gpus = {role: sum(g for _, g in p[role]) for role in POOLS}
     return cost_over_time(tokens, gpus, sheet, start, end, step)
+
+
+def focus_csv(
+    q: Query,
+    p: dict[str, list[tuple[str, int]]],
+    start: datetime,
+    end: datetime,
+    rack: str,
+    sheet: PriceSheet,
+    basis: str,
+) -> bytes:
+    """The window's FOCUS 1.2 rows by tenant (`moemeter report focus --by tenant`), as CSV."""
+    return focus_rows(q, p, start, end, rack, sheet, basis, "tenant").to_csv(index=False).encode()
 
 
 def first_count(q: Query) -> datetime | None:

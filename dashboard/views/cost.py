@@ -11,10 +11,16 @@ import streamlit as st
 from dashboard.data import cost as data
 from dashboard.data import spec
 from dashboard.figures import cost as figures
-from dashboard.source import api_url, query, show_api_error
+from dashboard.source import api_url, picked_rack, query, show_api_error
 from dashboard.widgets import day_span, metric_columns, request_columns
 from dashboard.widgets import usd as _usd
 from moemeter.contract import windows
+from warehouse.export import host_rack
+
+BASIS_LABELS = {
+    "allocation": "every reserved GPU-hour charged",
+    "usage": "busy GPU time charged, idle apart",
+}
 
 # The daily statement's headings and formats (its CSV keeps the column names finance scripts read).
 DAILY_COLUMNS = {
@@ -28,6 +34,8 @@ DAILY_COLUMNS = {
     "output_tokens": st.column_config.NumberColumn("output tokens", format="localized"),
     "usd_per_mtok_input": st.column_config.NumberColumn("$/M input", format="$%.4f"),
     "usd_per_mtok_output": st.column_config.NumberColumn("$/M output", format="$%.4f"),
+    "idle_cost_usd": st.column_config.NumberColumn("idle cost USD", format="dollar"),
+    "cache_savings_usd": st.column_config.NumberColumn("cache savings USD", format="dollar"),
     "revenue_usd": st.column_config.NumberColumn("revenue USD", format="dollar"),
     "margin_usd": st.column_config.NumberColumn("margin USD", format="dollar"),
     "margin_pct": st.column_config.NumberColumn("margin %", format="%.2f%%"),
@@ -115,6 +123,18 @@ def render() -> None:
         )
     if what_if:
         sheet = data.with_gpu_price(sheet, price)
+    basis = (
+        st.segmented_control(
+            "Cost basis",
+            data.BASES,
+            default=data.BASES[0],
+            key="cost_basis",
+            help="allocation: every reserved GPU-hour is charged to the tokens and users that ran; usage: only "
+            "busy GPU time is, and idle is a line of its own (docs/definitions.md, Cost bases). The bill is the "
+            "same on both.",
+        )
+        or data.BASES[0]
+    )
     pools = data.pools(query, start, end)
     if not pools["prefill"] and not pools["decode"]:
         st.info(
@@ -123,7 +143,7 @@ def render() -> None:
         )
         return
     try:
-        r = data.cost_report(query, pools, start, end, sheet)
+        r = data.cost_report(query, pools, start, end, sheet, basis=basis)
     except data.NoData as exc:
         st.info(f"{exc}. Pick another window.")
         return
@@ -135,7 +155,8 @@ def render() -> None:
     sources = "; ".join(d["price_sheet"]["gpu_price_sources"])
     st.caption(
         f"{start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC · price sheet **{d['price_sheet']['name']}** "
-        f"({sources}) · per-user method: {d['method']} (share of computed prompt tokens, of generated tokens)"
+        f"({sources}) · per-user method: {d['method']} (share of computed prompt tokens, of generated tokens) "
+        f"· cost basis **{basis}**: {BASIS_LABELS[basis]}"
     )
 
     if r.first_count and r.last_count:
@@ -149,18 +170,19 @@ def render() -> None:
     def scaled(v: float | None) -> float | None:
         return None if v is None else v / util
 
-    m = metric_columns(7)
+    m = metric_columns(8)
     m[0].metric("Cost", _usd(tot["cost_usd"]), help=f"{pf['gpu_hours'] + dc['gpu_hours']:,.1f} GPU-hours")
+    charged = "prefill cost" if basis == "allocation" else "prefill busy cost"
     m[1].metric(
         "$/M input",
         _usd(scaled(pf["usd_per_mtok_input"]), 4),
-        help=f"prefill cost / {pf['computed_prompt_tokens']:,} computed prompt tokens; "
+        help=f"{charged} / {pf['computed_prompt_tokens']:,} computed prompt tokens; "
         f"{pf['cached_prompt_tokens']:,} cache hits apart",
     )
     m[2].metric(
         "$/M output",
         _usd(scaled(dc["usd_per_mtok_output"]), 4),
-        help=f"decode cost / {dc['generated_tokens']:,} generated tokens",
+        help=f"decode {'cost' if basis == 'allocation' else 'busy cost'} / {dc['generated_tokens']:,} generated tokens",
     )
     m[3].metric("$/M blended", _usd(scaled(tot["usd_per_mtok_blended"]), 4), help=f"{tot['tokens']:,} tokens")
     m[4].metric("Revenue", _usd(tot["revenue_usd"]), help="tokens at the token price sheet")
@@ -168,10 +190,17 @@ def render() -> None:
     m[6].metric(
         "Idle cost",
         _usd(pf["idle_cost_usd"] + dc["idle_cost_usd"]),
-        help="GPU-hours in scrape intervals when a pool's token counters did not move",
+        help="GPU-hours in scrape intervals when a pool's token counters did not move; "
+        + ("charged to the users with the rest" if basis == "allocation" else "charged to no user on this basis"),
+    )
+    m[7].metric(
+        "Cache savings",
+        _usd(tot["cache_savings_usd"]),
+        help=f"{pf['cached_prompt_tokens']:,} cached prompt tokens at the $/M input: what the prefill pool would "
+        "have charged to compute them",
     )
 
-    split = spec.cost_split(query, start, end, dc["cost_usd"], dc["generated_tokens"])
+    split = spec.cost_split(query, start, end, dc["charged_usd"], dc["generated_tokens"])
     parts = split.parts() if split else {}
     if split is not None and parts.get("rejected_drafts") is not None:
         st.caption(
@@ -207,7 +236,7 @@ def render() -> None:
 
     st.subheader("Daily statement")
     day_from = data.statement_from(start, end, first, explicit)  # the first day from when the rack was first seen
-    daily = data.daily_statement(query, pools, day_from, end, sheet)
+    daily = data.daily_statement(query, pools, day_from, end, sheet, basis=basis)
     if day_from == first and len(daily) and "note" in daily:
         daily.loc[0, "note"] = f"from {first:%H:%M:%S} UTC, when moemeter first saw the rack"
     st.dataframe(daily, hide_index=True, key="daily", column_config=DAILY_COLUMNS)
@@ -217,6 +246,18 @@ def render() -> None:
         file_name=f"moemeter-daily-{start:%Y%m%d}-{end:%Y%m%d}.csv",
         mime="text/csv",
         key="dl_daily",
+    )
+    rack = picked_rack() or host_rack()
+    st.download_button(
+        f"Download FOCUS 1.2 cost and usage, by tenant, {basis} basis (CSV)",
+        lambda: data.focus_csv(query, pools, start, end, rack, sheet, basis),
+        file_name=f"moemeter-focus-{rack}-{basis}-{start:%Y%m%d%H%M}-{end:%Y%m%d%H%M}.csv",
+        mime="text/csv",
+        key="dl_focus",
+        on_click="ignore",
+        help="The rows `moemeter report focus --by tenant` writes for this window: GPU-hours busy and idle per "
+        "hour and pool at the price in force, tokens per kind, each tenant's share (docs/definitions.md, FOCUS "
+        "export). For a FinOps tool.",
     )
 
 

@@ -195,10 +195,9 @@ def parse_duration(text: str) -> float:
 
 def rack_name(args: argparse.Namespace) -> str:
     """--rack, else this host's name (as a rack name)."""
-    import re
-    import socket
+    from warehouse.export import host_rack
 
-    return args.rack or re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64]
+    return args.rack or host_rack()
 
 
 # ------------------------------------------------------------------ opening data

@@ -151,7 +151,24 @@ def test_moemeter_up_shows_live_numbers_in_chromium(stack):
         page.get_by_text("Hottest rank now").first.wait_for(timeout=ms(90))
         page.get_by_text("Layer x rank: load / layer mean").first.wait_for(timeout=ms(60))
         page.screenshot(path=str(shots / "experts.png"), full_page=True)
+        # The Cost page on the usage basis, and its FOCUS file: the rows add up to the page's cost.
+        page.goto(url + "/cost", wait_until="networkidle")
+        page.locator("[data-testid='stButtonGroup'] button", has_text=re.compile(r"^usage$")).click()
+        page.get_by_text("cost basis usage").first.wait_for(timeout=ms(90))
+        download = page.get_by_role("button", name=re.compile("Download FOCUS 1.2 .* usage basis"))
+        download.first.wait_for(timeout=ms(60))
+        cost = headline(page)["Cost"]
+        with page.expect_download(timeout=ms(120)) as got:
+            download.first.click()
+        focus = got.value.path().read_text()
+        page.screenshot(path=str(shots / "cost.png"), full_page=True)
         browser.close()
+    import io
+
+    import pandas as pd
+
+    rows = pd.read_csv(io.StringIO(focus))
+    assert f"${rows['BilledCost'].sum():,.2f}" == cost and set(rows["x_CostBasis"]) == {"usage"}
     assert second["Targets up"] == "25/25"
     for label in ("Rack tok/s per GPU (logical)", "Decode tok/s per GPU", "P90 per-user tok/s"):
         assert re.fullmatch(r"[\d,]+", second[label]), (label, second[label])

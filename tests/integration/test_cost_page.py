@@ -58,6 +58,22 @@ def test_the_page_shows_the_reports_numbers(api, monkeypatch) -> None:
     assert "$38.96 per GPU-hour" in at.caption[0].value  # the price's source is on screen
 
 
+def test_the_usage_basis_and_the_cache_savings(api, monkeypatch) -> None:
+    """The numbers tests/warehouse/test_cost.py computes by hand for the usage basis."""
+    at = open_page(api, monkeypatch)
+    assert metric(at, "Cache savings") == "$63.31" and "cost basis **allocation**" in at.caption[0].value
+    at.segmented_control(key="cost_basis").set_value("usage").run()
+    assert not at.exception, at.exception
+    assert "cost basis **usage**" in at.caption[0].value
+    assert metric(at, "Cost") == "$467.52"  # the bill is the same
+    assert metric(at, "$/M output") == "$233.76" and metric(at, "Idle cost") == "$77.49"
+    assert metric(at, "Cache savings") == "$63.22"
+    users = at.dataframe[0].value
+    assert list(users.user) == ["bob", "alice"] and [round(c, 2) for c in users.cost_usd] == [227.19, 162.19]
+    daily = at.dataframe[1].value  # 00:00 .. 12:00: the hours before the first scrape are not busy
+    assert daily.usd_per_mtok_output[0] == 233.76 and daily.idle_cost_usd[0] == 77.49
+
+
 def test_what_if_price_and_utilisation(api, monkeypatch) -> None:
     at = open_page(api, monkeypatch)
     at.toggle(key="whatif_on").set_value(True).run()
