@@ -311,6 +311,24 @@ source = "test"
     assert user["cached_prompt_tokens"] == first + again and user["requests"] == 2
     assert user["computed_prompt_tokens"] == sum(u["prompt_tokens"] for u in usage) - first - again
 
+    # The same window as FOCUS rows, refereed by the FinOps Foundation's validator: they add up to
+    # the report, and the user's cache hits are a row of their own.
+    import pandas as pd
+
+    from tests.warehouse import focus_validator
+
+    focus = tmp_path / "focus.csv"
+    args[1] = "focus"
+    args.remove("--json")
+    assert main([*args, "--by", "user", "--basis", "usage", "--rack", "cpu-stack", "--out", str(focus)]) == 0
+    rows = pd.read_csv(focus)
+    assert round(rows["BilledCost"].sum(), 2) == r["total"]["cost_usd"]
+    hits = rows[(rows["SkuId"] == "tokens-input-cache-hit") & rows["x_AllocatedResourceId"].str.endswith("/cache")]
+    assert hits["ConsumedQuantity"].sum() == first + again and (hits["x_CacheSavings"] > 0).all()
+    verdicts = tmp_path / "verdicts"
+    verdicts.mkdir()
+    focus_validator.check(focus_validator.validate(focus, verdicts))
+
 
 def test_real_clients_streams_are_metered_whole(localstack):
     """The audit's repro on the real stack: streams delivered in full were recorded as 499 when the
