@@ -243,13 +243,14 @@ def _focus_options(s: Command) -> None:
 @report_commands.command(
     "focus",
     _focus_options,
-    help="FOCUS 1.2 cost and usage rows per hour and pool (busy, idle, tokens), allocated to tenants or users",
+    help="FOCUS 1.2 cost and usage rows per hour and pool (GPU time busy, idle, unobserved; tokens), "
+    "allocated to tenants or users",
     rows=[
         Row(
             "moemeter report focus --from T --to T [--db F | --api URL | --lake CATALOG --rack R] "
             "[--basis allocation|usage] [--by pool|tenant|user] [--out F.csv | F.parquet]",
-            "for a FinOps tool: FOCUS 1.2 rows per hour and pool, GPU-hours busy and idle at the price in "
-            "force, tokens per kind, split to tenants or users in x_Allocated* columns; BilledCost adds up "
+            "for a FinOps tool: FOCUS 1.2 rows per hour and pool, GPU-hours busy, idle and unobserved at the "
+            "price in force, tokens per kind, split to tenants or users in x_Allocated* columns; BilledCost adds up "
             "to `report cost`",
         ),
     ],

@@ -148,3 +148,21 @@ def rack(tmp_path_factory):
         )
     )
     return db, targets
+
+
+def contract_sheet(tmp_path: Path, decode_repriced: str) -> Path:
+    """A price sheet: $3/GPU-hour for every pool from 2026, $4 for decode from `decode_repriced`."""
+    sheet = tmp_path / "prices.toml"
+    sheet.write_text(f"""name = "contract"
+[[gpu]]
+effective = "2026-01-01T00:00:00Z"
+pool = "*"
+usd_per_gpu_hour = 3.00
+source = "rental contract 2026"
+[[gpu]]
+effective = "{decode_repriced}"
+pool = "decode"
+usd_per_gpu_hour = 4.00
+source = "decode GPUs repriced"
+""")
+    return sheet

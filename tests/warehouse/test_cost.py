@@ -32,7 +32,7 @@ import pytest
 from moemeter.cli import main
 from warehouse.read import Holdings, plan
 
-from .conftest import TIMES
+from .conftest import TIMES, contract_sheet
 
 
 def report(capsys, rack, *extra: str) -> dict:
@@ -116,19 +116,7 @@ def test_the_rollups_and_the_raw_counters_agree(rack, capsys) -> None:
 
 
 def test_a_price_change_applies_from_its_effective_time_only(rack, capsys, tmp_path) -> None:
-    sheet = tmp_path / "prices.toml"
-    sheet.write_text("""name = "contract"
-[[gpu]]
-effective = "2026-01-01T00:00:00Z"
-pool = "*"
-usd_per_gpu_hour = 3.00
-source = "rental contract 2026"
-[[gpu]]
-effective = "2026-11-29T11:00:00Z"
-pool = "decode"
-usd_per_gpu_hour = 4.00
-source = "decode GPUs repriced"
-""")
+    sheet = contract_sheet(tmp_path, "2026-11-29T11:00:00Z")
     r = report(capsys, rack, "--price-sheet", str(sheet))
     assert r["pools"]["prefill"]["cost_usd"] == 2 * 2 * 3.00
     assert r["pools"]["decode"]["cost_usd"] == 4 * 1 * 3.00 + 4 * 1 * 4.00

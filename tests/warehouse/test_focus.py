@@ -23,6 +23,7 @@ import pytest
 from moemeter.cli import main
 
 from . import focus_validator
+from .conftest import contract_sheet
 
 IDLE_HOURS = 4 * 1790 / 3600
 IDLE_USD = IDLE_HOURS * 38.96
@@ -104,19 +105,7 @@ def test_idle_time_is_split_in_rows_of_its_own_on_the_allocation_basis(rack, tmp
 
 
 def test_a_price_change_inside_an_hour_splits_the_charge_periods(rack, tmp_path, capsys) -> None:
-    sheet = tmp_path / "prices.toml"
-    sheet.write_text("""name = "contract"
-[[gpu]]
-effective = "2026-01-01T00:00:00Z"
-pool = "*"
-usd_per_gpu_hour = 3.00
-source = "rental contract 2026"
-[[gpu]]
-effective = "2026-11-29T11:30:00Z"
-pool = "decode"
-usd_per_gpu_hour = 4.00
-source = "decode GPUs repriced"
-""")
+    sheet = contract_sheet(tmp_path, "2026-11-29T11:30:00Z")
     rows = export(rack, tmp_path, "--price-sheet", str(sheet), "--by", "pool")
     report = cost(rack, capsys, "--price-sheet", str(sheet))
     assert round(rows["BilledCost"].sum(), 2) == report["total"]["cost_usd"] == 2 * 2 * 3 + 4 * 1.5 * 3 + 4 * 0.5 * 4
