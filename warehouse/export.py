@@ -47,6 +47,20 @@ TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
 BY_SERIES = ("samples", "increments", "samples_1m", "increments_1m", "samples_1h", "increments_1h")
 """Tables whose rows name a series by its `series_id`."""
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A rack's name: it becomes a Parquet folder, a lake partition, a Prometheus label value and FOCUS
+account and resource ids."""
+
+
+class RackNameError(MoemeterError, ValueError):
+    """A rack name outside RACK_NAME."""
+
+
+def check_rack(name: str) -> str:
+    if not RACK_NAME.fullmatch(name or ""):
+        raise RackNameError(
+            f"rack name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
 
 
 def host_rack() -> str:
@@ -110,8 +124,8 @@ def export_parquet(
 ) -> list[Exported]:
     """Write [start, end) of every fact table by day (read `chunk` at a time, so memory stays
     bounded), and the dimension tables whole; under `rack=NAME/` when a rack is named."""
-    if rack is not None and not RACK_NAME.fullmatch(rack):
-        raise ExportError(f"rack name {rack!r}: use 1-64 letters, digits, '.', '_' or '-'")
+    if rack is not None:
+        check_rack(rack)
     unknown = sorted(set(tables) - set(FACT_TABLES) - set(DIMENSION_TABLES))
     if unknown:
         raise ExportError(f"unknown tables {unknown}; known: {sorted(FACT_TABLES + DIMENSION_TABLES)}")

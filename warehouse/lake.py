@@ -55,7 +55,7 @@ import pyarrow as pa
 from moemeter.contract.errors import MoemeterError
 
 from .db import apply_migrations
-from .export import RACK_NAME, named_by_key
+from .export import RACK_NAME, check_rack, named_by_key
 from .read import HOUR, MINUTE, bind, floor
 from .readonly import lock_down
 from .requests import ITL_BIN_SCALE
@@ -168,14 +168,6 @@ series' id is its key (export.named_by_key), as a rack's file numbered series be
 rows published before that have no `series_key`, and a rack's view takes the id for it."""
 STATE = "lake_state"
 CLOCKS = ("1m", "1h", "requests_slo_1m")
-
-
-def check_rack(name: str) -> str:
-    if not RACK_NAME.fullmatch(name or ""):
-        raise LakeError(
-            f"rack name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        )
-    return name
 
 
 # ------------------------------------------------------------------------------------- connecting

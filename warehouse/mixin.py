@@ -22,7 +22,7 @@ import yaml
 from moemeter.contract import TargetInfo
 from moemeter.contract.errors import MoemeterError
 from warehouse.alerts import AlertRules
-from warehouse.export import RACK_NAME
+from warehouse.export import check_rack
 from warehouse.grafana import BOARDS, DATASOURCE_UID, dashboards
 from warehouse.promql import CONSTANTS, PoolCost, inventory, recording_group
 from warehouse.rules import alert_pack
@@ -65,10 +65,8 @@ def files(
     slo: SloClass, pools: dict[str, PoolCost] | None, targets: list[TargetInfo] | None, rack: str = ""
 ) -> dict[str, str]:
     """Every file of the mixin: relative path -> text."""
-    if rack and not RACK_NAME.fullmatch(rack):
-        raise MixinError(
-            f"rack name {rack!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        )
+    if rack:
+        check_rack(rack)
     records, alerts = rule_files(slo, pools, targets, rack)
     boards = dashboards(slo)
     out = {

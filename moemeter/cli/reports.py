@@ -257,8 +257,8 @@ def _focus_options(s: Command) -> None:
 )
 def cmd_report_focus(args: argparse.Namespace) -> int:
     from warehouse.cost import NoData, stored_pools
+    from warehouse.export import check_rack
     from warehouse.focus import focus_rows, write
-    from warehouse.lake import LakeError, check_rack
 
     from .common import rack_name
 
@@ -267,10 +267,7 @@ def cmd_report_focus(args: argparse.Namespace) -> int:
         raise CliError("--lake needs --rack: a FOCUS export is one rack's (its pools and price sheets)")
     sheet = _report_sheet(args)
     pools = _report_pools(args.targets) if args.targets else None
-    try:
-        rack = check_rack(rack_name(args))
-    except LakeError as exc:
-        raise CliError(f"--rack: {exc}") from exc
+    rack = check_rack(rack_name(args))
 
     def rows(q):  # type: ignore[no-untyped-def]
         return focus_rows(
