@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 import pytest
 
 import warehouse.lake as lake_module
@@ -25,11 +26,11 @@ from stack.ready import scaled
 from tests.postgres import running_postgres
 from warehouse.api import LocalQuery
 from warehouse.db import Warehouse, apply_migrations
+from warehouse.export import RackNameError
 from warehouse.lake import (
     SERIES,
     SHEETS,
     TABLES,
-    LakeError,
     Publisher,
     commit_lock,
     connect,
@@ -591,7 +592,7 @@ def test_bad_lake_arguments_say_what_is_wrong(closed_rack, tmp_path, capsys):
     argv = ["publish", "--db", str(db), "--lake", f"postgres:dbname=lake host={tmp_path} port=1", "--rack", "a"]
     assert main(argv) == 2
     assert "cannot attach the lake" in capsys.readouterr().err
-    with pytest.raises(LakeError, match="rack name"):
+    with pytest.raises(RackNameError, match="rack name"):
         Publisher(duckdb.connect(), "../etc")
 
 
@@ -612,6 +613,28 @@ def test_export_reads_a_rack_of_the_lake(closed_rack, lake, tmp_path):
     ]
     assert exported == window and len(window) > 100
     assert main(["export", "--lake", uri, "--out", str(out), *WINDOW]) == 2  # which rack, then?
+
+
+def test_the_focus_export_of_a_rack_of_the_lake_is_the_racks_own_row_for_row(closed_rack, lake, tmp_path, capsys):
+    """`report focus --lake --rack` over whole hours writes the rows the rack's own file gives, on
+    both bases, per user; their BilledCost adds up to the lake's `report cost` to the cent."""
+    db, targets = closed_rack
+    publish(db, lake)
+    uri, data = lake
+    local_source = ("--db", str(db), "--targets", str(targets))
+    lake_source = ("--lake", uri, "--lake-data", data)
+    for basis in ("allocation", "usage"):
+        exported = []
+        for name, source in (("file", local_source), ("lake", lake_source)):
+            out = tmp_path / f"focus-{basis}-{name}.parquet"
+            argv = ["report", "focus", *WINDOW, *source, "--rack", "rack-a", "--by", "user", "--basis", basis]
+            assert main([*argv, "--out", str(out)]) == 0
+            exported.append(pd.read_parquet(out))
+        local, from_lake = exported
+        assert len(local) > 10 and set(local["x_AllocatedResourceId"].dropna()) == {"acme/alice", "acme/bob"}
+        pd.testing.assert_frame_equal(from_lake, local, rtol=1e-12)  # floats summed in another order
+        total = cost(capsys, *lake_source, "--rack", "rack-a", "--basis", basis)["total"]["cost_usd"]
+        assert round(from_lake["BilledCost"].sum(), 2) == round(local["BilledCost"].sum(), 2) == total == 467.52
 
 
 def test_writers_of_a_lake_commit_one_at_a_time(lake):
