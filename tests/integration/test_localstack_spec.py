@@ -477,7 +477,7 @@ def slo_splitting_the_run(gateway: str, effective: datetime) -> SloClass:
     once it counted every request of the run (a fresh gateway: the run's alone)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.integration.test_promql_parity import SLO
+    from tests.integration.parity import SLO
 
     deadline = time.monotonic() + scaled(30)
     while True:
@@ -545,21 +545,21 @@ def prometheus_parity(
     query API and Prometheus's `figure.expr` over the range t1 - t0 evaluated at t1, each figure within
     its tolerance, the rates within their spread (`spread`; `covered`: the seconds moemeter's
     scrapes of each pool covered)."""
-    from tests.integration.test_promql_parity import _query, moemeter
+    from tests.integration.parity import moemeter, query
     from warehouse.promql import figures
 
     found = {f.key: f for f in figures(slo)}
     assert set(found) == set(COMPARED) | set(RATES) | set(LEFT_OUT), sorted(found)
     window, start, end = f"{t1 - t0}s", utc(t0), utc(t1)
     # each compared target scraped at least twice in the window: before the run and after it
-    twice = _query(url, f'count_over_time(up{{role=~"{"|".join(ROLES)}"}}[{window}]) >= 2', end)
+    twice = query(url, f'count_over_time(up{{role=~"{"|".join(ROLES)}"}}[{window}]) >= 2', end)
     assert sorted(r["metric"]["role"] for r in twice) == sorted(ROLES), twice
     spreads = {role: spread(url, role, covered[role], t0, t1) for role in POOL_TOKENS}
     out = {}
     for key in (*COMPARED, *RATES):
         f = found[key]
         ours = moemeter(q, key, start, end, {})
-        rows = _query(url, f.expr(window), end)
+        rows = query(url, f.expr(window), end)
         theirs = {tuple(r["metric"].get(k, "") for k in f.by if k != "rack"): float(r["value"][1]) for r in rows}
         assert set(theirs) == set(ours), f"{key}: Prometheus has {theirs}, moemeter {ours}"
         for series, value in ours.items():

@@ -15,27 +15,22 @@ import sys
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from collectors.targets import load_targets
-from dashboard.data import experts, live, spec
+from dashboard.data import live
 from moemeter.cli import main
 from moemeter.contract import DEFAULT_INTERVAL
 from stack.ready import scaled
 from stack.twin.server import write_targets
 from tests.e2e.test_browser import free_port
+from tests.integration.parity import SLO, SLO_SHEET, moemeter, query
 from tests.integration.test_prometheus_source import PROMETHEUS, start_prometheus, start_twin, wait_for_scrapes
 from warehouse.api import QueryClient, QueryError
-from warehouse.cost import cost_report, stored_pools
-from warehouse.goodput import slo_reports
 from warehouse.grafana import board_panels, concrete, panels
 from warehouse.promql import Figure, figures
-from warehouse.read import Window
-from warehouse.slo import load_slo_sheet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow("scrapes the twin for three minutes with two collectors")]
 
@@ -44,12 +39,6 @@ WINDOW_SECONDS = 120
 """The compared window: 24 scrapes at 5 s on either side."""
 SETTLE_SECONDS = 5
 """Both collectors' rounds after the window's end, so that moemeter's prorated increases at the edge are whole."""
-ONE_BUCKET = 9_999_999
-"""A step far longer than the window, and no whole minute: one bucket of raw rows (warehouse/read.py)."""
-
-NOW = datetime.now(UTC).replace(tzinfo=None)
-SLO_SHEET = Path(__file__).parents[1] / "fixtures" / "slo-parity.toml"
-SLO = load_slo_sheet(SLO_SHEET).default_at(NOW)
 FIGURES = {f.key: f for f in figures(SLO)}
 MEASURED: dict[str, dict[str, object]] = {}
 
@@ -109,7 +98,7 @@ def _moemeter_past(q: QueryClient, t: datetime) -> bool:
 
 
 def _prometheus_past(url: str, t: datetime) -> bool:
-    oldest = _query(url, "min(timestamp(up))", None)
+    oldest = query(url, "min(timestamp(up))", None)
     return bool(oldest) and float(oldest[0]["value"][1]) > t.replace(tzinfo=UTC).timestamp()
 
 
@@ -127,77 +116,11 @@ def _first_scrape(q: QueryClient, serve: subprocess.Popen, within: float) -> dat
     pytest.fail(f"moemeter serve stored no scrape within {within:g} s")
 
 
-def _query(url: str, expr: str, at: datetime | None) -> list[dict]:
-    params = {"query": expr}
-    if at is not None:
-        params["time"] = f"{at.replace(tzinfo=UTC).timestamp():.3f}"
-    body = httpx.get(url + "/api/v1/query", params=params, timeout=30).json()
-    assert body["status"] == "success", f"{expr}: {body}"
-    return body["data"]["result"]
-
-
 def prometheus(url: str, f: Figure, end: datetime) -> dict[tuple[str, ...], float]:
     """Prometheus's answer for the window ending at `end`, keyed by the figure's labels but `rack`."""
     keep = [k for k in f.by if k != "rack"]
-    rows = _query(url, f.expr(f"{WINDOW_SECONDS}s"), end)
+    rows = query(url, f.expr(f"{WINDOW_SECONDS}s"), end)
     return {tuple(r["metric"].get(k, "") for k in keep): float(r["value"][1]) for r in rows}
-
-
-# --------------------------------------------------------------------- moemeter
-def moemeter(q: QueryClient, key: str, start: datetime, end: datetime, instances: dict[str, str]):
-    """moemeter's answer for [start, end) through its query API, keyed as `prometheus` keys."""
-    w = Window(start, end, ONE_BUCKET)
-    gpus = live.pool_gpus(live.targets(q, w))
-    if key.endswith("tokens_per_gpu"):
-        series = {
-            "rack_tokens_per_gpu": ("rack logical", ()),
-            "prefill_logical_tokens_per_gpu": ("prefill logical", ("prefill",)),
-            "prefill_computed_tokens_per_gpu": ("prefill computed", ("prefill",)),
-            "decode_tokens_per_gpu": ("decode", ("decode",)),
-        }[key]
-        tpg = live.tokens_per_gpu(live.token_rates(q, w), gpus)
-        [value] = tpg.loc[tpg["series"] == series[0], "value"]
-        return {series[1]: float(value)}
-    if key in ("ttft_p90_seconds", "itl_p50_seconds", "user_tokens_per_second_p90"):
-        family, quantile, role = {
-            "ttft_p90_seconds": ("vllm:time_to_first_token_seconds", 0.9, "prefill"),
-            "itl_p50_seconds": ("vllm:inter_token_latency_seconds", 0.5, "decode"),
-            "user_tokens_per_second_p90": ("vllm:request_time_per_output_token_seconds", 0.9, "decode"),
-        }[key]
-        counts = live.histograms_counts(q, w, [family])[family]
-        value = live.quantile_overall(counts, quantile, role)
-        return {(role,): 1 / value if key.startswith("user") else value}
-    if key in ("kv_cache_usage_mean", "requests_waiting"):
-        gauges = live.queue_and_kv(q, w)
-        column = "kv_mean" if key == "kv_cache_usage_mean" else "waiting"
-        return {(role,): float(g[column].mean()) for role, g in gauges.groupby("role")}
-    if key == "pool_usd_per_mtok":
-        report = cost_report(q, stored_pools(q, start, end), start, end, revenue_too=False)
-        return {
-            ("prefill",): report.prefill.cost_usd / (report.computed_prompt_tokens / 1e6),
-            ("decode",): report.decode.cost_usd / (report.generated_tokens / 1e6),
-        }
-    if key == "layer_balancedness":
-        out = {}
-        for target in experts.eplb_targets(q):
-            bal = experts.balancedness_over_time(experts.rank_steps(q, w, target))
-            for layer, g in bal.groupby("layer"):
-                out[(instances[target], "", str(layer))] = float(g["balancedness"].mean())
-        return out
-    if key == "acceptance_length":
-        pools = spec.drafting(q, w).window("pool")
-        return {(r["role"],): float(r["mean_acceptance_length"]) for _, r in pools.iterrows()}
-    if key.startswith("slo_"):
-        rows = slo_reports(q, start, end)["class"].rows
-        [row] = rows[rows["class"] == SLO.name].to_dict("records")
-        missed = {
-            "slo_ttft_burn": "missed_ttft",
-            "slo_itl_burn": "missed_itl",
-            "slo_e2e_burn": "missed_e2e",
-            "slo_availability_burn": "failed",
-        }[key]
-        return {(): row[missed] / row["requests"] / (1 - SLO.objective)}
-    raise AssertionError(f"no moemeter reading for the figure {key}")
 
 
 @pytest.mark.parametrize("key", list(FIGURES))
@@ -240,7 +163,7 @@ def test_every_rule_of_the_mixin_evaluates_non_empty(rack):
     groups = yaml.safe_load((mixin / "prometheus_rules.yaml").read_text())["groups"]
     records = sorted({r["record"] for g in groups for r in g["rules"]})
     assert len(records) > 20
-    empty = [r for r in records if not _query(url, r, None)]
+    empty = [r for r in records if not query(url, r, None)]
     assert not empty, f"recording rules with no series on the twin: {empty}"
 
 
@@ -254,5 +177,5 @@ def test_every_panel_of_every_board_is_non_empty(rack):
         for t in p.get("targets", [])
     ]
     assert len(exprs) == len(panels(SLO))
-    empty = [(b, title) for b, title, expr in exprs if not _query(url, concrete(expr), None)]
+    empty = [(b, title) for b, title, expr in exprs if not query(url, concrete(expr), None)]
     assert not empty, f"panels with no series on the twin: {empty}"
