@@ -24,7 +24,7 @@ from moemeter.contract.errors import MoemeterError
 from warehouse.alerts import AlertRules
 from warehouse.export import check_rack
 from warehouse.grafana import BOARDS, DATASOURCE_UID, dashboards
-from warehouse.promql import CONSTANTS, PoolCost, inventory, recording_group
+from warehouse.promql import CONSTANTS, PoolCost, recording_group
 from warehouse.rules import alert_pack
 from warehouse.slo import SloClass
 
@@ -46,11 +46,8 @@ def rule_files(
 ) -> tuple[dict[str, list[Group]], dict[str, list[Group]]]:
     """(recording, alerting): the two rules files' documents. Without pools (no targets file) the
     rules that read the rack's constants are left out: they would record nothing."""
-    pack: list[Group] = alert_pack(AlertRules(), slo, pools)["groups"]  # type: ignore[assignment]
-    groups = [g for g in pack if g["name"] != "moemeter-inventory"]  # the mixin's own, with the rack's
-    if pools:
-        groups.insert(0, inventory(pools, targets, rack))
-    groups.insert(0, recording_group(slo))
+    pack: list[Group] = alert_pack(AlertRules(), slo, pools, targets, rack)["groups"]  # type: ignore[assignment]
+    groups = [recording_group(slo), *pack]
     records: list[Group] = []
     alerts: list[Group] = []
     for g in groups:
@@ -70,10 +67,10 @@ def files(
     records, alerts = rule_files(slo, pools, targets, rack)
     boards = dashboards(slo)
     out = {
-        "prometheus_rules.yaml": _yaml(records),
-        "prometheus_alerts.yaml": _yaml(alerts),
+        "prometheus_rules.yaml": as_yaml(records),
+        "prometheus_alerts.yaml": as_yaml(alerts),
         **{f"dashboards/{uid}.json": json.dumps(model, indent=2) + "\n" for uid, model in boards.items()},
-        "provisioning/dashboards/moemeter.yaml": _yaml(
+        "provisioning/dashboards/moemeter.yaml": as_yaml(
             {
                 "apiVersion": 1,
                 "providers": [
@@ -87,7 +84,7 @@ def files(
                 ],
             }
         ),
-        "provisioning/datasources/prometheus.yaml": _yaml(
+        "provisioning/datasources/prometheus.yaml": as_yaml(
             {
                 "apiVersion": 1,
                 "datasources": [
@@ -101,7 +98,7 @@ def files(
                 ],
             }
         ),
-        "kubernetes/prometheus-rule.yaml": _yaml(
+        "kubernetes/prometheus-rule.yaml": as_yaml(
             {
                 "apiVersion": "monitoring.coreos.com/v1",
                 "kind": "PrometheusRule",
@@ -109,7 +106,7 @@ def files(
                 "spec": {"groups": records["groups"] + alerts["groups"]},
             }
         ),
-        "kubernetes/grafana-dashboards.yaml": _yaml(
+        "kubernetes/grafana-dashboards.yaml": as_yaml(
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -138,5 +135,7 @@ def write(out: Path, texts: dict[str, str]) -> list[Path]:
     return written
 
 
-def _yaml(doc: Any) -> str:
+def as_yaml(doc: Any) -> str:
+    """A rules file, provisioning file or manifest as Prometheus, Grafana and kubectl read it: keys in
+    the order written, expressions on one line."""
     return yaml.safe_dump(doc, sort_keys=False, width=1000)

@@ -52,13 +52,20 @@ RulesError = PromqlError
 """Targets the pack cannot express (an SLO target that is no bucket boundary, no default class)."""
 
 
-def alert_pack(rules: AlertRules, slo: SloClass, pools: dict[str, PoolCost] | None = None) -> dict[str, object]:
+def alert_pack(
+    rules: AlertRules,
+    slo: SloClass,
+    pools: dict[str, PoolCost] | None = None,
+    targets: list[TargetInfo] | None = None,
+    rack: str = "",
+) -> dict[str, object]:
     """The rules file (YAML-serialisable): the gateway's traffic is held to `slo`, the SLO sheet's
     default class (its histograms have no class label: per-class attainment is the warehouse's).
-    Without `pools` the $/M group is left out."""
+    Without `pools` the $/M group is left out; `targets` and `rack` label the rack's inventory
+    (`promql.inventory`), as the mixin records it."""
     groups = [_slo(rules, slo), _engines(rules), _targets(rules)]
     if pools:
-        groups += [inventory(pools), _cost(rules, pools)]
+        groups += [inventory(pools, targets, rack), _cost(rules, pools)]
     groups.append(eplb_group(rules))
     return {"groups": groups}
 

@@ -72,13 +72,12 @@ def _inputs(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def cmd_rules(args: argparse.Namespace) -> int:
     import json
 
-    import yaml
-
     from warehouse.alerts import AlertRules
+    from warehouse.mixin import as_yaml
     from warehouse.rules import RulesError, alert_pack, file_sd
 
     targets, pools, slo = _inputs(args)
-    text = yaml.safe_dump(alert_pack(AlertRules(), slo, pools), sort_keys=False, width=1000)
+    text = as_yaml(alert_pack(AlertRules(), slo, pools, targets))
     if args.sd_out:
         if targets is None:
             raise RulesError("--sd-out needs --targets: the file_sd file lists them")
