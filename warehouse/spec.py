@@ -210,12 +210,16 @@ def spec_report(
     if by not in BY:
         raise ValueError(f"--by must be one of {', '.join(BY)}, not {by!r}")
     long = counts(q, start, end)
-    rows = figures(long, KEYS[by])
-    cost = None
-    if decode_cost_usd is not None:
-        pool = figures(long[long["role"] == "decode"], ["role"])
-        if not pool.empty:
-            cost = CostSplit(
-                decode_cost_usd, float(pool["generated_tokens"].iloc[0]), float(pool["rejected_share"].iloc[0])
-            )
-    return SpecReport(start, end, by, rows, cost)
+    cost = None if decode_cost_usd is None else cost_split(long, decode_cost_usd)
+    return SpecReport(start, end, by, figures(long, KEYS[by]), cost)
+
+
+def cost_split(long: pd.DataFrame, decode_cost_usd: float, generated: float | None = None) -> CostSplit | None:
+    """The decode pool's cost over the window of `long` (counts) split by its rejected drafts' share of
+    decode compute, per `generated` output tokens (default: the pool's counter); None where it drafted
+    nothing."""
+    pool = figures(long[long["role"] == "decode"], ["role"])
+    if pool.empty:
+        return None
+    tokens = float(pool["generated_tokens"].iloc[0]) if generated is None else generated
+    return CostSplit(decode_cost_usd, tokens, float(pool["rejected_share"].iloc[0]))

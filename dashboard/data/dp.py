@@ -10,10 +10,9 @@ import pandas as pd
 
 from warehouse.alerts import AlertRules
 from warehouse.read import Query, Window, at_resolution
-from warehouse.spec import counts as spec_counts
-from warehouse.spec import over_time as spec_over_time
 
 from .live import counters
+from .spec import drafting
 
 KEYS = ["target", "engine"]
 SIGNALS = ("waiting", "running", "kv_usage", "tokens_per_step", "step_ms", "xfer_ms", "acceptance_length")
@@ -49,7 +48,7 @@ def engines_over_time(q: Query, w: Window, role: str) -> pd.DataFrame:
     accepted / drafts); NaN where none was counted."""
     gauges = at_resolution(q, "dp_gauges", w, {"role": role})
     steps = counters(q, "dp_steps", w, {"role": role})
-    drafted = spec_over_time(spec_counts(q, w.start, w.end, w.step_seconds), ["role", *KEYS])
+    drafted = drafting(q, w).over_time("engine")
     drafted = drafted.loc[drafted["role"] == role, ["bucket", *KEYS, "drafts", "accepted_tokens"]]
     for frame in (gauges, steps, drafted):
         frame["bucket"] = pd.to_datetime(frame["bucket"])

@@ -10,6 +10,7 @@ import pandas as pd
 
 from warehouse.read import Query, Window
 from warehouse.spec import KEYS, REJECTED_BASIS, CostSplit, counts, figures, over_time, position_rates
+from warehouse.spec import cost_split as split_of
 
 __all__ = ["REJECTED_BASIS", "CostSplit", "Drafting", "cost_split", "drafting", "position_rates"]
 
@@ -35,6 +36,10 @@ class Drafting:
         """Per step: the figures per pool, instance or engine."""
         return over_time(self.long, KEYS[by])
 
+    def cost_split(self, decode_cost_usd: float, generated: float) -> CostSplit | None:
+        """The decode pool's $/M output over the window split by its rejected drafts' share."""
+        return split_of(self.long, decode_cost_usd, generated)
+
 
 def drafting(q: Query, w: Window) -> Drafting:
     """The window's spec-decode counts per step."""
@@ -44,8 +49,4 @@ def drafting(q: Query, w: Window) -> Drafting:
 def cost_split(q: Query, start: datetime, end: datetime, decode_cost_usd: float, generated: float) -> CostSplit | None:
     """The decode pool's $/M output over [start, end) split by its rejected drafts' share of decode
     compute (None: nothing drafted)."""
-    pool = figures(counts(q, start, end), ["role"])
-    decode = pool[pool["role"] == "decode"]
-    if decode.empty:
-        return None
-    return CostSplit(decode_cost_usd, generated, float(decode["rejected_share"].iloc[0]))
+    return split_of(counts(q, start, end), decode_cost_usd, generated)

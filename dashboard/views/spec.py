@@ -64,7 +64,7 @@ def render() -> None:
     pools = drafting.window("pool")
     decode = pools[pools["role"] == "decode"]
     head = decode.iloc[0] if len(decode) else pools.iloc[0]
-    split = _cost_split(w)
+    split = _cost_split(w, drafting)
     st.caption(
         f"step {w.step_seconds}s · mean acceptance length = 1 + accepted / drafts (vLLM's convention) · "
         "the rejected drafts' share of decode compute is an estimate: " + data.REJECTED_BASIS
@@ -114,13 +114,14 @@ def _engine_steps(drafting: data.Drafting) -> pd.DataFrame:
     return steps
 
 
-def _cost_split(w: live.Window) -> data.CostSplit | None:
-    """The decode pool's cost over the window at the price sheet in force (the Cost page's)."""
+def _cost_split(w: live.Window, drafting: data.Drafting) -> data.CostSplit | None:
+    """The decode pool's cost over the window at the price sheet in force (the Cost page's), split by
+    the window's drafts (read once, for the whole page)."""
     try:
         report = cost_data.cost_report(query, cost_data.pools(query, w.start, w.end), w.start, w.end)
     except (cost_data.NoData, ValueError):
         return None
-    return data.cost_split(query, w.start, w.end, report.decode.cost_usd, report.generated_tokens)
+    return drafting.cost_split(report.decode.cost_usd, report.generated_tokens)
 
 
 st.title("Speculative decoding")
