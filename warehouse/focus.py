@@ -324,7 +324,10 @@ def with_cache_savings(rows: pd.DataFrame) -> pd.DataFrame:
         return rows
     key = ["ChargePeriodStart", "x_AllocatedResourceId"]
     prefill = rows[(rows["x_Pool"] == "prefill")].fillna({"x_AllocatedResourceId": ""})
-    charged = prefill[prefill["x_UsageKind"] != "tokens"].groupby(key)["BilledCost"].sum()
+    gpu = prefill["x_UsageKind"] != "tokens"
+    if (rows["x_CostBasis"] == "usage").any():  # the usage basis charges busy time only
+        gpu = prefill["x_UsageKind"] == "busy"
+    charged = prefill[gpu].groupby(key)["BilledCost"].sum()
     computed = prefill[prefill["SkuId"] == "tokens-input-computed"].groupby(key)["ConsumedQuantity"].sum()
     hits = rows["SkuId"] == "tokens-input-cache-hit"
     ids = rows.loc[hits, key].fillna({"x_AllocatedResourceId": ""})

@@ -196,3 +196,23 @@ def test_the_validator_finds_no_mandatory_violation(rack, tmp_path) -> None:
         export(rack, tmp_path, "--basis", basis, "--by", "user", suffix=suffix)
     for path in sorted(tmp_path.glob("focus-*")):
         focus_validator.check(focus_validator.validate(path, out))
+
+
+def test_cache_savings_follow_the_basis_by_pool(rack, tmp_path) -> None:
+    """By pool, a cache-hit row's savings are its tokens at the period's prefill charge per computed
+    prompt token: every GPU-hour on the allocation basis, the busy ones on the usage basis."""
+    for basis in ("allocation", "usage"):
+        rows = export(rack, tmp_path, "--by", "pool", "--basis", basis)
+        prefill = rows[(rows["x_Pool"] == "prefill") & (rows["ConsumedUnit"] == "GPU-Hours")]
+        if basis == "usage":
+            prefill = prefill[prefill["x_UsageKind"] == "busy"]
+        for period, hit in rows[rows["SkuId"] == "tokens-input-cache-hit"].groupby("ChargePeriodStart"):
+            computed = rows[(rows["SkuId"] == "tokens-input-computed") & (rows["ChargePeriodStart"] == period)]
+            charged = prefill[prefill["ChargePeriodStart"] == period]["BilledCost"].sum()
+            expected = hit["ConsumedQuantity"].sum() * charged / computed["ConsumedQuantity"].sum()
+            assert hit["x_CacheSavings"].sum() == pytest.approx(expected)
+        # per charge period, not at the window's $/M input as `report cost` values them ($63.31): hour
+        # 10 caches 0.4M + 0.6M x 1795/1800 of 1.0M + 2.0M x 1795/1800 prompt tokens, hour 11 the rest
+        # (restart and all): 0.998333/1.996111 x $77.92 + 0.301667/1.203889 x $77.92 = $58.50
+        if basis == "allocation":
+            assert round(rows["x_CacheSavings"].sum(), 2) == 58.50
