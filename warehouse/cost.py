@@ -33,6 +33,9 @@ BASES = ("allocation", "usage")
 the tokens and users that ran; "usage" charges them only the busy GPU-hours (scrape intervals in
 which the engines' token counters moved) and leaves idle and unobserved time lines of their own.
 The bill (a pool's cost) is the same on both."""
+OBSERVED = ("busy", "idle")
+"""The GPU time the engines' token counters observed, per scrape interval: it moved, or it did not
+(docs/definitions.md, Cost bases); the rest of a pool's reserved time is unobserved."""
 HOUR = timedelta(hours=1)
 Pools = dict[str, list[tuple[str, int]]]
 """{"prefill": [(target, gpus), ...], "decode": [...]}: the targets of each pool and their GPUs."""
@@ -356,8 +359,8 @@ def _pool_cost(
 ) -> PoolCost:
     """Reserved GPU-hours and cost over the whole window; idle and busy GPU-hours and their cost
     summed per step of the sheet, at the price in effect in that step."""
-    hours = {"idle": 0.0, "busy": 0.0}
-    costs = {"idle": 0.0, "busy": 0.0}
+    hours = dict.fromkeys(OBSERVED, 0.0)
+    costs = dict.fromkeys(OBSERVED, 0.0)
     for r in tokens.itertuples():
         a = max(pd.Timestamp(r.bucket).to_pydatetime(), start)
         b = min(a + step, end)

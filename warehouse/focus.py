@@ -25,14 +25,11 @@ import pandas as pd
 from moemeter.contract import POOLS, computed_tokens
 from moemeter.contract.errors import MoemeterError
 
-from .cost import METHOD, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
+from .cost import METHOD, OBSERVED, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
 from .prices import GpuPrice, PriceSheet
 from .read import Query, floor
 
 VERSION = "1.2"
-KINDS = ("busy", "idle")
-"""The GPU time the engines' token counters observed (docs/definitions.md, Cost bases); the rest of
-a pool's reserved time is unobserved."""
 BY = ("pool", "tenant", "user")
 CURRENCY = "USD"
 SERVICE_CATEGORY = "AI and Machine Learning"
@@ -170,7 +167,9 @@ def focus_rows(
         shares = _shares(q, a, b, by) if by != "pool" else None
         for pool in POOLS:
             gpus = sum(g for _, g in pools.get(pool, []))
-            observed = {k: float(getattr(counted, f"{pool}_{k}_gpu_seconds")) / 3600 if counted else 0.0 for k in KINDS}
+            observed = {
+                k: float(getattr(counted, f"{pool}_{k}_gpu_seconds")) / 3600 if counted else 0.0 for k in OBSERVED
+            }
             rows += _gpu_rows(ex, sheet, pool, gpus, a, b, observed, shares)
         rows += _token_rows(ex, a, b, counted, shares)
         t += step
@@ -206,7 +205,7 @@ def _gpu_rows(
     out = []
     for s, e, price in sheet.gpu_segments(pool, a, b):
         hours = gpus * (e - s).total_seconds() / 3600
-        busy, idle = (min(hours, observed[k] * (e - s) / (b - a)) for k in KINDS)
+        busy, idle = (min(hours, observed[k] * (e - s) / (b - a)) for k in OBSERVED)
         quantities = {"busy": busy, "idle": min(idle, hours - busy), "unobserved": max(hours - busy - idle, 0.0)}
         for kind, qty in quantities.items():
             if qty <= 0:
