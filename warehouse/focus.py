@@ -401,14 +401,27 @@ def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def check_out(path: str) -> str:
+    """A .csv or .parquet file in a directory that exists: checked before anything is read."""
+    import os
+
+    if not path.endswith((".csv", ".parquet")):
+        raise FocusError(f"--out {path!r}: name a .csv or a .parquet file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise FocusError(f"--out {path!r}: {parent} is not a directory")
+    if os.path.isdir(path):
+        raise FocusError(f"--out {path!r} is a directory")
+    return path
+
+
 def write(rows: pd.DataFrame, path: str) -> None:
     """CSV or Parquet by the file's suffix, whole or not at all: written beside the path, then
     renamed over it (a file already there is replaced only by a complete export)."""
     import os
     import tempfile
 
-    if not path.endswith((".csv", ".parquet")):
-        raise FocusError(f"--out {path!r}: name a .csv or a .parquet file")
+    check_out(path)
     fd, tmp = tempfile.mkstemp(prefix=".focus-", suffix=os.path.splitext(path)[1], dir=os.path.dirname(path) or ".")
     os.close(fd)
     try:

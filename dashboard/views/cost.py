@@ -19,7 +19,7 @@ from warehouse.export import host_rack
 
 BASIS_LABELS = {
     "allocation": "every reserved GPU-hour charged",
-    "usage": "busy GPU time charged, idle apart",
+    "usage": "busy GPU time charged, idle and unobserved apart",
 }
 
 # The daily statement's headings and formats (its CSV keeps the column names finance scripts read).
@@ -130,8 +130,8 @@ def render() -> None:
             default=data.BASES[0],
             key="cost_basis",
             help="allocation: every reserved GPU-hour is charged to the tokens and users that ran; usage: only "
-            "busy GPU time is, and idle is a line of its own (docs/definitions.md, Cost bases). The bill is the "
-            "same on both.",
+            "busy GPU time is, and idle and unobserved time are lines of their own (docs/definitions.md, Cost "
+            "bases). The bill is the same on both.",
         )
         or data.BASES[0]
     )
@@ -255,9 +255,9 @@ def render() -> None:
         mime="text/csv",
         key="dl_focus",
         on_click="ignore",
-        help="The rows `moemeter report focus --by tenant` writes for this window: GPU-hours busy and idle per "
-        "hour and pool at the price in force, tokens per kind, each tenant's share (docs/definitions.md, FOCUS "
-        "export). For a FinOps tool.",
+        help="The rows `moemeter report focus --by tenant` writes for this window: GPU-hours busy, idle and "
+        "unobserved per hour and pool at the price in force, tokens per kind, each tenant's share "
+        "(docs/definitions.md, FOCUS export). For a FinOps tool.",
     )
 
 

@@ -106,7 +106,7 @@ def _basis_option(s: Command) -> None:
         choices=BASES,
         default=BASES[0],
         help="cost basis (docs/definitions.md): allocation charges every reserved GPU-hour to the tokens "
-        "and users; usage charges only busy GPU time and leaves idle its own line",
+        "and users; usage charges only busy GPU time and leaves idle and unobserved time lines of their own",
     )
 
 
@@ -258,7 +258,7 @@ def _focus_options(s: Command) -> None:
 def cmd_report_focus(args: argparse.Namespace) -> int:
     from warehouse.cost import NoData, stored_pools
     from warehouse.export import check_rack
-    from warehouse.focus import focus_rows, write
+    from warehouse.focus import check_out, focus_rows, write
 
     from .common import rack_name
 
@@ -275,7 +275,7 @@ def cmd_report_focus(args: argparse.Namespace) -> int:
         )
 
     if args.out:
-        _check_out(args.out)
+        check_out(args.out)
     try:
         df = _with_query(args, rows)
     except (NoData, ValueError) as exc:
@@ -288,19 +288,6 @@ def cmd_report_focus(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(df.to_csv(index=False))
     return 0
-
-
-def _check_out(path: str) -> None:
-    """--out names a .csv or .parquet file in a directory that exists (nothing else is touched)."""
-    import os
-
-    if not path.endswith((".csv", ".parquet")):
-        raise CliError(f"--out {path!r}: name a .csv or a .parquet file")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise CliError(f"--out {path!r}: {parent} is not a directory")
-    if os.path.isdir(path):
-        raise CliError(f"--out {path!r} is a directory")
 
 
 def _stored_targets_option(s: Command) -> None:
