@@ -362,8 +362,8 @@ def _pool_cost(
     hours = dict.fromkeys(OBSERVED, 0.0)
     costs = dict.fromkeys(OBSERVED, 0.0)
     for r in tokens.itertuples():
-        a = max(pd.Timestamp(r.bucket).to_pydatetime(), start)
-        b = min(a + step, end)
+        bucket = pd.Timestamp(r.bucket).to_pydatetime()
+        a, b = max(bucket, start), min(bucket + step, end)  # the step, cut to the window
         if b <= a:
             continue
         price = sheet.gpu_cost(pool, 1, a, b) / ((b - a) / HOUR)

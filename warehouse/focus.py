@@ -7,9 +7,10 @@ intervals in which the engines' token counters moved, did not, and the time no i
 docs/definitions.md, Cost bases), each at the GPU-hour price in force then; their BilledCost adds
 up to `report cost`'s pool cost. By tenant or user, the busy rows are split by the "tokens" method
 (share of computed prompt tokens in the prefill pool, of generated tokens in the decode pool, of the
-requests that finished in the period); on the allocation basis the idle and unobserved rows are
-split the same way, each split its own row; on the usage basis they stay unallocated. Token rows (cache hit, computed input, output) carry the tokens as ConsumedQuantity at
-no cost: the GPU rows carry the cost. FOCUS 1.3's Allocated* columns are written as `x_Allocated*`
+requests that finished in its hour); on the allocation basis the idle and unobserved rows are
+split the same way, each split its own row; on the usage basis they stay unallocated. Token rows
+(cache hit, computed input, output) carry the tokens as ConsumedQuantity at no cost: the GPU rows
+carry the cost. FOCUS 1.3's Allocated* columns are written as `x_Allocated*`
 until the validator knows 1.3.
 """
 
@@ -24,8 +25,9 @@ import pandas as pd
 
 from moemeter.contract import POOLS, computed_tokens
 from moemeter.contract.errors import MoemeterError
+from moemeter.contract.requests import user_of_tenant
 
-from .cost import METHOD, OBSERVED, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
+from .cost import HOUR, METHOD, OBSERVED, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
 from .prices import GpuPrice, PriceSheet
 from .read import Query, floor
 
@@ -37,6 +39,9 @@ SERVICE_SUBCATEGORY = "Generative AI"
 SERVICE_NAME = "LLM inference (vLLM, prefill/decode disaggregated)"
 PUBLISHER = "vLLM"
 PROVIDER = "Self-hosted"
+UNPRICED = "no price of the sheet in force"
+"""The source of the $0 price a GPU row takes where the sheet has none yet (its first price starts
+later): the GPU-hours stay on the rows, as `report cost` counts them."""
 RESOURCE_TYPE = "GPU Pool"
 GPU_UNIT = "GPU-Hours"
 TOKEN_UNIT = "Tokens"
@@ -47,8 +52,8 @@ TOKEN_KINDS = {
     "tokens-output": ("decode", "Output Tokens", "generated tokens"),
 }
 METHOD_DETAILS = {
-    "prefill": "share of the computed prompt tokens of the requests that finished in the charge period",
-    "decode": "share of the generated tokens of the requests that finished in the charge period",
+    "prefill": "share of the computed prompt tokens of the requests that finished in the charge period's hour",
+    "decode": "share of the generated tokens of the requests that finished in the charge period's hour",
 }
 
 APPLICABILITY = (
@@ -148,6 +153,7 @@ def focus_rows(
     if by not in BY:
         raise FocusError(f"unknown --by {by!r}: one of {', '.join(BY)}")
     check_basis(basis)
+    check_provider(provider)
     sheet = price_sheet(q, sheet)
     if not any(pools.get(role) for role in POOLS):
         raise FocusError("the targets file names no prefill or decode target: no pool to cost")
@@ -160,11 +166,17 @@ def focus_rows(
     by_bucket = {pd.Timestamp(r.bucket).to_pydatetime(): r for r in tokens.itertuples()}
     ex = Export(rack, basis, by, sheet.name, provider)
     rows: list[dict[str, Any]] = []
+    hourly: dict[datetime, pd.DataFrame] = {}
     t = floor(start, step)
     while t < end:
         a, b = max(t, start), min(t + step, end)
         counted = by_bucket.get(t)
-        shares = _shares(q, a, b, by) if by != "pool" else None
+        shares = None
+        if by != "pool":  # the hour's shares: a charge period shorter than an hour splits by its hour's
+            hour = floor(a, HOUR)
+            if hour not in hourly:
+                hourly[hour] = _shares(q, max(hour, start), min(hour + HOUR, end), by)
+            shares = hourly[hour]
         for pool in POOLS:
             gpus = sum(g for _, g in pools.get(pool, []))
             observed = {
@@ -203,7 +215,8 @@ def _gpu_rows(
     """The pool's busy, idle and unobserved GPU time in [a, b) (`observed`: its busy and idle
     GPU-hours) at the price in force then: a row each, or one per tenant (user) where allocated."""
     out = []
-    for s, e, price in sheet.gpu_segments(pool, a, b):
+    segments = sheet.gpu_segments(pool, a, b) or [(a, b, GpuPrice(a, pool, 0.0, UNPRICED))]
+    for s, e, price in segments:  # a step has one price, or none: the sheet's steps end where prices change
         hours = gpus * (e - s).total_seconds() / 3600
         busy, idle = (min(hours, observed[k] * (e - s) / (b - a)) for k in OBSERVED)
         quantities = {"busy": busy, "idle": min(idle, hours - busy), "unobserved": max(hours - busy - idle, 0.0)}
@@ -213,7 +226,7 @@ def _gpu_rows(
             allocated = shares is not None and (kind == "busy" or ex.basis == "allocation")
             split = shares[shares[f"{pool}_share"] > 0] if allocated and shares is not None else None
             if split is None or split.empty:
-                note = "" if not allocated else "; no request finished in the period: not allocated"
+                note = "" if not allocated else "; no request finished in its hour: not allocated"
                 out.append(_gpu_row(ex, pool, s, e, price, kind, qty, None, note))
                 continue
             for r in split.itertuples():
@@ -230,6 +243,8 @@ def _gpu_row(
         "idle": "idle (token counters did not move)",
         "unobserved": "unobserved (no scrape interval covered it)",
     }[kind]
+    if price.source == UNPRICED:
+        note += "; no price of the sheet in force: at $0"
     row = _common(ex, pool, s, e)
     row.update(
         {
@@ -249,7 +264,7 @@ def _gpu_row(
             "SkuId": f"gpu-hour-{pool}",
             "SkuMeter": "GPU Time",
             "SkuPriceDetails": json.dumps({"x_PriceSheet": ex.sheet, "x_Effective": _iso(price.effective)}),
-            "SkuPriceId": f"gpu-hour-{pool}@{_iso(price.effective)}",
+            "SkuPriceId": f"gpu-hour-{pool}@{'unpriced' if price.source == UNPRICED else _iso(price.effective)}",
             "x_UsageKind": kind,
         }
     )
@@ -376,13 +391,13 @@ def _allocated(row: dict[str, Any], ex: Export, pool: str, alloc: Any) -> dict[s
         row.update({c: None for c in COLUMNS if c.startswith("x_Allocated")})
         return row
     tags = {"tenant": alloc.tenant} if ex.by == "tenant" else {"tenant": alloc.tenant, "user": alloc.user}
-    ident = alloc.tenant if ex.by == "tenant" else f"{alloc.tenant}/{alloc.user}"
+    ident = allocation_id(alloc.tenant) if ex.by == "tenant" else allocation_id(alloc.tenant, alloc.user)
     row.update(
         {
             "x_AllocatedMethodId": METHOD,
             "x_AllocatedMethodDetails": json.dumps({"pool": pool, "share": METHOD_DETAILS[pool], "basis": ex.basis}),
             "x_AllocatedResourceId": ident,
-            "x_AllocatedResourceName": ident,
+            "x_AllocatedResourceName": user_of_tenant(alloc.user, alloc.tenant) if ex.by == "user" else alloc.tenant,
             "x_AllocatedRatio": float(getattr(alloc, f"{pool}_share")),
             "x_AllocatedTags": json.dumps(tags),
         }
@@ -392,13 +407,29 @@ def _allocated(row: dict[str, Any], ex: Export, pool: str, alloc: Any) -> dict[s
 
 
 def _to(alloc: Any) -> str:
-    if alloc is None:
-        return ""
-    return f", allocated to {alloc.tenant}" + (f"/{alloc.user}" if hasattr(alloc, "user") else "")
+    """Names stay out of the description (x_AllocatedResourceId carries them): FOCUS strings are ASCII
+    (focus-validator's StringHandling), a user's name need not be."""
+    return "" if alloc is None else f", allocated by {METHOD} to a {'user' if hasattr(alloc, 'user') else 'tenant'}"
+
+
+def allocation_id(tenant: str, user: str | None = None) -> str:
+    """x_AllocatedResourceId: the tenant, or tenant/user, each percent-encoded so that no two differ
+    only by where a '/' falls (tenant "a/b" with user "c" against tenant "a" with user "b/c")."""
+    from urllib.parse import quote
+
+    return quote(tenant, safe="") if user is None else f"{quote(tenant, safe='')}/{quote(user, safe='')}"
 
 
 def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def check_provider(name: str) -> str:
+    """ProviderName and InvoiceIssuerName: printable ASCII (FOCUS strings), not empty, and no cell a
+    spreadsheet would run as a formula."""
+    if not name or not all(" " <= c <= "~" for c in name) or name[0] in "=+-@" or len(name) > 200:
+        raise FocusError(f"--provider {name!r}: use 1-200 printable ASCII characters, not starting with =, +, - or @")
+    return name
 
 
 def check_out(path: str) -> str:
@@ -421,15 +452,23 @@ def write(rows: pd.DataFrame, path: str) -> None:
     import os
     import tempfile
 
-    check_out(path)
-    fd, tmp = tempfile.mkstemp(prefix=".focus-", suffix=os.path.splitext(path)[1], dir=os.path.dirname(path) or ".")
+    path = os.path.realpath(check_out(path))  # through a link, to the file it names
+    mask = os.umask(0)
+    os.umask(mask)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".focus-", suffix=os.path.splitext(path)[1], dir=os.path.dirname(path))
+    except OSError as exc:
+        raise FocusError(f"--out {path}: cannot write there: {exc.strerror}") from exc
     os.close(fd)
     try:
         if path.endswith(".parquet"):
             rows.to_parquet(tmp, index=False)
         else:
             rows.to_csv(tmp, index=False)
+        os.chmod(tmp, 0o666 & ~mask)  # as a file opened for writing would be, not mkstemp's 0600
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise FocusError(f"--out {path}: the export was not written: {exc.strerror or exc}") from exc
         raise

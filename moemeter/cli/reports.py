@@ -52,6 +52,25 @@ def _window_options(s: Command) -> None:
     fmt.add_argument("--csv", action="store_true", help="print CSV")
 
 
+FUTURE_SLACK_SECONDS = 300
+"""How far past now a costed window may end (clocks of two hosts apart): no further, since no GPU has
+run there yet and a window that ends in a year would bill a year of unobserved GPU-hours."""
+
+
+def _costed_window(args: argparse.Namespace) -> tuple[datetime, datetime]:
+    """--from and --to of a report that prices GPU-hours: a window that has happened."""
+    from datetime import timedelta
+
+    start, end = parse_time(args.from_), parse_time(args.to)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    if end > now + timedelta(seconds=FUTURE_SLACK_SECONDS):
+        raise CliError(
+            f"--to {args.to} is in the future (now {now:%Y-%m-%d %H:%M} UTC): no GPU-hour has run there yet; "
+            "end the window at now or earlier"
+        )
+    return start, end
+
+
 def _report_pools(path: str) -> dict[str, list[tuple[str, int]]]:
     from collectors.targets import load_targets
     from moemeter.contract import POOLS
@@ -138,7 +157,7 @@ def _cost_options(s: Command) -> None:
 def cmd_report_cost(args: argparse.Namespace) -> int:
     from warehouse.cost import NoData, cost_report, stored_pools
 
-    start, end = parse_time(args.from_), parse_time(args.to)
+    start, end = _costed_window(args)
     sheet = _report_sheet(args)
     if args.lake and any(t != t.replace(minute=0, second=0, microsecond=0) for t in (start, end)):
         print(
@@ -209,7 +228,7 @@ def _daily_options(s: Command) -> None:
 def cmd_report_daily(args: argparse.Namespace) -> int:
     from warehouse.cost import daily_statement
 
-    start, end = parse_time(args.from_), parse_time(args.to)
+    start, end = _costed_window(args)
     if end <= start:
         raise CliError("--to must be after --from")
     pools, sheet = _report_pools(args.targets), _report_sheet(args)
@@ -262,9 +281,11 @@ def cmd_report_focus(args: argparse.Namespace) -> int:
 
     from .common import rack_name
 
-    start, end = parse_time(args.from_), parse_time(args.to)
+    start, end = _costed_window(args)
     if args.lake and not args.rack:
         raise CliError("--lake needs --rack: a FOCUS export is one rack's (its pools and price sheets)")
+    if args.json or args.csv:
+        raise CliError("report focus writes FOCUS rows: CSV on stdout, or --out F.csv | F.parquet")
     sheet = _report_sheet(args)
     pools = _report_pools(args.targets) if args.targets else None
     rack = check_rack(rack_name(args))

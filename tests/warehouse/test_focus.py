@@ -122,11 +122,18 @@ def test_a_price_change_inside_an_hour_splits_the_charge_periods(rack, tmp_path,
 
 
 def test_a_window_cut_inside_hours_prices_its_edges(rack, tmp_path, capsys) -> None:
+    """Cut at 10:20 and 11:40, with the decode price changing at 11:00: what each side charges on
+    either basis, not only the bill, is the same (the first step's price once reached into the next)."""
     window = ("2026-11-29T10:20:00Z", "2026-11-29T11:40:00Z")
+    sheet = contract_sheet(tmp_path, "2026-11-29T11:00:00Z")
     for basis in ("allocation", "usage"):
-        rows = export(rack, tmp_path, "--basis", basis, window=window)
-        report = cost(rack, capsys, "--basis", basis, window=window)
+        rows = export(rack, tmp_path, "--basis", basis, "--price-sheet", str(sheet), window=window)
+        report = cost(rack, capsys, "--basis", basis, "--price-sheet", str(sheet), window=window)
         assert round(rows["BilledCost"].sum(), 2) == report["total"]["cost_usd"]
+        for pool, line in report["pools"].items():
+            mine = rows[(rows["x_Pool"] == pool) & (rows["ConsumedUnit"] == "GPU-Hours")]
+            charged = mine if basis == "allocation" else mine[mine["x_UsageKind"] == "busy"]
+            assert round(charged["BilledCost"].sum(), 2) == line["charged_usd"] <= line["cost_usd"]
         assert (rows["ChargePeriodStart"].min(), rows["ChargePeriodEnd"].max()) == (
             "2026-11-29T10:20:00Z",
             "2026-11-29T11:40:00Z",
@@ -160,6 +167,41 @@ def test_cache_savings_of_a_user(rack, tmp_path) -> None:
     assert hit.x_CacheSavings == pytest.approx(100 * 77.92 / 200)
 
 
+def test_gpu_time_before_the_sheets_first_price_stays_on_the_rows(rack, tmp_path, capsys) -> None:
+    sheet = tmp_path / "late.toml"
+    sheet.write_text(
+        'name = "late"\n[[gpu]]\neffective = "2026-11-29T10:30:00Z"\npool = "*"\nusd_per_gpu_hour = 3.0\n'
+        'source = "from 10:30"\n'
+    )
+    rows = export(rack, tmp_path, "--price-sheet", str(sheet), "--by", "pool")
+    report = cost(rack, capsys, "--price-sheet", str(sheet))
+    gpu = rows[rows["ConsumedUnit"] == "GPU-Hours"]
+    assert gpu["ConsumedQuantity"].sum() == pytest.approx(12.0)  # as report cost counts them
+    unpriced = gpu[gpu["SkuPriceId"].str.endswith("@unpriced")]
+    assert unpriced["ConsumedQuantity"].sum() == pytest.approx(6 * 0.5) and (unpriced["BilledCost"] == 0).all()
+    assert round(rows["BilledCost"].sum(), 2) == report["total"]["cost_usd"] == 6 * 1.5 * 3.0
+
+
+def test_a_price_to_the_second_still_allocates_by_the_hour(rack, tmp_path, capsys) -> None:
+    """A price effective at 10:00:07 makes one-minute charge periods; each is split by its hour's
+    requests, so every GPU-hour is still charged to a user on the allocation basis."""
+    sheet = contract_sheet(tmp_path, "2026-11-29T10:00:07Z")
+    rows = export(rack, tmp_path, "--price-sheet", str(sheet), "--by", "user")
+    assert rows["ChargePeriodStart"].nunique() == 121  # 120 minutes, the first cut at 10:00:07
+    assert rows["x_AllocatedResourceId"].notna().all()
+    assert round(rows["BilledCost"].sum(), 2) == cost(rack, capsys, "--price-sheet", str(sheet))["total"]["cost_usd"]
+
+
+def test_names_stay_ascii_and_apart(rack, tmp_path) -> None:
+    from warehouse.focus import allocation_id
+
+    assert allocation_id("a/b", "c") != allocation_id("a", "b/c")
+    assert allocation_id("acme", "alice") == "acme/alice" and allocation_id("ä") == "%C3%A4"
+    rows = export(rack, tmp_path, "--by", "user")
+    assert rows["ChargeDescription"].map(str.isascii).all()
+    assert set(rows["x_AllocatedResourceName"]) == {"alice of acme", "bob of acme"}
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
@@ -171,6 +213,13 @@ def test_cache_savings_of_a_user(rack, tmp_path) -> None:
         (["--from", "2026-11-20T00:00:00Z", "--to", "2026-11-21T00:00:00Z"], "no token counters"),
         (["--from", "2026-11-21T00:00:00Z", "--to", "2026-11-20T00:00:00Z"], "must end after it starts"),
         (["--lake", "catalog.ducklake"], "--lake needs --rack"),
+        (["--to", "2030-01-01T00:00:00Z"], "is in the future"),
+        (["--provider", ""], "--provider"),
+        (["--provider", "Société Générale"], "printable ASCII"),
+        (["--provider", '=HYPERLINK("http://evil","x")'], "not starting with ="),
+        (["--provider", "a\nb"], "printable ASCII"),
+        (["--json"], "writes FOCUS rows"),
+        (["--out", "/proc/version.csv"], "cannot write there"),
     ],
 )
 def test_a_refused_export_writes_nothing_and_keeps_the_file_there(rack, tmp_path, capsys, monkeypatch, extra, message):
@@ -216,3 +265,22 @@ def test_cache_savings_follow_the_basis_by_pool(rack, tmp_path) -> None:
         # (restart and all): 0.998333/1.996111 x $77.92 + 0.301667/1.203889 x $77.92 = $58.50
         if basis == "allocation":
             assert round(rows["x_CacheSavings"].sum(), 2) == 58.50
+
+
+def test_an_export_through_a_link_replaces_the_file_it_names_at_the_umasks_mode(rack, tmp_path) -> None:
+    import os
+    import stat
+
+    target = tmp_path / "exports" / "november.csv"
+    target.parent.mkdir()
+    target.write_text("last month's\n")
+    link = tmp_path / "latest.csv"
+    link.symlink_to(target)
+    db, targets = rack
+    argv = ["report", "focus", "--db", str(db), "--targets", str(targets), "--rack", "rack-a", "--out", str(link)]
+    assert main([*argv, "--from", WINDOW[0], "--to", WINDOW[1]]) == 0
+    assert link.is_symlink() and target.read_text().startswith("BilledCost,")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~mask
+    assert sorted(p.name for p in target.parent.iterdir()) == ["november.csv"]  # no temporary left
