@@ -396,8 +396,10 @@ def _allocated(row: dict[str, Any], ex: Export, pool: str, alloc: Any) -> dict[s
         {
             "x_AllocatedMethodId": METHOD,
             "x_AllocatedMethodDetails": json.dumps({"pool": pool, "share": METHOD_DETAILS[pool], "basis": ex.basis}),
-            "x_AllocatedResourceId": ident,
-            "x_AllocatedResourceName": user_of_tenant(alloc.user, alloc.tenant) if ex.by == "user" else alloc.tenant,
+            "x_AllocatedResourceId": inert(ident),
+            "x_AllocatedResourceName": inert(
+                user_of_tenant(alloc.user, alloc.tenant) if ex.by == "user" else alloc.tenant
+            ),
             "x_AllocatedRatio": float(getattr(alloc, f"{pool}_share")),
             "x_AllocatedTags": json.dumps(tags),
         }
@@ -410,6 +412,12 @@ def _to(alloc: Any) -> str:
     """Names stay out of the description (x_AllocatedResourceId carries them): FOCUS strings are ASCII
     (focus-validator's StringHandling), a user's name need not be."""
     return "" if alloc is None else f", allocated by {METHOD} to a {'user' if hasattr(alloc, 'user') else 'tenant'}"
+
+
+def inert(text: str) -> str:
+    """A cell a spreadsheet shows as text: a name from a request that starts like a formula (=, +,
+    -, @, a tab or a carriage return) gets a leading apostrophe, as OWASP advises for CSV files."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def allocation_id(tenant: str, user: str | None = None) -> str:

@@ -193,9 +193,11 @@ def test_a_price_to_the_second_still_allocates_by_the_hour(rack, tmp_path, capsy
 
 
 def test_names_stay_ascii_and_apart(rack, tmp_path) -> None:
-    from warehouse.focus import allocation_id
+    from warehouse.focus import allocation_id, inert
 
     assert allocation_id("a/b", "c") != allocation_id("a", "b/c")
+    assert inert('=HYPERLINK("http://evil","x") of acme').startswith("'=") and inert("-2+3") == "'-2+3"
+    assert inert("alice of acme") == "alice of acme"
     assert allocation_id("acme", "alice") == "acme/alice" and allocation_id("ä") == "%C3%A4"
     rows = export(rack, tmp_path, "--by", "user")
     assert rows["ChargeDescription"].map(str.isascii).all()
