@@ -15,7 +15,6 @@ from dashboard.source import api_url, picked_rack, query, show_api_error
 from dashboard.widgets import day_span, metric_columns, request_columns
 from dashboard.widgets import usd as _usd
 from moemeter.contract import windows
-from warehouse.export import host_rack
 
 BASIS_LABELS = {
     "allocation": "every reserved GPU-hour charged",
@@ -247,7 +246,7 @@ def render() -> None:
         mime="text/csv",
         key="dl_daily",
     )
-    rack = picked_rack() or host_rack()
+    rack = data.rack_name(picked_rack())
     st.download_button(
         f"Download FOCUS 1.2 cost and usage, by tenant, {basis} basis (CSV)",
         lambda: data.focus_csv(query, pools, start, end, rack, sheet, basis),
