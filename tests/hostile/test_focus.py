@@ -6,8 +6,6 @@ their own; the bill is the same to the cent."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from pathlib import Path
 
@@ -15,7 +13,7 @@ import pandas as pd
 import pytest
 
 from moemeter.cli import main
-from tests.hostile.test_tenants import ACME, WINDOW, rack, through_the_gateway, with_records  # noqa: F401
+from tests.hostile.test_tenants import ACME, WINDOW, rack, report, through_the_gateway, with_records  # noqa: F401
 from tests.warehouse import focus_validator
 
 FORMULA = '=HYPERLINK("http://evil.example","invoice")'
@@ -32,26 +30,7 @@ def test_hostile_user_names_stay_valid_inert_and_apart(rack, tmp_path: Path) -> 
     args = ["report", "focus", "--db", str(db), "--targets", str(rack[1]), "--rack", "rack-a", "--by", "user"]
     assert main([*args, "--from", WINDOW[0], "--to", WINDOW[1], "--out", str(out)]) == 0
     rows = pd.read_csv(out, keep_default_na=False)
-    with contextlib.redirect_stdout(io.StringIO()) as printed:
-        assert (
-            main(
-                [
-                    "report",
-                    "cost",
-                    "--db",
-                    str(db),
-                    "--targets",
-                    str(rack[1]),
-                    "--json",
-                    "--from",
-                    WINDOW[0],
-                    "--to",
-                    WINDOW[1],
-                ]
-            )
-            == 0
-        )
-    assert round(rows["BilledCost"].sum(), 2) == json.loads(printed.getvalue())["total"]["cost_usd"] == 467.52
+    assert round(rows["BilledCost"].sum(), 2) == report(db, rack[1], "--json")["total"]["cost_usd"] == 467.52
 
     names = set(rows.loc[rows["x_AllocatedResourceName"] != "", "x_AllocatedResourceName"])
     assert f"'{FORMULA} of acme" in names and "'-2+3 of acme" in names and "'@sum of acme" in names
