@@ -175,15 +175,18 @@ def focus_rows(
         if by != "pool":  # the hour's shares: a charge period shorter than an hour splits by its hour's
             hour = floor(a, HOUR)
             if hour not in hourly:
-                hourly[hour] = _shares(q, max(hour, start), min(hour + HOUR, end), by)
+                span = (max(hour, start), min(hour + HOUR, end))
+                hourly[hour] = _shares(q, *span, by)
+                rows += _token_rows(ex, *span, None, hourly[hour])  # the hour's requests' tokens, once
             shares = hourly[hour]
+        else:
+            rows += _token_rows(ex, a, b, counted, None)
         for pool in POOLS:
             gpus = sum(g for _, g in pools.get(pool, []))
             observed = {
                 k: float(getattr(counted, f"{pool}_{k}_gpu_seconds")) / 3600 if counted else 0.0 for k in OBSERVED
             }
             rows += _gpu_rows(ex, sheet, pool, gpus, a, b, observed, shares)
-        rows += _token_rows(ex, a, b, counted, shares)
         t += step
     return with_cache_savings(pd.DataFrame(rows, columns=COLUMNS))
 
@@ -274,9 +277,9 @@ def _gpu_row(
 def _token_rows(
     ex: Export, a: datetime, b: datetime, counted: Any, shares: pd.DataFrame | None
 ) -> list[dict[str, Any]]:
-    """Tokens of [a, b) per kind: the pools' counters (by pool), or the requests that finished in it
-    (per tenant or user), at no cost; a cache-hit row carries what its tokens would have cost
-    computed (x_CacheSavings) at the period's $/M computed input, on the export's basis."""
+    """Tokens of [a, b) per kind: the pools' counters (by pool, per charge period), or the requests
+    that finished in it (per tenant or user, [a, b) the hour), at no cost; a cache-hit row carries
+    what its tokens would have cost computed (x_CacheSavings), on the export's basis."""
     out: list[dict[str, Any]] = []
     if shares is None:
         if counted is None:
@@ -331,12 +334,13 @@ def _token_rows(
 
 
 def with_cache_savings(rows: pd.DataFrame) -> pd.DataFrame:
-    """x_CacheSavings on every cache-hit row: its tokens at the $/M computed input of its charge
-    period (and tenant or user): what the prefill pool charged it on the basis, over its computed
+    """x_CacheSavings on every cache-hit row: its tokens at the $/M computed input of its hour (and
+    tenant or user): what the prefill pool charged it on the basis in the hour, over its computed
     prompt tokens."""
     if rows.empty:
         return rows
-    key = ["ChargePeriodStart", "x_AllocatedResourceId"]
+    key = ["hour", "x_AllocatedResourceId"]  # a tenant's token rows span the hour, its GPU rows its periods
+    rows = rows.assign(hour=rows["ChargePeriodStart"].str[:13])
     prefill = rows[(rows["x_Pool"] == "prefill")].fillna({"x_AllocatedResourceId": ""})
     gpu = prefill["x_UsageKind"] != "tokens"
     if (rows["x_CostBasis"] == "usage").any():  # the usage basis charges busy time only
@@ -347,9 +351,9 @@ def with_cache_savings(rows: pd.DataFrame) -> pd.DataFrame:
     ids = rows.loc[hits, key].fillna({"x_AllocatedResourceId": ""})
     rate = [
         (charged.get(k, 0.0) / computed[k]) if computed.get(k, 0.0) > 0 else 0.0
-        for k in zip(ids["ChargePeriodStart"], ids["x_AllocatedResourceId"])
+        for k in zip(ids["hour"], ids["x_AllocatedResourceId"])
     ]
-    out = rows.copy()
+    out = rows.drop(columns="hour")
     out.loc[hits, "x_CacheSavings"] = out.loc[hits, "ConsumedQuantity"].to_numpy() * rate
     return out
 

@@ -110,6 +110,16 @@ def test_a_price_change_inside_an_hour_splits_the_charge_periods(rack, tmp_path,
     report = cost(rack, capsys, "--price-sheet", str(sheet))
     assert round(rows["BilledCost"].sum(), 2) == report["total"]["cost_usd"] == 2 * 2 * 3 + 4 * 1.5 * 3 + 4 * 0.5 * 4
     decode = rows[(rows["ConsumedUnit"] == "GPU-Hours") & (rows["x_Pool"] == "decode")]
+    # by user, each user's tokens once though 11:00 .. 12:00 holds two charge periods
+    by_user = export(rack, tmp_path, "--price-sheet", str(sheet), "--by", "user")
+    tokens = by_user[by_user["ConsumedUnit"] == "Tokens"].groupby(["x_AllocatedResourceId", "SkuId"])
+    assert tokens["ConsumedQuantity"].sum().to_dict() == {
+        ("acme/alice", "tokens-input-cache-hit"): 100,
+        ("acme/alice", "tokens-input-computed"): 200,
+        ("acme/alice", "tokens-output"): 50,
+        ("acme/bob", "tokens-input-computed"): 100,
+        ("acme/bob", "tokens-output"): 150,
+    }
     prices = decode.groupby("ChargePeriodStart")["ListUnitPrice"].agg(set).to_dict()
     assert prices == {
         "2026-11-29T10:00:00Z": {3.0},
