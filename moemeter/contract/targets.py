@@ -56,6 +56,8 @@ class Layout:
         changed: tuple[int, ...] = (),
     ) -> None:
         self.samples, self.template, self.parent, self.changed = samples, template, parent, changed
+        if parent is not None:  # a layout keeps only the one it was made from: a cache that outlives
+            parent.parent = None  # thousands of moved lines must not hold every layout since its first
 
 
 class Page(Sequence[Sample]):

@@ -18,6 +18,7 @@ from collectors.parse import (
     parse_page,
     parse_reference,
 )
+from moemeter.contract import Page
 
 CAPTURES = [
     "vllm-0.32.0-cpu-tiny-deepseek.metrics.txt",
@@ -310,6 +311,23 @@ def test_a_series_that_moved_within_its_family_is_read_alone_and_kept(capture, m
     assert cached(cache, moved) == reference(moved) and len(calls) == 1
     later = revalued(moved, lambda v: repr(float(v) + 1))
     assert cached(cache, later) == reference(later) and len(calls) == 1  # the kept bytes have the moved line's
+
+
+def test_a_cache_whose_lines_keep_moving_holds_two_layouts_not_every_one(capture):
+    """Each page whose lines moved makes a layout from the last; the cache, and whoever keeps the
+    newest layout, must not hold the whole line of them (serve grew ~50 MB a minute on the twin)."""
+    text = capture(CAPTURES[2])
+    line = next(x for x in text.split("\n") if x.startswith("vllm:num_requests_running{"))
+    cache = PageCache()
+    first = cache.parse(text.encode())
+    assert isinstance(first, Page)
+    layouts = [first.layout]
+    for engine in range(1, 50):
+        page = cache.parse(text.replace(line, line.replace('engine="0"', f'engine="{engine}"')).encode())
+        assert isinstance(page, Page) and page.layout.parent is layouts[-1]  # made from the last
+        layouts.append(page.layout)
+    assert layouts[-1].parent is layouts[-2] and layouts[-2].parent is None
+    assert all(layout.parent is None for layout in layouts[:-1])
 
 
 @pytest.mark.slow("300 edits of a real page, each parsed by both parsers")

@@ -375,15 +375,17 @@ def test_pages_read_through_the_scrape_cache_store_what_the_same_pages_parsed_al
         c = duckdb.connect()
         apply_migrations(c)
         ing = Ingestor(max_new_series=5)
-        batches = []
-        for at, t, text in rounds:
-            if cached:
-                samples = caches.setdefault(t.name, PageCache()).parse(text.encode())
-                moved += isinstance(samples, Page) and samples.layout.parent is not None
-            else:
-                samples = parse_page(text.encode())
-            batches.append(ScrapeBatch(t, at, True, 0.01, samples))
-        stored = [ing.write_all(c, [b for b in batches if b.ts == at]) for at in sorted({b.ts for b in batches})]
+        stored = []
+        for at in sorted({at for at, _, _ in rounds}):  # a round parsed, then stored, as the collector does
+            batches = []
+            for _, t, text in (r for r in rounds if r[0] == at):
+                if cached:
+                    samples = caches.setdefault(t.name, PageCache()).parse(text.encode())
+                    moved += isinstance(samples, Page) and samples.layout.parent is not None
+                else:
+                    samples = parse_page(text.encode())
+                batches.append(ScrapeBatch(t, at, True, 0.01, samples))
+            stored.append(ing.write_all(c, batches))
         tables = ("samples", "increments", "series", "rejected", "scrapes", "targets")
         stores.append((stored, {t: c.execute(f"{named_by_key(t)} ORDER BY ALL").fetchall() for t in tables}))
     assert moved > 20  # the hot-expert lines moved: the ingestor remapped only them
