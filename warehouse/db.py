@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import threading
 import time
 from collections import Counter
@@ -28,6 +27,7 @@ import pyarrow as pa
 from moemeter.contract.errors import MoemeterError
 
 from . import readonly
+from .limits import MB, MEMORY_FLOOR_MB, default_memory_limit, size_bytes
 from .sql import sql
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,6 @@ class WriterHealth:
 
 REMIND_SECONDS = 60.0
 SLOW_WRITE_SECONDS = 60.0  # `write_stored` warns each time this passes while its write is still queued or running
-MEMORY_LIMIT = re.compile(r"\d+(\.\d+)?\s*[KMGT]i?B", re.IGNORECASE)
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -173,15 +172,18 @@ class Warehouse:
     ) -> None:
         """`read_only`: open without writing, for a file that cannot be written (the reason why);
         every write then fails at once and /health says so. `memory_limit` (e.g. "4GB"): DuckDB's
-        buffer pool for the writer and every reader together (DuckDB's default: 80% of RAM); past
-        it, DuckDB evicts cached blocks and spills large queries to disk. `checkpoint_threshold`
+        buffer pool for the writer and every reader together (default: `default_memory_limit()`,
+        serve's); past it, DuckDB evicts cached blocks and spills large queries to disk. `checkpoint_threshold`
         (a size): how large the write-ahead log grows before DuckDB checkpoints (its default 16 MB).
         `threads`: DuckDB's worker threads (its default: one per core)."""
         self.path = str(path)
         for what, size in (("memory limit", memory_limit), ("checkpoint threshold", checkpoint_threshold)):
-            if size is not None and not MEMORY_LIMIT.fullmatch(size.strip()):
+            if size is not None and size_bytes(size) is None:
                 raise WarehouseError(f"{what} {size!r}: give a size such as 512MB, 4GB or 2GiB")
-        self.read_only, self._memory_limit, self._lock_down = read_only, memory_limit, lock_down
+        if memory_limit is not None and size_bytes(memory_limit) < MEMORY_FLOOR_MB * MB:  # type: ignore[operator]
+            raise WarehouseError(f"memory limit {memory_limit!r}: give at least {MEMORY_FLOOR_MB}MB")
+        self._memory_limit = memory_limit if memory_limit is not None else default_memory_limit()
+        self.read_only, self._lock_down = read_only, lock_down
         if threads is not None and threads < 1:
             raise WarehouseError(f"threads {threads}: give at least 1")
         self._checkpoint_threshold, self._threads = checkpoint_threshold, threads
@@ -209,8 +211,7 @@ class Warehouse:
 
     def _connect(self, locked: bool = True) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(self.path, read_only=self.read_only is not None)
-        if self._memory_limit is not None:
-            con.execute(sql("db_memory_limit"), {"size": self._memory_limit.strip()})
+        con.execute(sql("db_memory_limit"), {"size": self._memory_limit.strip()})
         if self._threads is not None:
             con.execute(sql("db_threads"), {"count": int(self._threads)})
         if self._checkpoint_threshold is not None:

@@ -56,6 +56,7 @@ from moemeter.contract.errors import MoemeterError
 
 from .db import apply_migrations
 from .export import RACK_NAME, check_rack, named_by_key
+from .limits import default_memory_limit
 from .read import HOUR, MINUTE, bind, floor
 from .readonly import lock_down
 from .requests import ITL_BIN_SCALE
@@ -317,7 +318,7 @@ def connect(uri: str, data_path: str | None = None, read_only: bool = False) -> 
     if data_path:
         params["data_path"] = str(data_path)
     for attempt in range(1, CONFLICT_TRIES + 1):
-        con = duckdb.connect()
+        con = duckdb.connect(config={"memory_limit": default_memory_limit("command")})
         try:
             _load_extensions(con)
             catalog = catalog_uri(uri).removeprefix("ducklake:")

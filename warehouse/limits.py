@@ -1,9 +1,12 @@
-"""What one reader statement may cost (warehouse.readonly enforces it); no heavy imports, so the
-command line can show the defaults."""
+"""What one reader statement may cost (warehouse.readonly enforces it), and how much memory the
+warehouse takes; no heavy imports, so the command line can show the defaults."""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -21,3 +24,50 @@ class Limits:
 
 MAX_CONCURRENT = 4  # statements the query API runs at once; one more waits QUEUE_SECONDS, then gets 503
 QUEUE_SECONDS = 5.0
+
+MB = 1_000_000  # DuckDB's MB; its MiB is 2^20
+SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B", re.IGNORECASE)  # as DuckDB reads one: MB 10^6, MiB 2^20
+
+
+def size_bytes(text: str) -> int | None:
+    """Bytes in a DuckDB size such as 512MB, 4GB or 2GiB; None when it is not one."""
+    m = SIZE.fullmatch(text.strip())
+    if m is None:
+        return None
+    power = "KMGT".index(m.group(2).upper()) + 1
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+# DuckDB's memory_limit (its buffer pool, the writer's and every reader's working memory together;
+# past it DuckDB evicts cached blocks and spills large queries to disk) unless --memory-limit says
+# otherwise: an eighth of the memory this process may use, and no more than its kind of work needs
+# (docs/operations.md, "Memory"). DuckDB's own default, 80% of RAM, let a day's fast-forward reach
+# 14.7 GB on a 24 GiB machine.
+MEMORY_SHARE = 8
+MEMORY_CEILING_MB = {
+    "serve": 256,  # collector and query API: a round's inserts and the pages' queries
+    "fast-forward": 2048,  # a round of the whole rack a minute, checkpointed every 256 MB of log
+    "command": 1024,  # one-off reads and writes: reports, exports, publish
+}
+MEMORY_FLOOR_MB = 64  # DuckDB's smallest working set for the warehouse's writes; a smaller cap is refused
+CGROUP_LIMITS = (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+
+
+def machine_memory() -> int:
+    """Bytes this process may use: the machine's RAM, or its control group's limit when lower
+    (cgroup v2 `memory.max`, v1 `memory.limit_in_bytes`, as the container sees them)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in CGROUP_LIMITS:
+        try:
+            text = limit.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def default_memory_limit(kind: str = "serve") -> str:
+    """The memory cap a warehouse of this kind of work gets unless told (a DuckDB size, in MB)."""
+    share = machine_memory() // MEMORY_SHARE // MB
+    return f"{max(MEMORY_FLOOR_MB, min(share, MEMORY_CEILING_MB[kind]))}MB"

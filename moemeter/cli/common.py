@@ -18,10 +18,18 @@ from moemeter.contract.errors import MoemeterError
 log = logging.getLogger("moemeter")
 DEFAULT_DB = "moemeter.duckdb"
 DEFAULT_API_PORT = 8431
-MEMORY_HELP = (
-    "memory for the warehouse (DuckDB buffer pool, writer and queries together), e.g. 4GB; "
-    "default: DuckDB's, 80%% of RAM"
-)
+
+
+def memory_help(kind: str) -> str:
+    """--memory-limit's help for a command whose warehouse does this kind of work."""
+    from warehouse.limits import MEMORY_CEILING_MB
+
+    return (
+        "memory for the warehouse (DuckDB buffer pool, writer and queries together), e.g. 4GB; default: "
+        f"an eighth of this machine's memory, at most {MEMORY_CEILING_MB[kind]:,} MB (docs/operations.md, Memory)"
+    )
+
+
 LAKE_HELP = "its catalog, e.g. 'postgres:dbname=lake host=/run/postgresql user=moemeter'"
 LAKE_DATA_HELP = "where the lake's Parquet files go (a directory or s3://...); needed when the lake is new"
 
@@ -207,12 +215,16 @@ def open_warehouse(  # type: ignore[no-untyped-def]
     memory_limit: str | None = None,
     checkpoint_threshold: str | None = None,
     threads: int | None = None,
+    kind: str = "command",
 ):
     """The read-write warehouse on `db`, or a CliError saying why it cannot be opened. With
     `serve_read_only`, an existing file that cannot be written opens read-only instead, so the
-    query API keeps serving what it holds."""
+    query API keeps serving what it holds. Without `memory_limit`, the default for its `kind` of
+    work (warehouse.db.MEMORY_CEILING_MB)."""
     from warehouse.db import Warehouse, WarehouseError, storage_problem
+    from warehouse.limits import default_memory_limit
 
+    memory_limit = memory_limit or default_memory_limit(kind)
     try:
         return Warehouse(db, memory_limit=memory_limit, checkpoint_threshold=checkpoint_threshold, threads=threads)
     except WarehouseError as exc:
@@ -233,12 +245,13 @@ def open_read_only(db: str):  # type: ignore[no-untyped-def]
     """A read-only connection to the file, or a CliError that says to use the API instead."""
     import duckdb
 
+    from warehouse.limits import default_memory_limit
     from warehouse.readonly import lock_down
 
     if not Path(db).exists():
         raise CliError(f"no database at {db}")
     try:
-        con = duckdb.connect(db, read_only=True)
+        con = duckdb.connect(db, read_only=True, config={"memory_limit": default_memory_limit("command")})
         lock_down(con)
         return con
     except duckdb.Error as exc:

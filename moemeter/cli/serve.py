@@ -18,12 +18,12 @@ from .common import (
     DEFAULT_DB,
     LAKE_DATA_HELP,
     LAKE_HELP,
-    MEMORY_HELP,
     CliError,
     Command,
     Commands,
     Row,
     chunk_minutes,
+    memory_help,
     open_warehouse,
     rack_name,
 )
@@ -62,7 +62,7 @@ def _serve_options(s: Command) -> None:
         "--keep-minute-days", type=float, default=Retention.minute_days, help="days per-minute rollups are kept"
     )
     s.add_argument("--keep-hour-days", type=float, default=Retention.hour_days, help="days per-hour rollups are kept")
-    s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
+    s.add_argument("--memory-limit", metavar="SIZE", help=memory_help("serve"))
     s.add_argument(
         "--query-timeout",
         type=float,
@@ -137,7 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_result_rows=args.query_max_rows,
         max_result_bytes=int(args.query_max_mb * 2**20),
     )
-    wh = open_warehouse(args.db, serve_read_only=True, memory_limit=args.memory_limit)
+    wh = open_warehouse(args.db, serve_read_only=True, memory_limit=args.memory_limit, kind="serve")
     try:
         api = QueryServer(wh, args.api_host, args.api_port, token, limits, args.query_concurrency)
     except OSError as exc:

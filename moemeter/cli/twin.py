@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from moemeter.contract import DEFAULT_INTERVAL
 
-from .common import MEMORY_HELP, CliError, Command, Commands, Row, open_warehouse, parse_duration
+from .common import CliError, Command, Commands, Row, memory_help, open_warehouse, parse_duration
 
 if TYPE_CHECKING:
     from stack.twin.faults import Fault
@@ -53,7 +53,7 @@ def _twin_options(s: Command) -> None:
         help="instead of serving, write DURATION (e.g. 24h) of history ending now into --db through the ingest path",
     )
     s.add_argument("--db", help="DuckDB file for --fast-forward")
-    s.add_argument("--memory-limit", metavar="SIZE", help=MEMORY_HELP)
+    s.add_argument("--memory-limit", metavar="SIZE", help=memory_help("fast-forward"))
     s.add_argument(
         "--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval for --fast-forward, seconds"
     )
@@ -184,6 +184,7 @@ def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] =
         memory_limit=args.memory_limit,
         checkpoint_threshold=FAST_FORWARD_CHECKPOINT,
         threads=FAST_FORWARD_THREADS,
+        kind="fast-forward",
     )
     collector = Collector(wh, targets_path=None, interval=args.interval)
     offsets = [k * args.interval for k in range(int(seconds // args.interval) + 1)]

@@ -1,0 +1,81 @@
+"""The warehouse's default memory cap: derived from the machine (its control group's limit when
+lower), no more than its kind of work needs, and overridable."""
+
+from __future__ import annotations
+
+import pytest
+
+from warehouse import limits
+from warehouse.db import Warehouse, WarehouseError
+from warehouse.limits import default_memory_limit, machine_memory, size_bytes
+
+MIB = 1 << 20
+GIB = 1024 * MIB
+
+
+@pytest.mark.parametrize(
+    ("machine", "kind", "cap"),
+    [
+        (24 * GIB, "serve", "256MB"),  # this machine: the ceiling
+        (24 * GIB, "fast-forward", "2048MB"),
+        (24 * GIB, "command", "1024MB"),
+        (1_000_000_000, "serve", "125MB"),  # a small VM: an eighth
+        (8_000_000_000, "fast-forward", "1000MB"),
+        (256 * MIB, "serve", "64MB"),  # never below the floor
+    ],
+)
+def test_the_default_cap_is_an_eighth_of_the_machine_up_to_the_kinds_ceiling(monkeypatch, machine, kind, cap):
+    monkeypatch.setattr(limits, "machine_memory", lambda: machine)
+    assert default_memory_limit(kind) == cap
+
+
+@pytest.mark.parametrize(
+    ("v2", "v1", "expected"),
+    [
+        ("max\n", None, None),  # no limit: the machine's RAM
+        ("1073741824\n", None, 1 * GIB),
+        (None, "2147483648\n", 2 * GIB),
+        (None, "9223372036854771712\n", None),  # v1's "no limit" is larger than any RAM
+        ("garbage", "536870912", 512 * MIB),
+    ],
+)
+def test_a_control_groups_limit_lowers_what_the_machine_has(tmp_path, monkeypatch, v2, v1, expected):
+    paths = []
+    for name, text in (("memory.max", v2), ("memory.limit_in_bytes", v1)):
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        paths.append(path)
+    monkeypatch.setattr(limits, "CGROUP_LIMITS", tuple(paths))
+    physical = limits.os.sysconf("SC_PAGE_SIZE") * limits.os.sysconf("SC_PHYS_PAGES")
+    assert machine_memory() == min(physical, expected or physical)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("256MB", 256_000_000), ("2GiB", 2 * GIB), (" 1.5 GB ", 1_500_000_000), ("64mib", 64 * MIB), ("4", None)],
+)
+def test_sizes_read_as_duckdb_reads_them(text, expected):
+    assert size_bytes(text) == expected
+
+
+def test_a_warehouse_given_no_cap_takes_the_default_and_one_given_keeps_it(tmp_path):
+    setting = "SELECT current_setting('memory_limit') AS m"
+    wh = Warehouse(tmp_path / "d.duckdb")
+    assert wh.query_df(setting)["m"][0] == wh.write(lambda con: con.sql(setting).fetchone()[0])
+    default = wh.query_df(setting)["m"][0]
+    wh.close()
+    wh = Warehouse(tmp_path / "d.duckdb", memory_limit="1GiB")
+    assert wh.query_df(setting)["m"][0] == "1.0 GiB" != default
+    wh.close()
+    import duckdb
+
+    with duckdb.connect(config={"memory_limit": default_memory_limit()}) as con:
+        assert con.sql(setting).fetchone()[0] == default  # DuckDB's own rendering of the default
+
+
+@pytest.mark.parametrize("small", ["0MB", "1KB", "61MiB", "0.01GB", "63.9MB"])
+def test_a_cap_too_small_to_write_with_is_refused_before_the_file_is_touched(tmp_path, small):
+    with pytest.raises(WarehouseError, match="give at least 64MB"):
+        Warehouse(tmp_path / "m.duckdb", memory_limit=small)
+    assert not (tmp_path / "m.duckdb").exists()
