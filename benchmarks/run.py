@@ -23,8 +23,8 @@
    826 tokens/s for a single user).
 Results go to benchmarks/results/latest.json, one entry per section with its date and commit, and
 are printed. `python -m benchmarks.run SECTION ...` runs only the sections named (planner, ingest,
-live_page, vs_prometheus, plugin_overhead, history, gateway, query_storm, fleet, storage), replacing
-their entries.
+live_page, vs_prometheus, serve_memory, plugin_overhead, history, gateway, query_storm, fleet, storage),
+replacing their entries.
 7. Query storm: `moemeter serve` on the twin, rounds stored per minute with the query API quiet
    and with six readers keeping runaway queries going; /health latency during the storm.
 8. Fleet (benchmarks/fleet.py): twenty racks x seven days of minute rollups published to one
@@ -32,6 +32,8 @@ their entries.
    rack's DuckDB file, the Fleet page's reads p50/p95.
 9. Storage (benchmarks/storage.py): 15 minutes of the rack at a 5 s scrape interval, raw bytes
    on disk per scraped sample, against Prometheus's TSDB blocks of the same samples (promtool).
+10. Serve's memory: `moemeter serve` under its default memory cap and Debian's Prometheus side by
+   side on the twin for an hour (MOEMETER_BENCH_SERVE_MINUTES): resident memory each minute.
 """
 
 from __future__ import annotations
@@ -219,6 +221,73 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0, repeats: int = 3) -> d
         out[f"{label}_over_prometheus_cpu_per_sample_each_repeat"] = [round(x, 2) for x in per_sample]
         out[f"{label}_over_prometheus_peak_memory"] = round(statistics.median(memory), 2)
     return out
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def bench_serve_memory(tmp: Path) -> dict[str, object]:
+    """`moemeter serve` (its default memory cap) and Debian's Prometheus side by side on the twin's
+    rack at 5 s for MOEMETER_BENCH_SERVE_MINUTES (default 60): each one's resident memory once a
+    minute, the peaks' ratio, and how much `serve` grew after its first 10 minutes (its most at
+    any later minute over its most in the first 10)."""
+    import shutil
+
+    minutes = int(os.environ.get("MOEMETER_BENCH_SERVE_MINUTES", "60"))
+    prometheus = shutil.which("prometheus")
+    if prometheus is None:
+        return {"skipped": "no prometheus binary (Debian package prometheus)"}
+    targets = tmp / "mem.json"
+    twin = subprocess.Popen(
+        [sys.executable, "-m", "moemeter", "twin", "--targets-out", str(targets)], cwd=ROOT, stdout=subprocess.DEVNULL
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        while not targets.exists():
+            time.sleep(0.2)
+        hosts = [t.url.split("//")[1].split("/")[0] for t in load_targets(targets)]
+        config = {
+            "global": {"scrape_interval": f"{DEFAULT_INTERVAL:g}s", "scrape_timeout": f"{DEFAULT_INTERVAL:g}s"},
+            "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}],
+        }
+        (tmp / "mem-prom.yml").write_text(json.dumps(config))
+        serve = [sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db", str(tmp / "mem.duckdb")]
+        prom = [prometheus, f"--config.file={tmp / 'mem-prom.yml'}", f"--storage.tsdb.path={tmp / 'mem-tsdb'}"]
+        for cmd, ready in (
+            ([*serve, "--api-port", "18431"], "http://127.0.0.1:18431/health"),
+            ([*prom, "--web.listen-address=127.0.0.1:19090"], "http://127.0.0.1:19090/-/ready"),
+        ):
+            procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            wait_http(ready, 60)
+        rss: dict[str, list[float]] = {"serve": [], "prometheus": []}
+        for _ in range(minutes):
+            time.sleep(60)
+            for name, proc in zip(rss, procs, strict=True):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {proc.returncode} during the memory run")
+                rss[name].append(round(_rss_mb(proc.pid)))
+        peaks = {name: round(_peak_rss_mb(proc.pid)) for name, proc in zip(rss, procs, strict=True)}
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(30)
+        twin.terminate()
+        twin.wait(10)
+    first, later = max(rss["serve"][:10]), rss["serve"][10:]
+    return {
+        "minutes": minutes,
+        "scrape_interval_seconds": DEFAULT_INTERVAL,
+        "serve_rss_megabytes_each_minute": rss["serve"],
+        "prometheus_rss_megabytes_each_minute": rss["prometheus"],
+        "serve_peak_rss_megabytes": peaks["serve"],
+        "prometheus_peak_rss_megabytes": peaks["prometheus"],
+        "serve_over_prometheus_peak_rss": round(peaks["serve"] / peaks["prometheus"], 2),
+        "serve_growth_after_10_minutes": round(max(later) / first, 3) if later else None,  # None: 10 minutes or less
+    }
 
 
 def _samples_seen(name: str) -> int:
@@ -612,6 +681,7 @@ SECTIONS = {
     "ingest": bench_ingest,
     "live_page": bench_live_page,
     "vs_prometheus": bench_vs_prometheus,
+    "serve_memory": bench_serve_memory,
     "plugin_overhead": bench_plugin_overhead,
     "gateway": bench_gateway,
     "history": bench_history,
@@ -623,22 +693,41 @@ SECTIONS = {
 
 TARGETS = (
     # (what, section, how the figure is read from it, at most)
-    ("raw storage, bytes per scraped sample", "storage", lambda r: r["raw_bytes_per_sample"], 3.0),
+    ("raw storage, bytes per scraped sample", "storage", lambda r: r["raw_bytes_per_sample"], 1.5),
     (
         "ingest CPU per sample, metrics alone, x Prometheus's",
         "vs_prometheus",
         lambda r: r["metrics_only_over_prometheus_cpu_per_sample"],
+        1.0,
+    ),
+    (
+        "ingest CPU per sample, with the request feed, x Prometheus's",
+        "vs_prometheus",
+        lambda r: r["collector_over_prometheus_cpu_per_sample"],
+        1.5,
+    ),
+    (
+        "serve's peak memory, x Prometheus's, side by side",
+        "serve_memory",
+        lambda r: r["serve_over_prometheus_peak_rss"],
         2.0,
+    ),
+    (
+        "serve's memory after its first 10 minutes, x its most in them",
+        "serve_memory",
+        lambda r: r["serve_growth_after_10_minutes"],
+        1.1,
     ),
     (
         "slowest page's p95 at 24 h, seconds",
         "history",
         lambda r: max(v for k, v in r["pages"].items() if k.endswith("_24h_p95_seconds")),
-        0.3,
+        0.15,
     ),
     ("a day fast-forwarded at 60 s, minutes", "history", lambda r: r["wall_seconds"] / 60, 20.0),
+    ("a day fast-forwarded at 60 s, peak memory, GB", "history", lambda r: r["peak_rss_megabytes"] / 1000, 4.0),
 )
-"""The storage and ingest targets (docs/operations.md), each read from its section's last result."""
+"""The targets (docs/operations.md; issue #51's), each read from its section's last result."""
 
 
 def targets(result: dict[str, Any]) -> list[str]:
@@ -650,6 +739,9 @@ def targets(result: dict[str, Any]) -> list[str]:
             lines.append(f"{what}: not measured (run `python -m benchmarks.run {name}`)")
             continue
         figure = read(section)
+        if figure is None:
+            lines.append(f"{what}: not measured in the last run of {name} (too short)")
+            continue
         verdict = "met" if figure <= bound else "NOT met"
         lines.append(
             f"{what}: {figure:.3g} (at most {bound:g}: {verdict}) - {section['commit']}, {section['measured_at']}"

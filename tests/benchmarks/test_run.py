@@ -10,25 +10,45 @@ RUN = {"commit": "abc1234", "measured_at": "2026-12-05 17:00 UTC"}
 def test_each_target_says_its_figure_its_bound_and_which_run_measured_it():
     result = {
         "storage": {**RUN, "raw_bytes_per_sample": 2.97},
-        "vs_prometheus": {**RUN, "metrics_only_over_prometheus_cpu_per_sample": 2.2},
+        "vs_prometheus": {
+            **RUN,
+            "metrics_only_over_prometheus_cpu_per_sample": 0.9,
+            "collector_over_prometheus_cpu_per_sample": 2.2,
+        },
+        "serve_memory": {**RUN, "serve_over_prometheus_peak_rss": 3.1, "serve_growth_after_10_minutes": 1.04},
         "history": {
             **RUN,
             "span": "24h",
             "wall_seconds": 1130,
-            "pages": {"live_24h_p95_seconds": 0.25, "cost_24h_p95_seconds": 0.31, "cost_7d_p95_seconds": 0.9},
+            "peak_rss_megabytes": 3900,
+            "pages": {"live_24h_p95_seconds": 0.12, "cost_24h_p95_seconds": 0.31, "cost_7d_p95_seconds": 0.9},
         },
     }
+    at = " - abc1234, 2026-12-05 17:00 UTC"
     assert targets(result) == [
-        "raw storage, bytes per scraped sample: 2.97 (at most 3: met) - abc1234, 2026-12-05 17:00 UTC",
-        "ingest CPU per sample, metrics alone, x Prometheus's: 2.2 (at most 2: NOT met) - abc1234, 2026-12-05 17:00 UTC",
-        "slowest page's p95 at 24 h, seconds: 0.31 (at most 0.3: NOT met) - abc1234, 2026-12-05 17:00 UTC",
-        "a day fast-forwarded at 60 s, minutes: 18.8 (at most 20: met) - abc1234, 2026-12-05 17:00 UTC",
+        "raw storage, bytes per scraped sample: 2.97 (at most 1.5: NOT met)" + at,
+        "ingest CPU per sample, metrics alone, x Prometheus's: 0.9 (at most 1: met)" + at,
+        "ingest CPU per sample, with the request feed, x Prometheus's: 2.2 (at most 1.5: NOT met)" + at,
+        "serve's peak memory, x Prometheus's, side by side: 3.1 (at most 2: NOT met)" + at,
+        "serve's memory after its first 10 minutes, x its most in them: 1.04 (at most 1.1: met)" + at,
+        "slowest page's p95 at 24 h, seconds: 0.31 (at most 0.15: NOT met)" + at,
+        "a day fast-forwarded at 60 s, minutes: 18.8 (at most 20: met)" + at,
+        "a day fast-forwarded at 60 s, peak memory, GB: 3.9 (at most 4: met)" + at,
     ]
 
 
 def test_a_target_whose_section_did_not_run_or_ran_shorter_is_not_measured():
-    result = {"history": {**RUN, "span": "2h", "wall_seconds": 300, "pages": {"live_24h_p95_seconds": 0.1}}}
-    assert all(
-        line.endswith("not measured (run `python -m benchmarks.run " + s + "`)")
-        for line, s in zip(targets(result), ["storage", "vs_prometheus", "history", "history"], strict=True)
+    result = {
+        "history": {**RUN, "span": "2h", "wall_seconds": 300, "pages": {"live_24h_p95_seconds": 0.1}},
+        "serve_memory": {**RUN, "serve_over_prometheus_peak_rss": 2.5, "serve_growth_after_10_minutes": None},
+    }
+    lines = targets(result)
+    sections = ["storage", "vs_prometheus", "vs_prometheus", None, None, "history", "history", "history"]
+    assert len(lines) == len(sections)
+    for line, s in zip(lines, sections, strict=True):
+        if s is not None:
+            assert line.endswith("not measured (run `python -m benchmarks.run " + s + "`)")
+    assert lines[3].startswith("serve's peak memory, x Prometheus's, side by side: 2.5 (at most 2: NOT met)")
+    assert lines[4] == (
+        "serve's memory after its first 10 minutes, x its most in them: not measured in the last run of serve_memory (too short)"
     )

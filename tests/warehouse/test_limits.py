@@ -16,7 +16,7 @@ GIB = 1024 * MIB
 @pytest.mark.parametrize(
     ("machine", "kind", "cap"),
     [
-        (24 * GIB, "serve", "256MB"),  # this machine: the ceiling
+        (24 * GIB, "serve", "1024MB"),  # this machine: the ceiling
         (24 * GIB, "fast-forward", "2048MB"),
         (24 * GIB, "command", "1024MB"),
         (1_000_000_000, "serve", "125MB"),  # a small VM: an eighth
