@@ -25,7 +25,7 @@ from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import user_of_tenant
 
 from .prices import PriceSheet, default_sheet, stored_sheet
-from .read import Query, floor, increases, request_window, run, timestamp
+from .read import Query, by_step, floor, increases, request_window, run, steps, timestamp
 
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
 BASES = ("allocation", "usage")
@@ -361,10 +361,9 @@ def _pool_cost(
     summed per step of the sheet, at the price in effect in that step."""
     hours = dict.fromkeys(OBSERVED, 0.0)
     costs = dict.fromkeys(OBSERVED, 0.0)
-    for r in tokens.itertuples():
-        bucket = pd.Timestamp(r.bucket).to_pydatetime()
-        a, b = max(bucket, start), min(bucket + step, end)  # the step, cut to the window
-        if b <= a:
+    stepped = by_step(tokens)
+    for t, a, b in steps(start, end, step):
+        if (r := stepped.get(t)) is None:
             continue
         price = sheet.gpu_cost(pool, 1, a, b) / ((b - a) / HOUR)
         for kind in hours:
@@ -558,11 +557,9 @@ def cost_over_time(
     """Per step (epoch-aligned, as `pool_tokens` gave them, the first and last cut to the window):
     GPU-hours and cost of each pool, its tokens, and $/M input, output and blended (None where a
     pool counted no tokens: never a division by zero)."""
-    by_bucket = {pd.Timestamp(r.bucket).to_pydatetime(): r for r in tokens.itertuples()}
+    by_bucket = by_step(tokens)
     rows = []
-    t = floor(start, step)
-    while t < end:
-        a, u = max(t, start), min(t + step, end)
+    for t, a, u in steps(start, end, step):
         r = by_bucket.get(t)
         prompt, cached, gen = (
             float(getattr(r, c)) if r is not None else 0.0 for c in ("prompt", "cached", "generated")
@@ -586,7 +583,6 @@ def cost_over_time(
                 "usd_per_mtok_blended": (pc + dc) / ((prompt + gen) / 1e6) if prompt + gen > 0 else None,
             }
         )
-        t += step
     return pd.DataFrame(rows)
 
 

@@ -29,7 +29,7 @@ from moemeter.contract.requests import user_of_tenant
 
 from .cost import HOUR, METHOD, OBSERVED, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
 from .prices import GpuPrice, PriceSheet
-from .read import Query, floor
+from .read import Query, by_step, floor, steps
 
 VERSION = "1.2"
 BY = ("pool", "tenant", "user")
@@ -163,13 +163,11 @@ def focus_rows(
         raise NoData(
             f"no token counters stored for the pools between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC"
         )
-    by_bucket = {pd.Timestamp(r.bucket).to_pydatetime(): r for r in tokens.itertuples()}
+    by_bucket = by_step(tokens)
     ex = Export(rack, basis, by, sheet.name, provider)
     rows: list[dict[str, Any]] = []
     hourly: dict[datetime, pd.DataFrame] = {}
-    t = floor(start, step)
-    while t < end:
-        a, b = max(t, start), min(t + step, end)
+    for t, a, b in steps(start, end, step):
         counted = by_bucket.get(t)
         shares = None
         if by != "pool":  # the hour's shares: a charge period shorter than an hour splits by its hour's
@@ -187,7 +185,6 @@ def focus_rows(
                 k: float(getattr(counted, f"{pool}_{k}_gpu_seconds")) / 3600 if counted else 0.0 for k in OBSERVED
             }
             rows += _gpu_rows(ex, sheet, pool, gpus, a, b, observed, shares)
-        t += step
     return with_cache_savings(pd.DataFrame(rows, columns=COLUMNS))
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -48,6 +48,20 @@ POINTS = 120  # points per chart
 
 def floor(t: datetime, unit: timedelta) -> datetime:
     return EPOCH + (t - EPOCH) // unit * unit
+
+
+def steps(start: datetime, end: datetime, step: timedelta) -> Iterator[tuple[datetime, datetime, datetime]]:
+    """Each epoch-aligned step that overlaps `[start, end)`: (the step's start, as a step's rows are
+    keyed, and the step cut to the window, `a` to `b`)."""
+    t = floor(start, step)
+    while t < end:
+        yield t, max(t, start), min(t + step, end)
+        t += step
+
+
+def by_step(frame: pd.DataFrame) -> dict[datetime, Any]:
+    """A frame of per-step rows (a `bucket` column) as each step's row, keyed as `steps` keys them."""
+    return {pd.Timestamp(r.bucket).to_pydatetime(): r for r in frame.itertuples()}
 
 
 def ceil(t: datetime, unit: timedelta) -> datetime:

@@ -35,7 +35,7 @@ from warehouse.cost import cost_report, daily_statement
 from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.prices import GpuPrice, PriceSheet, default_sheet
-from warehouse.read import Holdings, plan, served_by
+from warehouse.read import Holdings, plan, served_by, steps
 from warehouse.rollup import Retention
 from warehouse.sql import sql
 
@@ -459,3 +459,15 @@ def test_a_restart_after_a_gap_counts_from_the_process_start_not_over_the_gap():
     assert numbers(q, (DAY + timedelta(hours=12), restarted))["prompt"] == 0
     assert numbers(q, (restarted, DAY + timedelta(hours=13, seconds=1)))["prompt"] == pytest.approx(600)
     assert numbers(q, (restarted + timedelta(minutes=5), DAY + timedelta(hours=13)))["prompt"] == pytest.approx(300)
+
+
+def test_steps_are_epoch_aligned_and_cut_to_the_window():
+    """One home for "each step of the window": the cost report, its chart and the FOCUS export
+    price a step over the part of it inside the window (a window's first step priced from the
+    window's start into the next step was a bug, 5ebd3bc)."""
+    day, hour = datetime(2026, 12, 1), timedelta(hours=1)
+    t = lambda h, m=0: day + timedelta(hours=h, minutes=m)  # noqa: E731
+    assert list(steps(t(10, 20), t(11, 40), hour)) == [(t(10), t(10, 20), t(11)), (t(11), t(11), t(11, 40))]
+    assert list(steps(t(10), t(12), hour)) == [(t(10), t(10), t(11)), (t(11), t(11), t(12))]
+    assert list(steps(t(10, 5), t(10, 10), hour)) == [(t(10), t(10, 5), t(10, 10))]
+    assert list(steps(t(10), t(10), hour)) == []
