@@ -63,10 +63,13 @@ def check_rack(name: str) -> str:
     return name
 
 
-def host_rack() -> str:
-    """This host's name as a rack name: the rack a command or page names when it is given none."""
+def host_rack(given: str | None = None) -> str:
+    """The rack given, else this host's name as a rack name: the rack a command or page names when
+    it is given none."""
     import socket
 
+    if given:
+        return given
     return re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname()).lstrip("._-")[:64] or "rack"
 
 

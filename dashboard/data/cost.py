@@ -41,7 +41,7 @@ __all__ = [
     "pools",
     "over_time",
     "focus_csv",
-    "rack_name",
+    "host_rack",
     "latest_count",
     "default_sheet",
     "with_gpu_price",
@@ -82,11 +82,6 @@ def focus_csv(
 ) -> bytes:
     """The window's FOCUS 1.2 rows by tenant (`moemeter report focus --by tenant`), as CSV."""
     return focus_rows(q, p, start, end, rack, sheet, basis, "tenant").to_csv(index=False).encode()
-
-
-def rack_name(picked: str | None) -> str:
-    """The rack a page's export names: the lake's rack picked, else this host's (`report focus`'s default)."""
-    return picked or host_rack()
 
 
 def first_count(q: Query) -> datetime | None:

@@ -246,7 +246,7 @@ def render() -> None:
         mime="text/csv",
         key="dl_daily",
     )
-    rack = data.rack_name(picked_rack())
+    rack = data.host_rack(picked_rack())
     st.download_button(
         f"Download FOCUS 1.2 cost and usage, by tenant, {basis} basis (CSV)",
         lambda: data.focus_csv(query, pools, start, end, rack, sheet, basis),

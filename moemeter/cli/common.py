@@ -205,7 +205,7 @@ def rack_name(args: argparse.Namespace) -> str:
     """--rack, else this host's name (as a rack name)."""
     from warehouse.export import host_rack
 
-    return args.rack or host_rack()
+    return host_rack(args.rack)
 
 
 # ------------------------------------------------------------------ opening data
