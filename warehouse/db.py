@@ -172,9 +172,10 @@ class Warehouse:
     ) -> None:
         """`read_only`: open without writing, for a file that cannot be written (the reason why);
         every write then fails at once and /health says so. `memory_limit` (e.g. "4GB"): DuckDB's
-        buffer pool for the writer and every reader together (default: `default_memory_limit()`,
-        serve's); past it, DuckDB evicts cached blocks and spills large queries to disk. `checkpoint_threshold`
-        (a size): how large the write-ahead log grows before DuckDB checkpoints (its default 16 MB).
+        buffer pool for the writer and every reader together (default: serve's,
+        `limits.default_memory_limit()`); past it, DuckDB evicts cached blocks and spills large
+        queries to disk. `checkpoint_threshold` (a size): how large the write-ahead log grows
+        before DuckDB checkpoints (its default 16 MB).
         `threads`: DuckDB's worker threads (its default: one per core)."""
         self.path = str(path)
         for what, size in (("memory limit", memory_limit), ("checkpoint threshold", checkpoint_threshold)):

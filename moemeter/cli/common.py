@@ -220,7 +220,7 @@ def open_warehouse(  # type: ignore[no-untyped-def]
     """The read-write warehouse on `db`, or a CliError saying why it cannot be opened. With
     `serve_read_only`, an existing file that cannot be written opens read-only instead, so the
     query API keeps serving what it holds. Without `memory_limit`, the default for its `kind` of
-    work (warehouse.db.MEMORY_CEILING_MB)."""
+    work (warehouse.limits.MEMORY_CEILING_MB)."""
     from warehouse.db import Warehouse, WarehouseError, storage_problem
     from warehouse.limits import default_memory_limit
 
