@@ -132,6 +132,20 @@ def _peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _scrape_config(targets: Path, out: Path) -> Path:
+    """Prometheus's config for the twin's rack at serve's interval, once the twin has written its
+    targets file."""
+    while not targets.exists():
+        time.sleep(0.2)
+    hosts = [t.url.split("//")[1].split("/")[0] for t in load_targets(targets)]
+    config = {
+        "global": {"scrape_interval": f"{DEFAULT_INTERVAL:g}s", "scrape_timeout": f"{DEFAULT_INTERVAL:g}s"},
+        "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}],
+    }
+    out.write_text(json.dumps(config))
+    return out
+
+
 def bench_vs_prometheus(tmp: Path, seconds: float = 60.0, repeats: int = 3) -> dict[str, object]:
     """The same rack scraped every 5 s by Debian's Prometheus and by `moemeter serve`, one after
     the other for `seconds` each, `repeats` times over: CPU-seconds per 1,000 samples and peak
@@ -152,14 +166,7 @@ def bench_vs_prometheus(tmp: Path, seconds: float = 60.0, repeats: int = 3) -> d
     labels = {"moemeter_collector": "collector", "moemeter_collector_metrics_only": "metrics_only"}
     runs: list[dict[str, dict[str, float]]] = []
     try:
-        while not targets.exists():
-            time.sleep(0.2)
-        hosts = [t.url.split("//")[1].split("/")[0] for t in load_targets(targets)]
-        config = {
-            "global": {"scrape_interval": f"{DEFAULT_INTERVAL:g}s", "scrape_timeout": f"{DEFAULT_INTERVAL:g}s"},
-            "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}],
-        }
-        (tmp / "prom.yml").write_text(json.dumps(config))
+        _scrape_config(targets, tmp / "prom.yml")
         # The same targets as metrics endpoints alone: Prometheus reads neither the gateway's
         # request feed (~10,000 records a round here) nor the engines' expert snapshots, and serve
         # reads them only from targets of those roles.
@@ -247,14 +254,7 @@ def bench_serve_memory(tmp: Path) -> dict[str, object]:
     )
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        while not targets.exists():
-            time.sleep(0.2)
-        hosts = [t.url.split("//")[1].split("/")[0] for t in load_targets(targets)]
-        config = {
-            "global": {"scrape_interval": f"{DEFAULT_INTERVAL:g}s", "scrape_timeout": f"{DEFAULT_INTERVAL:g}s"},
-            "scrape_configs": [{"job_name": "rack", "static_configs": [{"targets": hosts}]}],
-        }
-        (tmp / "mem-prom.yml").write_text(json.dumps(config))
+        _scrape_config(targets, tmp / "mem-prom.yml")
         serve = [sys.executable, "-m", "moemeter", "serve", "--targets", str(targets), "--db", str(tmp / "mem.duckdb")]
         prom = [prometheus, f"--config.file={tmp / 'mem-prom.yml'}", f"--storage.tsdb.path={tmp / 'mem-tsdb'}"]
         for cmd, ready in (
