@@ -34,6 +34,36 @@ class Retention:
     hour_days: float = 365.0
     """Days per-hour rollups (per-expert load included) are kept."""
 
+    def days(self, table: str) -> float | None:
+        """Days `table`'s rows are kept (None: for good)."""
+        return getattr(self, KEPT[table][0]) if table in KEPT else None
+
+
+KEPT = {
+    # table: how long it is kept (a Retention field), and the roll (a rollup_state name) that must
+    # have taken a row before it goes (None: nothing rolls it up)
+    "samples": ("raw_days", "1m"),
+    "increments": ("raw_days", "1m"),
+    "samples_1m": ("minute_days", "1h"),
+    "increments_1m": ("minute_days", "1m"),
+    "pool_histograms_1m": ("minute_days", "1m"),
+    # with the minutes, at the same cutoff: where minutes were dropped (increments_1m_from)
+    # the read layer takes the hours, as it would for six-minute rows
+    "increments_6m": ("minute_days", "1m"),
+    "pool_histograms_6m": ("minute_days", "1m"),
+    "expert_load": ("raw_days", "1h"),
+    "expert_load_1h": ("hour_days", None),
+    "requests": ("raw_days", "1h"),
+    "requests_1h": ("hour_days", None),
+    "requests_itl_1h": ("hour_days", None),
+    "requests_slo_1h": ("hour_days", None),
+    "requests_slo_1m": ("raw_days", None),
+    "samples_1h": ("hour_days", None),
+    "increments_1h": ("hour_days", None),
+    "pool_histograms_1h": ("hour_days", None),
+}
+"""What retention trims; every other table is kept for good."""
+
 
 SLO_MINUTES = "requests_slo_1m"
 """rollup_state name: the request records stored before this time are in requests_slo_1m."""
@@ -200,30 +230,13 @@ class Rollups:
 
     def apply_retention(self, con: duckdb.DuckDBPyConnection, now: datetime) -> dict[str, int]:
         """Delete what is past its retention and already rolled up; returns rows deleted per table."""
+        if not self._loaded:
+            self._load(con)
         r, through = self.retention, self._through
-        plan = [
-            ("samples", now - timedelta(days=r.raw_days), through.get("1m")),
-            ("increments", now - timedelta(days=r.raw_days), through.get("1m")),
-            ("samples_1m", now - timedelta(days=r.minute_days), through.get("1h")),
-            ("increments_1m", now - timedelta(days=r.minute_days), through.get("1m")),
-            ("pool_histograms_1m", now - timedelta(days=r.minute_days), through.get("1m")),
-            # with the minutes, at the same cutoff: where minutes were dropped (increments_1m_from)
-            # the read layer takes the hours, as it would for six-minute rows
-            ("increments_6m", now - timedelta(days=r.minute_days), through.get("1m")),
-            ("pool_histograms_6m", now - timedelta(days=r.minute_days), through.get("1m")),
-            ("expert_load", now - timedelta(days=r.raw_days), through.get("1h")),
-            ("expert_load_1h", now - timedelta(days=r.hour_days), None),
-            ("requests", now - timedelta(days=r.raw_days), through.get("1h")),
-            ("requests_1h", now - timedelta(days=r.hour_days), None),
-            ("requests_itl_1h", now - timedelta(days=r.hour_days), None),
-            ("requests_slo_1h", now - timedelta(days=r.hour_days), None),
-            ("requests_slo_1m", now - timedelta(days=r.raw_days), None),
-            ("samples_1h", now - timedelta(days=r.hour_days), None),
-            ("increments_1h", now - timedelta(days=r.hour_days), None),
-            ("pool_histograms_1h", now - timedelta(days=r.hour_days), None),
-        ]
         deleted = {}
-        for table, cutoff, rolled in plan:
+        for table, (kept, roll) in KEPT.items():
+            cutoff = now - timedelta(days=getattr(r, kept))
+            rolled = through.get(roll) if roll else None
             if rolled is not None:
                 cutoff = min(cutoff, rolled)
             # the records by when they were stored (what their roll-up follows), the others by ts
