@@ -61,14 +61,10 @@ def _window(latest: datetime) -> tuple[datetime, datetime, bool]:
         )
         or default
     )
-    if choice == "yesterday":
-        return today - timedelta(days=1), today, False
-    if choice == "today":
-        return today, latest + timedelta(seconds=1), False  # through the last scrape
     if choice == "24h":
         return latest - windows.span("24h"), latest, False
-    if choice == "week":
-        return today - timedelta(days=7), today, False
+    if choice != "custom":
+        return (*windows.calendar(choice, latest), False)
     d = c[1].date_input(
         "From / to", (today.date() - timedelta(days=1), today.date() - timedelta(days=1)), key="cost_dates"
     )

@@ -3,14 +3,14 @@ benchmarks hold), a label (what a person reads) and a span. A page's picker list
 labels (Streamlit's `format_func`); no code compares labels.
 
 A rolling preset ends at the newest reading and spans `span`. A calendar preset (today, yesterday,
-the seven whole days before today) has no fixed span: the page that offers it says where it
-starts and ends in UTC days. `custom` asks for dates.
+the seven whole days before today, this month so far, last month) has no fixed span: `calendar`
+says where it starts and ends in UTC days. `custom` asks for dates.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 
 @dataclass(frozen=True)
@@ -30,17 +30,20 @@ PRESETS: dict[str, Preset] = {
         Preset("6h", "6 h", timedelta(hours=6)),
         Preset("24h", "24 h", timedelta(hours=24)),
         Preset("7d", "7 d", timedelta(days=7)),
+        Preset("30d", "30 d", timedelta(days=30)),
         Preset("yesterday", "Yesterday"),
         Preset("today", "Today"),
         Preset("week", "Last 7 days"),
+        Preset("month", "This month"),
+        Preset("last_month", "Last month"),
         Preset("custom", "Custom"),
     )
 }
 """Every window any page or benchmark offers, by key."""
 
-RECENT = ("5m", "15m", "1h", "6h", "24h", "7d")
+RECENT = ("5m", "15m", "1h", "6h", "24h", "7d", "30d")
 """The rolling spans the live pages offer (Live, Users, SLOs, Experts, CPU overhead, DP ranks)."""
-CALENDAR = ("yesterday", "today", "24h", "week", "custom")
+CALENDAR = ("yesterday", "today", "24h", "week", "month", "last_month", "custom")
 """The finance windows the Cost page offers."""
 FLEET = ("1h", "24h", "7d")
 """The spans the Fleet page offers."""
@@ -57,3 +60,21 @@ def span(key: str) -> timedelta:
     if s is None:
         raise ValueError(f"the window {key!r} has no fixed span")
     return s
+
+
+def calendar(key: str, latest: datetime) -> tuple[datetime, datetime]:
+    """A calendar preset's [start, end) in UTC, the newest reading being `latest`: whole days and
+    months before today's, or today's and this month's so far (through `latest`)."""
+    today = latest.replace(hour=0, minute=0, second=0, microsecond=0)
+    month = today.replace(day=1)
+    through = latest + timedelta(seconds=1)  # the newest reading is inside
+    spans = {
+        "yesterday": (today - timedelta(days=1), today),
+        "today": (today, through),
+        "week": (today - timedelta(days=7), today),
+        "month": (month, through),
+        "last_month": ((month - timedelta(days=1)).replace(day=1), month),
+    }
+    if key not in spans:
+        raise ValueError(f"the window {key!r} is not a calendar preset")
+    return spans[key]
