@@ -41,6 +41,14 @@ def usd(v: float | None, digits: int = 2) -> str:
     return f"{'−' if v < 0 else ''}${abs(v):,.{digits}f}"
 
 
+def usd_card(v: float | None) -> str:
+    """Dollars for a metric card, which cuts a value past about ten characters at 1280 px ("$1,660,61…"
+    for a month's cost): from a million up in millions ($1.661M); the card's help gives `usd(v)`."""
+    if v is not None and abs(v) >= 1e6:
+        return f"{'−' if v < 0 else ''}${abs(v) / 1e6:,.3f}M"
+    return usd(v)
+
+
 def compact(n: float) -> str:
     """A count in at most ~6 characters: 20,384,912 -> 20.4M (the exact figure goes in the card's help)."""
     for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):

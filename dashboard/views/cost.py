@@ -12,7 +12,7 @@ from dashboard.data import cost as data
 from dashboard.data import spec
 from dashboard.figures import cost as figures
 from dashboard.source import api_url, picked_rack, query, show_api_error
-from dashboard.widgets import day_span, metric_columns, request_columns
+from dashboard.widgets import day_span, metric_columns, request_columns, usd_card
 from dashboard.widgets import usd as _usd
 from moemeter.contract import windows
 
@@ -51,12 +51,11 @@ def _window(latest: datetime) -> tuple[datetime, datetime, bool]:
             return _utc(qp["from"]), _utc(qp["to"]), True
         except ValueError:
             st.warning(f"Ignoring the window in the URL: from={qp['from']!r} to={qp['to']!r} are not ISO 8601 times.")
-    c = st.columns([3, 2])
     today = latest.replace(hour=0, minute=0, second=0, microsecond=0)
     first = data.first_count(query)
     default = "yesterday" if first is not None and first < today else "today"  # a new install has no yesterday
     choice = (
-        c[0].segmented_control(
+        st.segmented_control(
             "Window (UTC)", windows.CALENDAR, format_func=windows.label, default=default, key="cost_window"
         )
         or default
@@ -65,7 +64,7 @@ def _window(latest: datetime) -> tuple[datetime, datetime, bool]:
         return latest - windows.span("24h"), latest, False
     if choice != "custom":
         return (*windows.calendar(choice, latest), False)
-    d = c[1].date_input(
+    d = st.columns([2, 3])[0].date_input(
         "From / to", (today.date() - timedelta(days=1), today.date() - timedelta(days=1)), key="cost_dates"
     )
     return (*day_span(d, today.date()), False)
@@ -166,7 +165,11 @@ def render() -> None:
         return None if v is None else v / util
 
     m = metric_columns(8)
-    m[0].metric("Cost", _usd(tot["cost_usd"]), help=f"{pf['gpu_hours'] + dc['gpu_hours']:,.1f} GPU-hours")
+    m[0].metric(
+        "Cost",
+        usd_card(tot["cost_usd"]),
+        help=f"{_usd(tot['cost_usd'])}: {pf['gpu_hours'] + dc['gpu_hours']:,.1f} GPU-hours",
+    )
     charged = "prefill cost" if basis == "allocation" else "prefill busy cost"
     m[1].metric(
         "$/M input",
@@ -180,18 +183,22 @@ def render() -> None:
         help=f"decode {'cost' if basis == 'allocation' else 'busy cost'} / {dc['generated_tokens']:,} generated tokens",
     )
     m[3].metric("$/M blended", _usd(scaled(tot["usd_per_mtok_blended"]), 4), help=f"{tot['tokens']:,} tokens")
-    m[4].metric("Revenue", _usd(tot["revenue_usd"]), help="tokens at the token price sheet")
-    m[5].metric("Margin", _usd(tot["margin_usd"]))
+    m[4].metric(
+        "Revenue", usd_card(tot["revenue_usd"]), help=f"{_usd(tot['revenue_usd'])}: tokens at the token price sheet"
+    )
+    m[5].metric("Margin", usd_card(tot["margin_usd"]), help=_usd(tot["margin_usd"]))
+    idle = pf["idle_cost_usd"] + dc["idle_cost_usd"]
     m[6].metric(
         "Idle cost",
-        _usd(pf["idle_cost_usd"] + dc["idle_cost_usd"]),
-        help="GPU-hours in scrape intervals when a pool's token counters did not move; "
+        usd_card(idle),
+        help=f"{_usd(idle)}: GPU-hours in scrape intervals when a pool's token counters did not move; "
         + ("charged to the users with the rest" if basis == "allocation" else "charged to no user on this basis"),
     )
     m[7].metric(
         "Cache savings",
-        _usd(tot["cache_savings_usd"]),
-        help=f"{pf['cached_prompt_tokens']:,} cached prompt tokens at the $/M input: what the prefill pool would "
+        usd_card(tot["cache_savings_usd"]),
+        help=f"{_usd(tot['cache_savings_usd'])}: {pf['cached_prompt_tokens']:,} cached prompt tokens at the $/M "
+        "input: what the prefill pool would "
         "have charged to compute them",
     )
 

@@ -26,6 +26,13 @@ def test_compact_counts_fit_a_metric_card():
     assert [compact(v) for v in (999, 20_384_912, 1_234_567_890, 4_500, 0)] == ["999", "20.4M", "1.23B", "4.5k", "0"]
 
 
+def test_dollars_on_a_card_fit_it_from_a_million_up_and_stay_exact_below():
+    from dashboard.widgets import usd_card
+
+    values = (1_660_619.35, -2_500_000, 999_999.99, 12.5, None)
+    assert [usd_card(v) for v in values] == ["$1.661M", "−$2.500M", "$999,999.99", "$12.50", "—"]
+
+
 def test_live_refresh_slows_to_twice_the_render_time_and_speeds_up_only_when_well_within():
     """On one shared core a Live render took 5-8 s; refreshing every 5 s kept the machine busy
     redrawing, and the lower charts took 90 s to appear. Slow while vLLM loads, fast again after."""
