@@ -1,9 +1,10 @@
-"""Every page's alert banner, and every dashboard page's queries over 1 h, 24 h and 7 days of a warehouse file, p50/p95 of 5 runs,
-through the query API as the dashboard sends them (HTTP, SQL checked, Arrow back, no cache); then
-each page rendered whole (AppTest: queries, figures and widgets, no browser) for those ranges.
+"""Every page's alert banner, and every dashboard page's queries over 1 h, 24 h and 7 days of a
+warehouse file (or 30 days of a month's), p50/p95 of 5 runs, through the query API as the
+dashboard sends them (HTTP, SQL checked, Arrow back, no cache); then each page rendered whole
+(AppTest: queries, figures and widgets, no browser) for those ranges.
 
-`python -m benchmarks.pages DB` times a file you have; the history section of `make bench` builds
-a day of twin history and runs this on it.
+`python -m benchmarks.pages DB [SPAN...]` times a file you have; the history section of `make bench`
+builds a day of twin history and runs this on it, then on the month made from it (benchmarks.month).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from dashboard.data import alerts, cost, dp, experts, live, overhead, users
+from dashboard.data import alerts, cost, dp, experts, live, overhead, slo, users
+from moemeter.contract import windows
 from warehouse.api import QueryClient, QueryServer
 from warehouse.db import Warehouse
 from warehouse.read import Holdings, plan, served_by
@@ -58,6 +60,18 @@ def users_queries(q: live.Query, w: live.Window) -> None:
         users.user_history(q, w, str(top.tenant[0]), str(top.user_id[0]))
 
 
+def slo_queries(q: live.Query, w: live.Window) -> None:
+    """What the SLOs page asks for: the window ends at the newest request record, not scrape."""
+    latest = users.latest_request_time(q)
+    if latest is None:
+        return
+    observed = slo.observed(q, users.window(latest, w.seconds))
+    report, _ = slo.reports(q, observed)
+    slo.attainment_over_time(q, observed)
+    slo.budget_over_time(q, observed, report)
+    slo.operating_points(q, observed)
+
+
 def timed(fn, repeats: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     times = []
     for _ in range(repeats):
@@ -94,14 +108,19 @@ PAGES = {
     "dp": dp_queries,
     "experts": experts_queries,
     "users": users_queries,
+    "slo": slo_queries,
     "overhead": overhead_queries,
     "cost": cost_queries,
 }
 
 
-def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
-    """p50/p95 seconds of each page's queries over the last 1 h, 24 h and 7 days of the file's history,
-    asked as the dashboard asks them: through the query API over HTTP (SQL checked, Arrow back), uncached."""
+SPANS = ("1h", "24h", "7d")
+"""The windows timed on a day's file (moemeter.contract.windows keys); a month's adds "30d"."""
+
+
+def time_pages(db: Path, repeats: int = 5, spans: tuple[str, ...] = SPANS) -> dict[str, object]:
+    """p50/p95 seconds of each page's queries over the last `spans` of the file's history, asked as
+    the dashboard asks them: through the query API over HTTP (SQL checked, Arrow back), uncached."""
     wh = Warehouse(db, read_only="benchmark")
     api = QueryServer(wh)
     api.start()
@@ -113,13 +132,13 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
             raise SystemExit(f"{db}: no scrapes in this file")
         # every page's banner: the whole alert pack judged at the latest scrape (one window, its own)
         out["banner_p50_seconds"], out["banner_p95_seconds"] = timed(lambda: alerts.firing(q, end), repeats)
-        for label, seconds in (("1h", 3600), ("24h", 86400), ("7d", 7 * 86400)):
-            w = live.Window.ending(end, seconds)
+        for label in spans:
+            w = live.Window.ending(end, windows.span(label).total_seconds())
             out[f"tables_{label}"] = ",".join(served_by(plan(w.start, w.end, w.step_seconds, Holdings.of(q))))
             for page, fn in PAGES.items():
                 p50, p95 = timed(lambda f=fn, w=w: f(q, w), repeats)  # type: ignore[misc]
                 out[f"{page}_{label}_p50_seconds"], out[f"{page}_{label}_p95_seconds"] = p50, p95
-        out.update(render_pages(api.url, repeats=3))
+        out.update(render_pages(api.url, spans, repeats=3))
     finally:
         api.shutdown()
         api.server_close()
@@ -128,20 +147,23 @@ def time_pages(db: Path, repeats: int = 5) -> dict[str, object]:
 
 
 PAGE_DIR = Path(__file__).parents[1] / "dashboard" / "views"
-RANGE = {"1h": "1h", "24h": "24h", "7d": "7d"}  # the bench's name: the picker's key (moemeter.contract.windows)
-RENDER = {  # page: its file, the key of its range control, the control's value per window
+RANGE = {s: s for s in ("1h", "24h", "7d", "30d")}  # the span timed: the picker's key
+RENDER = {  # page: its file, the key of its range control, the control's key per span timed
     "live": ("live.py", "range", RANGE),
     "experts": ("experts.py", "exp_range", RANGE),
     "users": ("users.py", "users_range", RANGE),
     "overhead": ("overhead.py", "ovh_range", RANGE),
     "dp": ("dp.py", "dp_range", RANGE),
-    "cost": ("cost.py", "cost_window", {"24h": "24h", "7d": "week"}),
+    "slo": ("slo.py", "slo_range", RANGE),
+    "spec": ("spec.py", "spec_range", RANGE),
+    "roofline": ("roofline.py", "roof_range", RANGE),
+    "cost": ("cost.py", "cost_window", {"24h": "24h", "7d": "week", "30d": "last_month"}),
 }
 
 
-def render_pages(api_url: str, repeats: int = 3) -> dict[str, float]:
+def render_pages(api_url: str, spans: tuple[str, ...] = SPANS, repeats: int = 3) -> dict[str, float]:
     """Seconds to render each page whole (queries, figures, widgets; Streamlit's AppTest, no browser)
-    after choosing a range, its query cache cleared each time."""
+    after choosing each span's range, its query cache cleared each time."""
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
@@ -158,7 +180,8 @@ def render_pages(api_url: str, repeats: int = 3) -> dict[str, float]:
                 if at.exception:
                     raise RuntimeError(f"{page} page failed: {at.exception}")
 
-            for label, value in values.items():
+            for label in (s for s in spans if s in values):
+                value = values[label]
                 p50, _ = timed(lambda v=value: render(value=v), repeats)  # type: ignore[misc]
                 out[f"{page}_{label}_render_p50_seconds"] = p50
     finally:
@@ -170,9 +193,9 @@ def render_pages(api_url: str, repeats: int = 3) -> dict[str, float]:
 
 
 def main() -> None:
-    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
-        raise SystemExit("usage: python -m benchmarks.pages WAREHOUSE.duckdb")
-    print(json.dumps(time_pages(Path(sys.argv[1])), indent=2))
+    if len(sys.argv) < 2 or not Path(sys.argv[1]).is_file() or any(s not in RANGE for s in sys.argv[2:]):
+        raise SystemExit(f"usage: python -m benchmarks.pages WAREHOUSE.duckdb [SPAN...], SPAN one of {list(RANGE)}")
+    print(json.dumps(time_pages(Path(sys.argv[1]), spans=tuple(sys.argv[2:]) or SPANS), indent=2))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ def test_each_target_says_its_figure_its_bound_and_which_run_measured_it():
             "wall_seconds": 1130,
             "peak_rss_megabytes": 3900,
             "pages": {"live_24h_p95_seconds": 0.12, "cost_24h_p95_seconds": 0.31, "cost_7d_p95_seconds": 0.9},
+            "month": {
+                "pages": {"users_30d_p95_seconds": 0.21, "cost_30d_p95_seconds": 0.18, "users_30d_p50_seconds": 1}
+            },
         },
     }
     at = " - abc1234, 2026-12-05 17:00 UTC"
@@ -32,6 +35,7 @@ def test_each_target_says_its_figure_its_bound_and_which_run_measured_it():
         "serve's peak memory, x Prometheus's, side by side: 3.1 (at most 2: NOT met)" + at,
         "serve's memory after its first 10 minutes, x its most in them: 1.04 (at most 1.1: met)" + at,
         "slowest page's p95 at 24 h, seconds: 0.31 (at most 0.15: NOT met)" + at,
+        "slowest page's p95 at 30 days, seconds: 0.21 (at most 0.25: met)" + at,
         "a day fast-forwarded at 60 s, minutes: 18.8 (at most 20: met)" + at,
         "a day fast-forwarded at 60 s, peak memory, GB: 3.9 (at most 4: met)" + at,
     ]
@@ -43,12 +47,22 @@ def test_a_target_whose_section_did_not_run_or_ran_shorter_is_not_measured():
         "serve_memory": {**RUN, "serve_over_prometheus_peak_rss": 2.5, "serve_growth_after_10_minutes": None},
     }
     lines = targets(result)
-    sections = ["storage", "vs_prometheus", "vs_prometheus", None, None, "history", "history", "history"]
+    sections = ["storage", "vs_prometheus", "vs_prometheus", None, None, "history", "history", "history", "history"]
     assert len(lines) == len(sections)
     for line, s in zip(lines, sections, strict=True):
         if s is not None:
             assert line.endswith("not measured (run `python -m benchmarks.run " + s + "`)")
     assert lines[3].startswith("serve's peak memory, x Prometheus's, side by side: 2.5 (at most 2: NOT met)")
     assert lines[4] == (
-        "serve's memory after its first 10 minutes, x its most in them: not measured in the last run of serve_memory (too short)"
+        "serve's memory after its first 10 minutes, x its most in them: not measured in the last run of serve_memory (its entry in latest.json says why)"
     )
+
+
+def test_a_month_that_did_not_fit_on_the_disk_is_not_measured_and_the_day_still_is():
+    day = {"wall_seconds": 1014, "peak_rss_megabytes": 2855, "pages": {"live_24h_p95_seconds": 0.1}}
+    result = {"history": {**RUN, "span": "24h", **day, "month": {"not_made": "a month needs about 34 GB free"}}}
+    lines = [line for line in targets(result) if "page" in line]
+    assert lines == [
+        "slowest page's p95 at 24 h, seconds: 0.1 (at most 0.15: met) - abc1234, 2026-12-05 17:00 UTC",
+        "slowest page's p95 at 30 days, seconds: not measured in the last run of history (its entry in latest.json says why)",
+    ]
