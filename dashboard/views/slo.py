@@ -16,7 +16,10 @@ from moemeter.contract import windows
 
 TABLE = {
     "class": st.column_config.TextColumn("class"),
-    "requests": st.column_config.NumberColumn("held", help="requests held to the class's objective"),
+    "requests": st.column_config.NumberColumn(
+        "held", format="localized", help="requests held to the class's objective"
+    ),
+    "met": st.column_config.NumberColumn("met", format="localized", help="held requests that met their targets"),
     "attainment": st.column_config.NumberColumn("attainment", format="percent"),
     "objective": st.column_config.NumberColumn("objective", format="percent"),
     "goodput_rps": st.column_config.NumberColumn("goodput req/s", format="%.3f"),
@@ -27,7 +30,7 @@ TABLE = {
     "burn_6h": st.column_config.NumberColumn("burn 6 h", format="%.2f"),
     "burn_5m": st.column_config.NumberColumn("burn 5 min", format="%.2f"),
     "burn_30m": st.column_config.NumberColumn("burn 30 min", format="%.2f"),
-    "good_tokens": st.column_config.NumberColumn("good tokens", format="%d"),
+    "good_tokens": st.column_config.NumberColumn("good tokens", format="localized"),
     "cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f"),
     "burning": st.column_config.TextColumn("alert", help="page: fast burn (1 h and 5 min); ticket: slow (6 h, 30 min)"),
 }
