@@ -14,24 +14,31 @@ from dashboard.source import api_url, query, show_api_error
 from dashboard.widgets import metric_columns, usd
 from moemeter.contract import windows
 
+COUNT = 115  # pixels: a month's 1,873,396,515 held, which the default width cut to "73396515"
 TABLE = {
     "class": st.column_config.TextColumn("class"),
     "requests": st.column_config.NumberColumn(
-        "held", format="localized", help="requests held to the class's objective"
+        "held", format="localized", width=COUNT, help="requests held to the class's objective"
     ),
-    "met": st.column_config.NumberColumn("met", format="localized", help="held requests that met their targets"),
+    "met": st.column_config.NumberColumn(
+        "met", format="localized", width=COUNT, help="held requests that met their targets"
+    ),
     "attainment": st.column_config.NumberColumn("attainment", format="percent"),
     "objective": st.column_config.NumberColumn("objective", format="percent"),
     "goodput_rps": st.column_config.NumberColumn("goodput req/s", format="%.3f"),
-    "goodput_tps": st.column_config.NumberColumn("good tok/s", format="%.1f"),
+    "goodput_tps": st.column_config.NumberColumn("good tok/s", format="localized", width=COUNT),
     "usd_per_mtok_good": st.column_config.NumberColumn("$/M good tokens", format="$%.4f"),
     "budget_left": st.column_config.NumberColumn("budget left", format="percent", help="over the class's period"),
     "burn_1h": st.column_config.NumberColumn("burn 1 h", format="%.2f"),
     "burn_6h": st.column_config.NumberColumn("burn 6 h", format="%.2f"),
     "burn_5m": st.column_config.NumberColumn("burn 5 min", format="%.2f"),
     "burn_30m": st.column_config.NumberColumn("burn 30 min", format="%.2f"),
-    "good_tokens": st.column_config.NumberColumn("good tokens", format="localized"),
+    "good_tokens": st.column_config.NumberColumn("good tokens", format="localized", width=COUNT + 30),
     "cost_usd": st.column_config.NumberColumn("cost USD", format="$%.2f"),
+    "failed": st.column_config.NumberColumn("failed", format="localized", help="held requests the server failed"),
+    "missed_ttft": st.column_config.NumberColumn("missed TTFT", format="localized"),
+    "missed_itl": st.column_config.NumberColumn("missed ITL", format="localized"),
+    "missed_e2e": st.column_config.NumberColumn("missed E2E", format="localized"),
     "burning": st.column_config.TextColumn("alert", help="page: fast burn (1 h and 5 min); ticket: slow (6 h, 30 min)"),
 }
 
