@@ -421,17 +421,20 @@ def cost_report(
     sheet: PriceSheet | None = None,
     revenue_too: bool = True,
     basis: str = "allocation",
+    users_too: bool = True,
 ) -> CostReport:
     """`pools`: {"prefill": [(target, gpus), ...], "decode": [...]} from the targets file.
     `revenue_too=False`: no revenue (None), and tokens counted in the GPU prices' steps only (a
-    sheet's off-peak half hours would otherwise read a week of minute rows for a week's cost)."""
+    sheet's off-peak half hours would otherwise read a week of minute rows for a week's cost).
+    `users_too=False`: no per-user allocation (`users` empty), for a caller that wants the pools' cost."""
     if end <= start:
         raise ValueError(f"the window must end after it starts ({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M})")
     check_basis(basis)
     sheet = price_sheet(q, sheet)
     _check_pools(pools)
     step = sheet.step_seconds(tokens=revenue_too)
-    return _costed(q, pools, start, end, sheet, step, pool_tokens(q, pools, start, end, step), revenue_too, basis)
+    tokens = pool_tokens(q, pools, start, end, step)
+    return _costed(q, pools, start, end, sheet, step, tokens, revenue_too, basis, users_too)
 
 
 def _check_pools(pools: Pools) -> list[tuple[str, int]]:
@@ -452,8 +455,11 @@ def _costed(
     tokens: pd.DataFrame,
     revenue_too: bool = True,
     basis: str = "allocation",
+    users_too: bool = True,
 ) -> CostReport:
-    """The report of [start, end) from its `pool_tokens` in steps of `step` seconds (the sheet's)."""
+    """The report of [start, end) from its `pool_tokens` in steps of `step` seconds (the sheet's);
+    `users_too=False`: no per-user allocation (a day's statement row does not show one, and reading
+    the day's request hours for it was half of a month's statement)."""
     pf, dc = pools.get("prefill", []), pools.get("decode", [])
     if tokens.empty:
         raise NoData(
@@ -462,7 +468,8 @@ def _costed(
     width = timedelta(seconds=step)
     prefill = _pool_cost(sheet, "prefill", sum(g for _, g in pf), start, end, tokens, width)
     decode = _pool_cost(sheet, "decode", sum(g for _, g in dc), start, end, tokens, width)
-    users = allocate(user_tokens(q, start, end), prefill.charged(basis), decode.charged(basis))
+    held = user_tokens(q, start, end) if users_too else pd.DataFrame()
+    users = allocate(held, prefill.charged(basis), decode.charged(basis))
     seen = run(q, "counted", {"start": start, "end": end, "targets": [n for n, _ in pf + dc]})
     first, last = (timestamp(seen[c].iloc[0]) if len(seen) else None for c in ("first_count", "last_count"))
     return CostReport(
@@ -515,17 +522,18 @@ def daily_statement(
     rows: list[dict[str, Any]] = []
     day = start.replace(hour=0, minute=0, second=0, microsecond=0)
     tokens = pool_tokens(q, pools, start, end, step) if day < end else None
+    targets, gpus = [n for n, _ in members], [x for _, x in members]
+    in_service = run(q, "cost_gpus_in_service", {"targets": targets, "gpus": gpus, "start": start, "end": end})
     while tokens is not None and day < end:
         a, b = max(day, start), min(day + timedelta(days=1), end)
         mine = tokens[(tokens["bucket"] >= floor(a, timedelta(seconds=step))) & (tokens["bucket"] < b)]
         try:
-            r = _costed(q, pools, a, b, sheet, step, mine.reset_index(drop=True), basis=basis)
+            r = _costed(q, pools, a, b, sheet, step, mine.reset_index(drop=True), basis=basis, users_too=False)
         except NoData:
             rows.append({"day": day.date().isoformat(), "note": "no data"})
             day += timedelta(days=1)
             continue
-        targets, gpus = [n for n, _ in members], [x for _, x in members]
-        g = run(q, "cost_gpus_in_service", {"targets": targets, "gpus": gpus, "start": a, "end": b})
+        g = in_service[(in_service["ts"] >= a) & (in_service["ts"] < b)]
         rev = r.revenue_usd
         rows.append(
             {

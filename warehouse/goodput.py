@@ -212,7 +212,7 @@ def slo_reports(
         pools = pools if pools is not None else stored_pools(q, start, end)
         if not any(pools.values()):
             raise NoData("no prefill or decode target was seen in the window")
-        costed = cost_report(q, pools, start, end, prices)
+        costed = cost_report(q, pools, start, end, prices, revenue_too=False, users_too=False)  # the pools' cost alone
         cost, pool_costs = costed.cost_usd, (costed.prefill.cost_usd, costed.decode.cost_usd)
     except NoData as exc:
         note, pool_costs = str(exc), None
