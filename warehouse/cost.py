@@ -458,8 +458,8 @@ def _costed(
     users_too: bool = True,
 ) -> CostReport:
     """The report of [start, end) from its `pool_tokens` in steps of `step` seconds (the sheet's);
-    `users_too=False`: no per-user allocation (a day's statement row does not show one, and reading
-    the day's request hours for it was half of a month's statement)."""
+    `users_too=False`: `users` empty, the request hours not read (a daily statement's row and the
+    SLO report's cost show no per-user split)."""
     pf, dc = pools.get("prefill", []), pools.get("decode", [])
     if tokens.empty:
         raise NoData(

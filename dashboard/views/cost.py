@@ -198,8 +198,7 @@ def render() -> None:
         "Cache savings",
         usd_card(tot["cache_savings_usd"]),
         help=f"{_usd(tot['cache_savings_usd'])}: {pf['cached_prompt_tokens']:,} cached prompt tokens at the $/M "
-        "input: what the prefill pool would "
-        "have charged to compute them",
+        "input: what the prefill pool would have charged to compute them",
     )
 
     split = spec.cost_split(query, start, end, dc["charged_usd"], dc["generated_tokens"])
