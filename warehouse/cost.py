@@ -25,7 +25,7 @@ from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import user_of_tenant
 
 from .prices import PriceSheet, default_sheet, stored_sheet
-from .read import Query, by_step, floor, increases, request_window, run, steps, timestamp
+from .read import HOUR, Query, by_step, floor, increases, request_window, run, steps, timestamp
 
 METHOD = "tokens"  # per-user allocation: share of computed prompt tokens (prefill), of generated tokens (decode)
 BASES = ("allocation", "usage")
@@ -36,7 +36,6 @@ The bill (a pool's cost) is the same on both."""
 OBSERVED = ("busy", "idle")
 """The GPU time the engines' token counters observed, per scrape interval: it moved, or it did not
 (docs/definitions.md, Cost bases); the rest of a pool's reserved time is unobserved."""
-HOUR = timedelta(hours=1)
 Pools = dict[str, list[tuple[str, int]]]
 """{"prefill": [(target, gpus), ...], "decode": [...]}: the targets of each pool and their GPUs."""
 

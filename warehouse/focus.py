@@ -27,9 +27,9 @@ from moemeter.contract import POOLS, computed_tokens
 from moemeter.contract.errors import MoemeterError
 from moemeter.contract.requests import user_of_tenant
 
-from .cost import HOUR, METHOD, OBSERVED, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
+from .cost import METHOD, OBSERVED, NoData, Pools, check_basis, pool_tokens, price_sheet, user_tokens
 from .prices import GpuPrice, PriceSheet
-from .read import Query, by_step, floor, steps
+from .read import HOUR, Query, by_step, floor, steps
 
 VERSION = "1.2"
 BY = ("pool", "tenant", "user")

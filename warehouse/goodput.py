@@ -20,9 +20,9 @@ import pandas as pd
 from moemeter.contract.errors import MoemeterError
 
 from .alerts import AlertRules
-from .cost import HOUR, NoData, Pools, allocate, cost_report, stored_pools
+from .cost import NoData, Pools, allocate, cost_report, stored_pools
 from .prices import PriceSheet
-from .read import Query, request_window, run
+from .read import HOUR, MINUTE, Query, ceil, floor, request_hours, run
 from .slo import SloClass, SloSheet, slo_params, stored_slo_sheet
 
 BURN_WINDOWS = {"5m": timedelta(minutes=5), "30m": timedelta(minutes=30), "1h": HOUR, "6h": timedelta(hours=6)}
@@ -39,7 +39,21 @@ class NoSloSheet(MoemeterError, LookupError):
 def slo_sums(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
     """Per finishing hour, class and tenant: the requests_slo_1h sums of the requests that finished
     in [start, end)."""
-    return run(q, "requests_slo", {**request_window(start, end), **slo_params(start, end)})
+    return run(q, "requests_slo", slo_window(start, end))
+
+
+def slo_window(start: datetime, end: datetime) -> dict[str, Any]:
+    """The parameters of requests_slo.sql for the requests that finished in [start, end): its whole
+    hours from the hourly sums, the whole minutes around them from the per-minute sums, and the
+    seconds left at either edge from the records. They nest: start <= minutes_from <= finished_from
+    <= finished_until <= minutes_until <= end."""
+    m0, m1 = ceil(start, MINUTE), floor(end, MINUTE)
+    if m0 >= m1:  # no whole minute: the records alone
+        m0 = m1 = start
+    h0, h1 = ceil(start, HOUR), floor(end, HOUR)
+    if h0 >= h1:  # no whole hour: the minutes alone
+        h0 = h1 = m0
+    return {**request_hours(h0, h1), **slo_params(start, end, (m0, m1))}
 
 
 def stored_sheet(q: Query) -> SloSheet:

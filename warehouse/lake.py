@@ -57,12 +57,12 @@ from moemeter.contract.errors import MoemeterError
 from .db import apply_migrations
 from .export import RACK_NAME, check_rack, named_by_key
 from .limits import default_memory_limit
-from .read import HOUR, MINUTE, bind, floor
+from .read import HOUR, MINUTE, floor
 from .readonly import lock_down
 from .requests import ITL_BIN_SCALE
 from .rollup import compacted
 from .slo import slo_params
-from .sql import sql
+from .sql import bind, sql
 
 log = logging.getLogger(__name__)
 

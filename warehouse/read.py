@@ -22,7 +22,6 @@ histograms read 202 pooled series there instead of 7,272 engines' bucket series.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,7 +33,7 @@ from moemeter.contract import DEFAULT_INTERVAL
 
 from .readonly import Params
 from .requests import ITL_BIN_SCALE
-from .sql import sql
+from .sql import bind, sql
 from .sql import text as written
 
 Query = Callable[[str, Params | None], pd.DataFrame]
@@ -125,18 +124,6 @@ def fragment(name: str, **identifiers: str) -> str:
 # the same columns (a raw sample is its own mean and max); and per-expert load likewise.
 SAMPLES = {None: fragment("read_raw_samples"), MINUTE: "samples_1m", HOUR: "samples_1h"}
 EXPERT_LOAD = {None: "expert_load", MINUTE: "expert_load", HOUR: "expert_load_1h"}
-
-
-PARAMETER = re.compile(r"\$([a-z_][a-z0-9_]*)")
-
-
-def bind(text: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The statement and the parameters it names (DuckDB refuses any other); a missing one is an error."""
-    names = set(PARAMETER.findall(text))
-    missing = names - set(params)
-    if missing:
-        raise ValueError(f"the statement needs parameters {sorted(missing)}")
-    return text, {k: params[k] for k in names}
 
 
 def run(q: Query, name: str, params: dict[str, Any] | None = None) -> pd.DataFrame:

@@ -25,7 +25,7 @@ from moemeter.contract.requests import SCHEMA, ColumnPage, records_of
 
 from .db import insert_arrow, record_rejected
 from .slo import ensure_slo_sheet, slo_params
-from .sql import sql
+from .sql import bind, sql
 
 log = logging.getLogger(__name__)
 MAX_TEXT = 1024  # the gateway cuts user names to 256 characters; anything this long is not a record
@@ -375,16 +375,8 @@ ITL_BIN_SCALE = 100.0
 def roll_requests_slo_1m(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
     """Add the requests ingested in [start, until) to their finishing minute's per-class SLO counts."""
     ensure_slo_sheet(con, until)
-    con.execute(
-        sql("requests_roll_slo_1m"),
-        {
-            "ingested_from": start,
-            "ingested_until": until,
-            "finished_from": None,
-            "finished_until": None,
-            **slo_params(None, None),
-        },
-    )
+    window = {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
+    con.execute(*bind(sql("requests_roll_slo_1m"), {**window, **slo_params(None, None)}))
 
 
 def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
@@ -394,4 +386,4 @@ def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: dat
     ensure_slo_sheet(con, until)  # a warehouse from before SLO sheets holds requests and no sheet
     con.execute(sql("requests_roll_1h"), window)
     con.execute(sql("requests_roll_itl_1h"), {**window, "bin_scale": ITL_BIN_SCALE})
-    con.execute(sql("requests_roll_slo_1h"), {**window, **slo_params(None, None)})
+    con.execute(*bind(sql("requests_roll_slo_1h"), {**window, **slo_params(None, None)}))

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 import duckdb
 
-from .read import HOUR, floor
+from .read import HOUR, MINUTE, floor
 from .requests import roll_requests_1h, roll_requests_slo_1m
 from .sql import sql
 
@@ -68,8 +68,9 @@ KEPT = {
 SLO_MINUTES = "requests_slo_1m"
 """rollup_state name: the request records stored before this time are in requests_slo_1m."""
 SLO_MINUTES_BACKFILL = timedelta(hours=7)
-"""A warehouse without the per-minute SLO counts (new, or from before them) rolls the records stored
-this long before its first minute: the alert banner's burn rates look back 6 h 16 min."""
+"""A warehouse that held no data when the roll-up first looked rolls the records stored this long
+before its first minute: the alert banner's burn rates look back 6 h 16 min. One that holds data
+and no per-minute SLO counts (from before them, or migration 023) rolls every record it keeps."""
 
 # (state name, unit, source increments, target table suffix: warehouse/sql/rollup_samples_<suffix>.sql)
 _LEVELS = (
@@ -165,7 +166,8 @@ class Rollups:
             # start at the oldest data (of any kind: a file may hold request records alone), so a
             # database from before rollups is covered too
             self._through[name] = stored.get(name) or (floor(first, unit) if first is not None else None)
-        self._through[SLO_MINUTES] = stored.get(SLO_MINUTES)
+        # a file whose minute counts were dropped (migration 023) rolls every record it keeps again
+        self._through[SLO_MINUTES] = stored.get(SLO_MINUTES) or (floor(first, MINUTE) if first is not None else None)
         self._loaded = True
 
     def advance(self, con: duckdb.DuckDBPyConnection, now: datetime) -> None:

@@ -359,7 +359,20 @@ def _naive(v: Any) -> datetime:
     return pd.Timestamp(v).to_pydatetime().replace(tzinfo=None)
 
 
-def slo_params(edges_start: datetime | None, edges_end: datetime | None) -> dict[str, Any]:
-    """The parameters of /*request_slo*/ besides the hours': the server faults, and the window's edges
-    read from the records (None: none)."""
-    return {"server_faults": sorted(SERVER_FAULTS), "edges_start": edges_start, "edges_end": edges_end}
+def slo_params(
+    edges_start: datetime | None,
+    edges_end: datetime | None,
+    minutes: tuple[datetime, datetime] | None = None,
+) -> dict[str, Any]:
+    """The parameters of /*request_slo*/ besides the hours': the server faults, the window's edges
+    read from the records (None: none), and the whole minutes around its hours that
+    warehouse/sql/requests_slo.sql reads from the per-minute sums (None: none; the edges then reach
+    the hours)."""
+    m0, m1 = minutes or (None, None)
+    return {
+        "server_faults": sorted(SERVER_FAULTS),
+        "edges_start": edges_start,
+        "edges_end": edges_end,
+        "minutes_from": m0,
+        "minutes_until": m1,
+    }

@@ -412,8 +412,12 @@ def test_migration_020_keeps_every_number_of_a_warehouse_built_by_the_previous_s
         "020_users_within_tenants.sql",
         "021_non_streamed_ttft.sql",
         "022_undo_the_future.sql",
+        "023_slo_minutes_by_tenant.sql",
     ]
-    assert {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ROLLED} == stored
+    kept = {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in ROLLED}
+    assert kept == {**stored, "requests_slo_1m": []}  # 023 dropped the minutes: they had no tenant
+    Rollups().advance(con, at("12:00"))  # and the roll-up adds every record it had taken to them again
+    assert con.execute(MINUTES).fetchall() == stored["requests_slo_1m"]
     q = LocalQuery(con)
     for w, (old_users, old_slo) in before.items():
         new_users = user_tokens(q, *w)
@@ -436,6 +440,7 @@ def test_migration_020_keeps_every_number_of_a_warehouse_built_by_the_previous_s
 
 
 ROLLED = ("requests", "requests_1h", "requests_itl_1h", "requests_slo_1h", "requests_slo_1m")
+MINUTES = "SELECT ts, class, sum(held), sum(met) FROM requests_slo_1m GROUP BY ALL ORDER BY ALL"  # as before 023
 
 
 def test_migration_020_stores_its_entries_loaded_at_in_utc_whatever_the_sessions_time_zone() -> None:

@@ -45,7 +45,7 @@ from moemeter.contract.requests import RequestRecord
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
 from warehouse.goodput import slo_report
-from warehouse.requests import RequestIngestor, roll_requests_1h
+from warehouse.requests import RequestIngestor, roll_requests_1h, roll_requests_slo_1m
 from warehouse.slo import SloSheetError, parse_slo_sheet, store_slo_sheet
 
 SHEET = """
@@ -221,6 +221,46 @@ def test_the_hourly_sums_give_the_same_report_once_the_records_are_gone(con) -> 
     }
     assert before["chat"]["burn_30m"] is not None and after["chat"]["burn_30m"] is None
     assert (after["chat"]["requests"], after["chat"]["met"]) == (5, 2)  # 2, 3, 4, 5, 6 finished 13:00 .. 14:00
+
+
+def rolled(con: duckdb.DuckDBPyConnection, until: datetime) -> None:
+    """The writer's roll-ups of the records stored before `until`: hours and minutes, with their watermarks."""
+    roll_requests_1h(con, DAY, until)
+    roll_requests_slo_1m(con, DAY, until)
+    for name in ("1h", "requests_slo_1m"):
+        con.execute(
+            "INSERT INTO rollup_state VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET through = excluded.through",
+            [name, until],
+        )
+
+
+def test_the_minute_sums_serve_the_partial_hours_to_the_second(con) -> None:
+    """Burn windows and edges within an hour come from the per-minute sums once the records are
+    rolled up, and the seconds at a window's edges from the records: the same report either way."""
+    half = timedelta(seconds=30)
+    seconds = (at("12:40") + half, at("14:25") + half)
+    by_minute = (START, END)  # whole minutes around a whole hour
+    before = {w: (rows(con, *w), rows(con, *w, by="tenant")) for w in (seconds, by_minute)}
+    chat, batch = before[seconds][0]["chat"], before[seconds][0]["batch"]
+    # 1 finished at 12:40:00, before the window; 12 at 14:25:00, in its last half minute
+    assert (chat["requests"], chat["met"], batch["requests"], batch["met"]) == (6, 2, 2, 1)
+    rolled(con, DAY.replace(hour=16))
+    assert {w: (rows(con, *w), rows(con, *w, by="tenant")) for w in before} == before  # not counted twice
+    con.execute("DELETE FROM requests")  # retention: the sums are left
+    assert rows(con, *by_minute) == before[by_minute][0]  # every burn window included
+    lost = rows(con, *seconds)["batch"]  # 12's half minute was read from its record
+    assert (lost["requests"], lost["met"], lost["burn_5m"]) == (1, 1, None)
+
+
+def test_records_stored_after_the_minute_roll_up_are_read_once(con) -> None:
+    rolled(con, DAY.replace(hour=16))
+    late = record(13, "bob", "13:45", ttft_seconds=1.5)  # stored later, into a rolled-up minute
+    page = {"schema": "moemeter.requests/1", "log_id": "gw", "records": [late | {"seq": len(RECORDS) + 1}]}
+    RequestIngestor().write(con, "gw", page, DAY.replace(hour=17))
+    # stored after both roll-ups: the window's hour 13 and the 1 h burn window's minutes add its record
+    chat = rows(con, START + timedelta(seconds=30), END)["chat"]
+    assert (chat["requests"], chat["met"]) == (8, 3)
+    assert chat["burn_1h"] == pytest.approx(3 / 5 / 0.1)  # 4, 5, 6, 7 and 13: 5, 13 and 7 missed
 
 
 def test_entries_that_would_change_stored_attainment_are_refused(con) -> None:

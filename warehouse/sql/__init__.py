@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from moemeter.contract import POOLS
 
@@ -25,6 +26,7 @@ INCLUDES = (
     "request_slo",
     "requests_slo",
     "requests_slo_minutes",
+    "requests_slo_add",
     "roll_increments",
     "roll_pool_histograms",
     "last_readings",
@@ -82,3 +84,15 @@ def sql(name: str, **identifiers: str) -> str:
         return value
 
     return _SLOT.sub(fill, out)
+
+
+PARAMETER = re.compile(r"\$([a-z_][a-z0-9_]*)")
+
+
+def bind(text: str, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The statement and the parameters it names (DuckDB refuses any other); a missing one is an error."""
+    names = set(PARAMETER.findall(text))
+    missing = names - set(params)
+    if missing:
+        raise ValueError(f"the statement needs parameters {sorted(missing)}")
+    return text, {k: params[k] for k in names}

@@ -1,6 +1,7 @@
--- Adds the requests stored in [$ingested_from, $ingested_until) to their finishing minute's
--- per-class SLO counts; the line below is warehouse/sql/requests_slo_minutes.sql
--- (warehouse/requests.py, roll_requests_slo_1m).
+-- Adds the requests stored in [$ingested_from, $ingested_until) to their finishing minute's SLO
+-- sums per class and tenant (warehouse/requests.py, roll_requests_slo_1m).
 INSERT INTO requests_slo_1m
+WITH /*request_slo*/
 /*requests_slo_minutes*/
-ON CONFLICT (ts, class) DO UPDATE SET held = held + excluded.held, met = met + excluded.met
+ON CONFLICT (ts, class, tenant) DO UPDATE SET
+/*requests_slo_add*/
