@@ -1,8 +1,9 @@
 """Queries behind the SLO page: the report `moemeter report slo` prints, attainment over time, and the
 rack's operating point (tokens/s per GPU against per-user tokens/s) per step.
 
-Windows up to RAW_SECONDS read attainment per step from the records; longer ones per hour from the
-hourly SLO sums (warehouse/goodput.py), as the Users page does.
+Windows up to RAW_SECONDS read attainment per step: steps of whole minutes from the per-minute SLO
+sums, shorter ones from the records; longer windows per hour from the hourly SLO sums
+(warehouse/goodput.py), as the Users page does.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pandas as pd
 
 from warehouse.alerts import AlertRules
 from warehouse.goodput import SloReport, slo_reports, slo_sums
-from warehouse.read import ceil, floor, request_hours, run
+from warehouse.read import MINUTE, ceil, floor, request_hours, run
 from warehouse.slo import slo_params
 
 from . import cost, live, spec, users
@@ -48,9 +49,11 @@ def attainment_over_time(q: Query, w: Window) -> pd.DataFrame:
     if users.hourly(w):
         df = slo_sums(q, w.start, w.end).rename(columns={"ts": "bucket"})
         df = df.groupby(["bucket", "class"], as_index=False)[["held", "met"]].sum() if len(df) else df
-    else:
-        # no hours: every record of the window is an edge, read once
-        params = {**request_hours(w.end, w.end), **slo_params(w.start, w.end), "step_us": w.step_seconds * 1_000_000}
+    else:  # no hours: steps of whole minutes from the per-minute sums, any other from every record
+        m0, m1 = ceil(w.start, MINUTE), floor(w.end, MINUTE)
+        minutes = (m0, m1) if w.step_seconds % 60 == 0 and m0 < m1 else None
+        at = m0 if minutes else w.end
+        params = {**request_hours(at, at), **slo_params(w.start, w.end, minutes), "step_us": w.step_seconds * 1_000_000}
         df = run(q, "slo_over_time", params)
     if df.empty:
         return pd.DataFrame(columns=["bucket", "class", "held", "met", "attainment"])

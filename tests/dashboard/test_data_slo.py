@@ -7,10 +7,11 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dashboard.data import slo
-from tests.warehouse.test_goodput import DAY, END, RECORDS, START, warehouse
+from tests.warehouse.test_goodput import DAY, END, RECORDS, START, at, rolled, warehouse
 from warehouse.api import LocalQuery
 from warehouse.read import Window
 
@@ -41,6 +42,28 @@ def test_nothing_held_over_the_period_is_no_budget_never_0_or_nan():
     report, _ = slo.reports(q, w)
     budget = slo.budget_over_time(q, w, report)
     assert len(budget) == 6 and all(v is None for v in budget["budget_left"])
+
+
+def test_attainment_in_steps_of_whole_minutes_is_read_from_the_minute_sums():
+    con = warehouse()
+    q = LocalQuery(con)
+    w = Window(START + timedelta(seconds=30), END, 600)  # 12:30:30 .. 14:30 in ten minutes
+
+    def per_class(df: pd.DataFrame) -> dict[str, tuple[int, int]]:
+        sums = df.groupby("class")[["held", "met"]].sum()
+        return {c: (int(r.held), int(r.met)) for c, r in sums.iterrows()}
+
+    before = slo.attainment_over_time(q, w)
+    assert per_class(before) == {
+        "chat": (7, 3),
+        "batch": (2, 1),
+    }  # requests 1-7 and 11, 12 (tests/warehouse/test_goodput.py)
+    assert len(before) == 9 and before["bucket"].min() == pd.Timestamp(at("12:40"))
+    rolled(con, DAY.replace(hour=16))
+    pd.testing.assert_frame_equal(slo.attainment_over_time(q, w), before)  # not counted twice
+    con.execute("DELETE FROM requests")  # retention: the minute sums are left
+    pd.testing.assert_frame_equal(slo.attainment_over_time(q, w), before)
+    assert slo.attainment_over_time(q, Window(w.start, w.end, 30)).empty  # half minutes: the records only
 
 
 @pytest.fixture
