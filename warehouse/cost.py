@@ -520,10 +520,12 @@ def daily_statement(
     step = sheet.step_seconds()
     rows: list[dict[str, Any]] = []
     day = start.replace(hour=0, minute=0, second=0, microsecond=0)
-    tokens = pool_tokens(q, pools, start, end, step) if day < end else None
+    if day >= end:
+        return pd.DataFrame(rows)
+    tokens = pool_tokens(q, pools, start, end, step)
     targets, gpus = [n for n, _ in members], [x for _, x in members]
     in_service = run(q, "cost_gpus_in_service", {"targets": targets, "gpus": gpus, "start": start, "end": end})
-    while tokens is not None and day < end:
+    while day < end:
         a, b = max(day, start), min(day + timedelta(days=1), end)
         mine = tokens[(tokens["bucket"] >= floor(a, timedelta(seconds=step))) & (tokens["bucket"] < b)]
         try:

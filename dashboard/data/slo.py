@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import numpy as np
 import pandas as pd
 
 from warehouse.alerts import AlertRules
@@ -79,12 +80,16 @@ def budget_over_time(q: Query, w: Window, report: SloReport) -> pd.DataFrame:
         hourly = hourly.assign(ts=pd.to_datetime(hourly["ts"]))
         points = pd.date_range(ceil(w.start, hour), w.end, freq="h", inclusive="left")
         for name, c in sorted(report.classes.items()):
-            mine, period = hourly[hourly["class"] == name], timedelta(days=c.period_days)
-            for t in points:
-                part = mine[(mine["ts"] >= t - period) & (mine["ts"] < t)]
-                held = int(part["held"].sum())
-                missed = held - int(part["met"].sum())
-                rows.append((t, name, 1 - missed / ((1 - c.objective) * held) if held else None))
+            mine = hourly[hourly["class"] == name].sort_values("ts")
+            ts = mine["ts"].to_numpy()
+            # the sums over [t - period, t): those of the hours before t less those before t - period
+            held, met = ([0, *np.cumsum(mine[k].to_numpy(dtype="int64"))] for k in ("held", "met"))
+            upto = ts.searchsorted(points.to_numpy())
+            since = ts.searchsorted((points - timedelta(days=c.period_days)).to_numpy())
+            for t, i, j in zip(points, upto, since, strict=True):
+                n = int(held[i] - held[j])
+                missed = n - int(met[i] - met[j])
+                rows.append((t, name, 1 - missed / ((1 - c.objective) * n) if n else None))
     for r in report.rows.to_dict("records"):
         if r["class"] in report.classes:
             rows.append((pd.Timestamp(w.end), r["class"], r["budget_left"]))
