@@ -194,7 +194,12 @@ class Rollups:
         until = floor(now, timedelta(minutes=1))
         start = self._through.get(SLO_MINUTES) or until - SLO_MINUTES_BACKFILL
         if start < until:
-            roll_requests_slo_1m(con, start, until)
+            # an hour of stored records a statement: rolling every record a file keeps again
+            # (migration 023) takes as much memory as an hour's
+            a = start
+            while a < until:
+                roll_requests_slo_1m(con, a, min(a + HOUR, until))
+                a += HOUR
             con.execute(sql("rollup_state_set"), {"name": SLO_MINUTES, "through": until})
             self._through[SLO_MINUTES] = until
         if hour_closed:
