@@ -373,7 +373,7 @@ ITL_BIN_SCALE = 100.0
 
 
 def roll_requests_slo_1m(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
-    """Add the requests ingested in [start, until) to their finishing minute's per-class SLO counts."""
+    """Add the requests ingested in [start, until) to their finishing minute's SLO sums per class and tenant."""
     ensure_slo_sheet(con, until)
     window = {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
     con.execute(*bind(sql("requests_roll_slo_1m"), {**window, **slo_params(None, None)}))

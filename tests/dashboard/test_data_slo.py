@@ -54,10 +54,8 @@ def test_attainment_in_steps_of_whole_minutes_is_read_from_the_minute_sums():
         return {c: (int(r.held), int(r.met)) for c, r in sums.iterrows()}
 
     before = slo.attainment_over_time(q, w)
-    assert per_class(before) == {
-        "chat": (7, 3),
-        "batch": (2, 1),
-    }  # requests 1-7 and 11, 12 (tests/warehouse/test_goodput.py)
+    # requests 1-7 and 11, 12 (tests/warehouse/test_goodput.py)
+    assert per_class(before) == {"chat": (7, 3), "batch": (2, 1)}
     assert len(before) == 9 and before["bucket"].min() == pd.Timestamp(at("12:40"))
     rolled(con, DAY.replace(hour=16))
     pd.testing.assert_frame_equal(slo.attainment_over_time(q, w), before)  # not counted twice
