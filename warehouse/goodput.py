@@ -42,16 +42,18 @@ def slo_sums(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
     return run(q, "requests_slo", slo_window(start, end))
 
 
-def slo_window(start: datetime, end: datetime) -> dict[str, Any]:
-    """The parameters of requests_slo.sql for the requests that finished in [start, end): its whole
-    hours from the hourly sums, the whole minutes around them from the per-minute sums, and the
-    seconds left at either edge from the records. They nest: start <= minutes_from <= finished_from
-    <= finished_until <= minutes_until <= end."""
+def slo_window(start: datetime, end: datetime, hours: bool = True, minutes: bool = True) -> dict[str, Any]:
+    """The parameters of requests_slo.sql (and slo_over_time.sql) for the requests that finished in
+    [start, end): its whole hours from the hourly sums, the whole minutes around them from the
+    per-minute sums, and the seconds left at either edge from the records. They nest: start <=
+    minutes_from <= finished_from <= finished_until <= minutes_until <= end. `hours=False`: none
+    from the hourly sums (a read in steps shorter than an hour); `minutes=False`: none from the
+    per-minute sums either (steps shorter than a minute)."""
     m0, m1 = ceil(start, MINUTE), floor(end, MINUTE)
-    if m0 >= m1:  # no whole minute: the records alone
+    if not minutes or m0 >= m1:  # no whole minute: the records alone
         m0 = m1 = start
     h0, h1 = ceil(start, HOUR), floor(end, HOUR)
-    if h0 >= h1:  # no whole hour: the minutes alone
+    if not hours or h0 >= h1:  # no whole hour: the minutes alone
         h0 = h1 = m0
     return {**request_hours(h0, h1), **slo_params(start, end, (m0, m1))}
 

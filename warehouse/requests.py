@@ -372,17 +372,21 @@ class RequestIngestor:
 ITL_BIN_SCALE = 100.0
 
 
+def _stored(start: datetime, until: datetime) -> dict[str, Any]:
+    """A roll-up's parameters: the records stored in [start, until), whenever they finished."""
+    return {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
+
+
 def roll_requests_slo_1m(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
     """Add the requests ingested in [start, until) to their finishing minute's SLO sums per class and tenant."""
     ensure_slo_sheet(con, until)
-    window = {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
-    con.execute(*bind(sql("requests_roll_slo_1m"), {**window, **slo_params(None, None)}))
+    con.execute(*bind(sql("requests_roll_slo_1m"), {**_stored(start, until), **slo_params(None, None)}))
 
 
 def roll_requests_1h(con: duckdb.DuckDBPyConnection, start: datetime, until: datetime) -> None:
     """Add the requests ingested in [start, until) to their finishing hour's per-user sums, inter-token
     latency histogram and per-class SLO sums."""
-    window = {"ingested_from": start, "ingested_until": until, "finished_from": None, "finished_until": None}
+    window = _stored(start, until)
     ensure_slo_sheet(con, until)  # a warehouse from before SLO sheets holds requests and no sheet
     con.execute(sql("requests_roll_1h"), window)
     con.execute(sql("requests_roll_itl_1h"), {**window, "bin_scale": ITL_BIN_SCALE})

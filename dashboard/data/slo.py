@@ -14,9 +14,8 @@ import numpy as np
 import pandas as pd
 
 from warehouse.alerts import AlertRules
-from warehouse.goodput import SloReport, slo_reports, slo_sums
-from warehouse.read import MINUTE, ceil, floor, request_hours, run
-from warehouse.slo import slo_params
+from warehouse.goodput import SloReport, slo_reports, slo_sums, slo_window
+from warehouse.read import ceil, floor, run
 
 from . import cost, live, spec, users
 from .live import Query, Window
@@ -51,11 +50,8 @@ def attainment_over_time(q: Query, w: Window) -> pd.DataFrame:
         df = slo_sums(q, w.start, w.end).rename(columns={"ts": "bucket"})
         df = df.groupby(["bucket", "class"], as_index=False)[["held", "met"]].sum() if len(df) else df
     else:  # no hours: steps of whole minutes from the per-minute sums, any other from every record
-        m0, m1 = ceil(w.start, MINUTE), floor(w.end, MINUTE)
-        minutes = (m0, m1) if w.step_seconds % 60 == 0 and m0 < m1 else None
-        at = m0 if minutes else w.end
-        params = {**request_hours(at, at), **slo_params(w.start, w.end, minutes), "step_us": w.step_seconds * 1_000_000}
-        df = run(q, "slo_over_time", params)
+        window = slo_window(w.start, w.end, hours=False, minutes=w.step_seconds % 60 == 0)
+        df = run(q, "slo_over_time", {**window, "step_us": w.step_seconds * 1_000_000})
     if df.empty:
         return pd.DataFrame(columns=["bucket", "class", "held", "met", "attainment"])
     df = df[df["held"] > 0].copy()

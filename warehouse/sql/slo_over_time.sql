@@ -2,8 +2,7 @@
 -- that finished in [$edges_start, $edges_end). A step of whole minutes reads the minutes
 -- [$minutes_from, $minutes_until) from requests_slo_1m (and the records not rolled up into it yet),
 -- the seconds at either edge from the records; any other step reads every record of the window
--- (no minutes). The caller passes no hours: $finished_from = $finished_until, at $minutes_from
--- (without minutes, at the window's end).
+-- (no minutes). The caller passes no hours: warehouse/goodput.py, slo_window(hours=False).
 WITH /*request_slo*/
 SELECT make_timestamp(epoch_us(ts) // $step_us * $step_us) AS bucket, class,
        sum(held)::BIGINT AS held, sum(met)::BIGINT AS met
