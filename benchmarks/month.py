@@ -24,6 +24,8 @@ from pathlib import Path
 
 import duckdb
 
+from benchmarks.storage import stored
+from warehouse.db import computed_columns
 from warehouse.limits import default_memory_limit
 from warehouse.read import HOUR, ceil, floor
 from warehouse.rollup import Retention, Rollups
@@ -75,10 +77,12 @@ def extend(db: Path, days: int = DAYS) -> dict[str, int]:
             con.execute(f"DELETE FROM {table} WHERE {key} < $1", [start])
             kept = retention.days(table)
             reach = latest - timedelta(days=days if kept is None else min(days, kept))
-            moved = ", ".join(f"{c} - $shift AS {c}" for c in columns)
+            computed = computed_columns(con, table)  # a request's start: the finish less e2e
+            moved = ", ".join(f"{c} - $shift AS {c}" for c in columns if c not in computed)
             for k in range(1, math.ceil((start - reach) / period) + 1):  # each copy from the day's own rows
                 con.execute(
-                    f"INSERT INTO {table} SELECT * REPLACE ({moved}) FROM {table} WHERE {key} >= $start AND {key} < $end",
+                    f"INSERT INTO {table} SELECT {stored(con, table)} REPLACE ({moved}) FROM {table} "
+                    f"WHERE {key} >= $start AND {key} < $end",
                     {"shift": k * period, "start": start, "end": end},
                 )
         con.execute(  # a target was first seen at its first scrape, now a month back

@@ -710,6 +710,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "latest.json"
 TARGETS = (
     # (what, section, how the figure is read from it, at most)
     ("raw storage, bytes per scraped sample", "storage", lambda r: r["raw_bytes_per_sample"], 1.5),
+    ("a request record, bytes", "storage", lambda r: r.get("request_bytes_per_record"), 16.0),
     (
         "ingest CPU per sample, metrics alone, x Prometheus's",
         "vs_prometheus",

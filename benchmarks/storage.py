@@ -5,7 +5,8 @@ scrape interval into a DuckDB file. Each raw table (`samples`, `increments`) is 
 its order, into a file of its own and checkpointed: its used blocks per scraped sample. The same
 samples, written out as OpenMetrics with their timestamps (the target as `instance`), go through
 `promtool tsdb create-blocks-from openmetrics`: the block directory's bytes per sample, what a
-Prometheus head compaction leaves for them.
+Prometheus head compaction leaves for them. The gateway's request records of the same span are
+copied alone as well: bytes per record.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import duckdb
 import pyarrow as pa
 
 from moemeter.contract import DEFAULT_INTERVAL
+from warehouse.db import computed_columns
+from warehouse.sql import sql
 
 ROOT = Path(__file__).parents[1]
 RAW_TABLES = ("samples", "increments")
@@ -83,6 +86,28 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def stored(con: duckdb.DuckDBPyConnection, table: str, database: str | None = None) -> str:
+    """A select list of the table's stored columns: *, less those it computes as they are read."""
+    computed = computed_columns(con, table, database)
+    return f"* EXCLUDE ({', '.join(computed)})" if computed else "*"
+
+
+def record_bytes(db: Path, tmp: Path) -> int:
+    """Bytes `requests` takes on its own: made as the warehouse makes it (the columns it computes as
+    they are read stay computed), its stored columns copied in their order, checkpointed."""
+    alone = tmp / "requests.duckdb"
+    alone.unlink(missing_ok=True)
+    with duckdb.connect(str(alone)) as con:
+        con.execute(f"ATTACH '{db}' AS src (READ_ONLY)")
+        con.execute(con.execute(sql("db_table_ddl"), {"database": "src", "table": "requests"}).fetchall()[0][0])
+        con.execute(f"INSERT INTO requests SELECT {stored(con, 'requests', 'src')} FROM src.requests")
+        con.execute("DETACH src")
+        con.execute("CHECKPOINT")
+        size = used_bytes(con)
+    alone.unlink()
+    return size
+
+
 def bench_storage(tmp: Path) -> dict[str, object]:
     span = os.environ.get("MOEMETER_BENCH_STORAGE", "15m")
     db = tmp / "storage.duckdb"
@@ -115,6 +140,10 @@ def bench_storage(tmp: Path) -> dict[str, object]:
         out[f"{table}_bytes_per_sample"] = round(size / scraped, 2)
     out["raw_bytes_per_sample"] = round(raw / scraped, 2)
     out["file_bytes_per_sample"] = round(file_bytes / scraped, 2)  # rollups and request records too
+    with duckdb.connect(str(db), read_only=True) as con:
+        records = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
+    out["request_records"] = records
+    out["request_bytes_per_record"] = round(record_bytes(db, tmp) / records, 1)
     promtool = shutil.which("promtool")
     if promtool is None:
         out["prometheus"] = "skipped: no promtool (Debian package prometheus)"

@@ -10,7 +10,7 @@ from functools import cache
 
 import duckdb
 
-from warehouse.db import apply_migrations
+from warehouse.db import apply_migrations, migrations
 
 
 @cache
@@ -30,3 +30,15 @@ def fresh_schema() -> Iterator[duckdb.DuckDBPyConnection]:
     finally:
         cur.rollback()
         cur.close()
+
+
+def migrate_through(con: duckdb.DuckDBPyConnection, last: int) -> None:
+    """Apply the migrations up to `last` that `con` has not had, recorded as apply_migrations does."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)"
+    )
+    done = {v for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    for version, name, statements in migrations():
+        if version <= last and version not in done:
+            con.execute(statements)
+            con.execute("INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [version, name])

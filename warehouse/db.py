@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import threading
 import time
 from collections import Counter
@@ -39,12 +40,20 @@ def insert_arrow(
 ) -> None:
     """Append columns (pyarrow arrays, in the table's column order) to a table in one statement:
     warehouse/sql/<statement>.sql reads them as `_insert_batch` (db_insert_batch.sql appends them to
-    `table`; ingest_targets.sql, an upsert, names its table itself)."""
+    `table`; ingest_targets.sql, an upsert, and requests_insert.sql name their table themselves)."""
     con.register("_insert_batch", pa.table(columns))
     try:
         con.execute(sql(statement, table=table))
     finally:
         con.unregister("_insert_batch")
+
+
+def computed_columns(con: duckdb.DuckDBPyConnection, table: str, database: str | None = None) -> list[str]:
+    """A table's generated columns, which are computed as they are read and never written (the
+    request records' seconds, migration 024): a copy of its rows selects * EXCLUDE them. DuckDB
+    names them only in the table's CREATE statement. `database`: an attached one, not the file's own."""
+    rows = con.execute(sql("db_table_ddl"), {"database": database, "table": table}).fetchall()
+    return re.findall(r"(\w+) [A-Z ]+? GENERATED ALWAYS AS", rows[0][0]) if rows else []
 
 
 REASON_CHARS = 500

@@ -42,6 +42,12 @@ _OPT_FLOAT = (
 )
 
 
+_DURATIONS = ("ttft_seconds", "itl_mean_seconds", "itl_max_seconds", "e2e_seconds")
+_LONGEST = (
+    2**63 / 1e9
+)  # seconds (292 years): stored in micro- or nanoseconds (requests_insert.sql), a BIGINT holds less
+
+
 class FeedError(MoemeterError, ValueError):
     """A feed page that does not follow moemeter.requests/1."""
 
@@ -84,10 +90,12 @@ def _record_row(r: Any, repaired: Counter[str], latest: datetime) -> tuple[Any, 
             continue
         if not isinstance(v, int | float) or isinstance(v, bool) or not _finite(v) or v < 0:
             raise ValueError(f"{k} must be a finite non-negative number")
+        if k in _DURATIONS and not v < _LONGEST:
+            raise ValueError(f"{k} is over {_LONGEST:,.0f} seconds, longer than a duration is stored")
         nums[k] = float(v)
     t0, e2e = float(r["started_at"]), float(r["e2e_seconds"])
     try:
-        started = datetime.fromtimestamp(t0, UTC).replace(tzinfo=None)
+        datetime.fromtimestamp(t0, UTC)  # a start a timestamp holds (the table has it as finished less e2e)
         finished = datetime.fromtimestamp(t0 + e2e, UTC).replace(tzinfo=None)
     except (OverflowError, OSError, ValueError) as exc:
         raise ValueError("started_at and e2e_seconds must name a time a timestamp holds") from exc
@@ -96,7 +104,6 @@ def _record_row(r: Any, repaired: Counter[str], latest: datetime) -> tuple[Any, 
     repaired.update(f"{k} is not valid UTF-8: stored with U+FFFD in place" for k in _TEXT if text[k] is not r[k])
     return (
         text["request_id"],
-        started,
         finished,
         text["user"],
         text["tenant"],
@@ -111,7 +118,6 @@ def _record_row(r: Any, repaired: Counter[str], latest: datetime) -> tuple[Any, 
         nums["ttft_seconds"],
         nums["itl_mean_seconds"],
         nums["itl_max_seconds"],
-        nums["decode_tokens_per_second"],
         nums["e2e_seconds"],
         bool(r.get("usage_reported")),
         nums["slo_ttft_seconds"],
@@ -172,16 +178,18 @@ def _plain_columns(get: dict[str, list[Any]], after: int, latest: datetime) -> d
             return None
         if not (np.isfinite(values[given]).all() and (values[given] >= 0).all()):
             return None
+        if k in _DURATIONS and not (values[given] < _LONGEST).all():
+            return None
         nums[k], null[k] = values, ~given
     started, finished = _micros(nums["started_at"]), _micros(nums["started_at"] + nums["e2e_seconds"])
     if started is None or finished is None or (len(finished) and finished.max() > (latest - _EPOCH) // _MICROSECOND):
         return None
     columns: dict[str, Any] = {k: get[k] for k in ("seq", *_TEXT, *_INT)}
-    columns.update({"started_at": started, "finished_at": finished, "user_id": get["user"]})
+    columns.update({"finished_at": finished, "user_id": get["user"]})
     columns["cached_prompt_tokens"] = cached
     columns["stream"] = list(map(bool, get["stream"]))
     columns["usage_reported"] = list(map(bool, get["usage_reported"]))
-    columns.update({k: pa.array(nums[k], mask=null[k]) for k in _OPT_FLOAT})
+    columns.update({k: pa.array(nums[k], mask=null[k]) for k in _OPT_FLOAT if k in _COLUMNS})
     columns["e2e_seconds"] = nums["e2e_seconds"]
     return columns
 
@@ -235,7 +243,6 @@ def _micros(seconds: np.ndarray) -> np.ndarray | None:
 
 _COLUMNS = (
     "request_id",
-    "started_at",
     "finished_at",
     "user_id",
     "tenant",
@@ -250,14 +257,14 @@ _COLUMNS = (
     "ttft_seconds",
     "itl_mean_seconds",
     "itl_max_seconds",
-    "decode_tokens_per_second",
     "e2e_seconds",
     "usage_reported",
     "slo_ttft_seconds",
     "slo_itl_seconds",
 )
+"""What a record gives `requests`, after gateway, seq and ingested_at: requests_insert.sql stores
+the durations in microseconds, and the table computes the start and the decode speed (migration 024)."""
 _TYPES = {
-    "started_at": pa.timestamp("us"),
     "finished_at": pa.timestamp("us"),
     "stream": pa.bool_(),
     "status": pa.int32(),
@@ -326,7 +333,7 @@ class RequestIngestor:
                 table[name] = column if isinstance(column, pa.Array) else pa.array(column, _TYPES.get(name))
                 if name == "finished_at":
                     table["ingested_at"] = pa.array([now] * stored, pa.timestamp("us"))
-            insert_arrow(con, "requests", table)
+            insert_arrow(con, "requests", table, "requests_insert")
         cur.seq, cur.records = last, cur.records + stored
         feed = {"gateway": gateway, "log_id": cur.log_id, "seq": cur.seq, "records": cur.records, "lost": cur.lost}
         con.execute(sql("requests_feed_store"), {**feed, "rejected": cur.rejected, "updated_at": now})

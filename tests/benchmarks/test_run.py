@@ -9,7 +9,7 @@ RUN = {"commit": "abc1234", "measured_at": "2026-12-05 17:00 UTC"}
 
 def test_each_target_says_its_figure_its_bound_and_which_run_measured_it():
     result = {
-        "storage": {**RUN, "raw_bytes_per_sample": 2.97},
+        "storage": {**RUN, "raw_bytes_per_sample": 2.97, "request_bytes_per_record": 26.0},
         "vs_prometheus": {
             **RUN,
             "metrics_only_over_prometheus_cpu_per_sample": 0.9,
@@ -30,6 +30,7 @@ def test_each_target_says_its_figure_its_bound_and_which_run_measured_it():
     at = " - abc1234, 2026-12-05 17:00 UTC"
     assert targets(result) == [
         "raw storage, bytes per scraped sample: 2.97 (at most 1.5: NOT met)" + at,
+        "a request record, bytes: 26 (at most 16: NOT met)" + at,
         "ingest CPU per sample, metrics alone, x Prometheus's: 0.9 (at most 1: met)" + at,
         "ingest CPU per sample, with the request feed, x Prometheus's: 2.2 (at most 1.5: NOT met)" + at,
         "serve's peak memory, x Prometheus's, side by side: 3.1 (at most 2: NOT met)" + at,
@@ -47,13 +48,13 @@ def test_a_target_whose_section_did_not_run_or_ran_shorter_is_not_measured():
         "serve_memory": {**RUN, "serve_over_prometheus_peak_rss": 2.5, "serve_growth_after_10_minutes": None},
     }
     lines = targets(result)
-    sections = ["storage", "vs_prometheus", "vs_prometheus", None, None, "history", "history", "history", "history"]
+    sections = ["storage", "storage", "vs_prometheus", "vs_prometheus", None, None, *["history"] * 4]
     assert len(lines) == len(sections)
     for line, s in zip(lines, sections, strict=True):
         if s is not None:
             assert line.endswith("not measured (run `python -m benchmarks.run " + s + "`)")
-    assert lines[3].startswith("serve's peak memory, x Prometheus's, side by side: 2.5 (at most 2: NOT met)")
-    assert lines[4] == (
+    assert lines[4].startswith("serve's peak memory, x Prometheus's, side by side: 2.5 (at most 2: NOT met)")
+    assert lines[5] == (
         "serve's memory after its first 10 minutes, x its most in them: not measured in the last run of serve_memory (its entry in latest.json says why)"
     )
 

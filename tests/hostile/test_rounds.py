@@ -241,8 +241,9 @@ def test_a_warehouse_already_attacked_is_repaired_by_its_migration(tmp_path) -> 
         con.execute("UPDATE rollup_state SET through = ? WHERE name IN ('1m', '1h')", [future])
         con.execute("UPDATE slo_rules SET since = ?", [future])  # the rules' start, at the newest record
         con.execute(
-            "INSERT INTO requests SELECT * REPLACE (seq + 1 AS seq, 'huge' AS request_id, 2^62::BIGINT AS prompt_tokens) "
-            "FROM requests"
+            "INSERT INTO requests BY NAME SELECT * EXCLUDE (started_at, ttft_seconds, itl_mean_seconds, itl_max_seconds, "
+            "decode_tokens_per_second, e2e_seconds) REPLACE (seq + 1 AS seq, 'huge' AS request_id, "
+            "2^62::BIGINT AS prompt_tokens) FROM requests"
         )
 
     wh.close()

@@ -19,7 +19,8 @@ import duckdb
 import httpx
 import pytest
 
-from tests.hostile.test_tenants import EPOCH, ingest, record
+from tests.hostile.test_tenants import EPOCH, ingest, record, records_as_stored_now
+from tests.schema import migrate_through
 from tests.stack.gateway.conftest import start_rig
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations, migrations
@@ -218,18 +219,6 @@ def test_a_non_streamed_requests_own_ttft_target_holds_its_whole_answer() -> Non
     assert verdict(one("lab", **NOT_STREAMED, e2e_seconds=60.0, slo_ttft_seconds=86_400.0)) == (1, 1, 0, 0, 0, 0)
 
 
-def migrate_through(con: duckdb.DuckDBPyConnection, last: int) -> None:
-    """Apply the migrations up to `last` that `con` has not had, recorded as apply_migrations does."""
-    con.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMP)"
-    )
-    done = {v for (v,) in con.execute("SELECT version FROM schema_migrations").fetchall()}
-    for version, name, statements in migrations():
-        if version <= last and version not in done:
-            con.execute(statements)
-            con.execute("INSERT INTO schema_migrations VALUES (?, ?, now()::TIMESTAMP)", [version, name])
-
-
 def test_non_streamed_requests_stored_before_migration_021_keep_their_verdicts() -> None:
     """Requests rolled up under migration 020's rules (a non-streamed one that finished has no TTFT,
     one abandoned past the target misses it) keep their verdicts after migration 021, read from the
@@ -239,6 +228,7 @@ def test_non_streamed_requests_stored_before_migration_021_keep_their_verdicts()
     # the per-minute sums in the shape today's roll-up writes (migration 023 makes it again later):
     # this is about the hourly sums and the records
     con.execute(next(text for version, _, text in migrations() if version == 23))
+    records_as_stored_now(con)
     store_slo_sheet(con, parse_slo_sheet(SHEET, "headers.toml"), DAY)
     slow, hung_up = dict(NOT_STREAMED, e2e_seconds=60.0), dict(NOT_STREAMED, **ABANDONED, e2e_seconds=3.0)
     h = DAY.replace

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moemeter.contract.requests import RECORD_KEYS, ColumnPage, RequestRecord
 from stack.gateway.records import RecordLog
-from tests.schema import fresh_schema
+from tests.schema import fresh_schema, migrate_through
 from warehouse import requests as requests_module
+from warehouse.api import LocalQuery
+from warehouse.cost import user_tokens
 from warehouse.db import apply_migrations
+from warehouse.goodput import slo_sums
 from warehouse.read import micros
 from warehouse.requests import FeedError, RequestIngestor, roll_requests_1h
 from warehouse.rollup import Retention, Rollups
+from warehouse.slo import ensure_slo_sheet
 
 T0 = datetime(2026, 11, 30, 12, 0, 0)
 EPOCH0 = (T0 - datetime(1970, 1, 1)).total_seconds()
@@ -110,6 +116,8 @@ def test_a_new_log_is_read_from_its_start_and_a_gap_is_counted(con) -> None:
         ({"user": "x" * 5000}, "over 1024 characters long"),
         ({"slo_ttft_seconds": "fast"}, "slo_ttft_seconds"),
         ({"e2e_seconds": 10**400}, "e2e_seconds"),  # past a double: math.isfinite raised OverflowError
+        ({"ttft_seconds": 1e10}, "ttft_seconds is over 9,223,372,037 seconds"),  # nanoseconds past a BIGINT
+        ({"itl_mean_seconds": 9.3e9}, "itl_mean_seconds is over 9,223,372,037 seconds"),
     ],
 )
 def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.LogCaptureFixture, change, why) -> None:
@@ -122,6 +130,75 @@ def test_a_malformed_record_is_refused_and_the_rest_kept(con, caplog: pytest.Log
     assert RequestIngestor().write(con, "gw", page, T0) == 2
     assert why in caplog.text and "record 2 refused" in caplog.text
     assert con.execute("SELECT seq, rejected FROM request_feeds").fetchall() == [(3, 1)]
+    assert con.execute("SELECT seq, request_id FROM requests ORDER BY seq").fetchall() == [(1, "r1"), (3, "r3")]
+
+
+def test_durations_are_stored_in_whole_units_and_read_back_in_seconds(con) -> None:
+    """Microseconds, and nanoseconds for the mean ITL, the nearest (halves up); the start and the
+    decode speed are the finish less e2e and 1 / the mean ITL (migration 024)."""
+    odd = rec(1, ttft_seconds=0.1234564, itl_mean_seconds=0.0012345675, itl_max_seconds=2.0000005, e2e_seconds=1.5)
+    page = {"schema": "moemeter.requests/1", "log_id": "A", "records": [{"seq": 1, **odd.to_json()}]}
+    RequestIngestor().write(con, "gw", page, T0 + timedelta(hours=1))
+    stored = con.execute("SELECT ttft_us, itl_mean_ns, itl_max_us, e2e_us FROM requests").fetchall()
+    assert stored == [(123_456, 1_234_568, 2_000_001, 1_500_000)]
+    read = con.execute(
+        "SELECT ttft_seconds, itl_mean_seconds, itl_max_seconds, e2e_seconds, decode_tokens_per_second, "
+        "finished_at, started_at FROM requests"
+    ).fetchall()
+    start = T0 + timedelta(seconds=1)
+    assert read == [(0.123456, 0.001234568, 2.000001, 1.5, 1e9 / 1_234_568, start + timedelta(seconds=1.5), start)]
+
+
+def nearest(seconds: float, units: float) -> float:
+    """Seconds to the nearest of `units` a second, halves up."""
+    return math.floor(seconds * units + 0.5) / units
+
+
+def test_records_stored_before_migration_024_keep_every_column_a_report_reads() -> None:
+    """Records stored as doubles of seconds (migration 006) become whole units: every column reads
+    back as before, rounded to its unit, and one of more units than a BIGINT holds (which the feed
+    now refuses) as 9e18 of them. Their per-user tokens and SLO verdicts are the same."""
+    con = duckdb.connect()
+    migrate_through(con, 23)
+    ensure_slo_sheet(con, T0)
+    rows = []
+    for i in range(1, 41):
+        ttft: float | None = 0.25 + i / 7
+        itl: float | None = 0.01 + i / 7e5
+        e2e = 0.5 + i / 3
+        if i == 40:
+            ttft = 1e300  # as a feed before 024 stored it
+        elif i == 39:
+            ttft = itl = None  # not measured
+        start = T0 + timedelta(seconds=7 * i + i / 9)
+        rows.append(
+            ("gw", i, f"r{i}", start, start + timedelta(seconds=e2e), T0 + timedelta(minutes=5), f"u{i % 3}", "acme",
+             "m", "completions", True, 200, "ok", 100 + i, 64, 10, ttft, itl, itl and 2 * itl, itl and 1 / itl, e2e,
+             True, None,
+             0.02 if i % 2 else None)
+        )  # fmt: skip
+    con.executemany(f"INSERT INTO requests VALUES ({', '.join('?' * 24)})", rows)
+    q, end = LocalQuery(con), T0 + timedelta(minutes=10)
+    before = (slo_sums(q, T0, end), user_tokens(q, T0, end))
+    kept = "gateway, seq, request_id, user_id, finished_at, prompt_tokens, cached_prompt_tokens, slo_itl_seconds"
+    measured = "ttft_seconds, itl_mean_seconds, itl_max_seconds, e2e_seconds"
+    read = f"SELECT {kept}, {measured}, decode_tokens_per_second, started_at FROM requests ORDER BY seq"
+    old = con.execute(read).fetchall()
+
+    assert apply_migrations(con) == ["024_request_durations_in_integers.sql"]
+    new = con.execute(read).fetchall()
+    assert [r[:8] for r in new] == [r[:8] for r in old]  # every other column as it was
+    for o, n in zip(old, new, strict=True):
+        ttft, itl, itl_max, e2e = o[8:12]
+        if ttft is None:
+            assert n[8:13] == (None, None, None, nearest(e2e, 1e6), None)
+            continue
+        assert n[8:12] == (nearest(ttft, 1e6) if ttft < 1e12 else 9e12, nearest(itl, 1e9), nearest(itl_max, 1e6),
+                           nearest(e2e, 1e6))  # fmt: skip
+        assert n[12] == 1e9 / round(n[9] * 1e9)  # decode tokens/s
+        assert n[13] == o[4] - timedelta(microseconds=round(n[11] * 1e6))  # the start: the finish less e2e
+    pd.testing.assert_frame_equal(slo_sums(q, T0, end), before[0])
+    pd.testing.assert_frame_equal(user_tokens(q, T0, end), before[1])
 
 
 def test_per_request_targets_are_stored_and_older_records_have_none(con) -> None:
@@ -202,6 +279,7 @@ ODD_VALUES = st.sampled_from(
         0.5,
         1e-7,
         2.5e-6,
+        9.3e9,  # a duration over 2^63 nanoseconds
         1733000000.0000005,
         float("nan"),
         float("inf"),
