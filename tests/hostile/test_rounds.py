@@ -21,7 +21,7 @@ from moemeter.contract.requests import SCHEMA, RequestRecord
 from tests.conftest import reply
 from warehouse.api import LocalQuery
 from warehouse.cost import user_tokens
-from warehouse.db import Warehouse
+from warehouse.db import Warehouse, computed_columns
 from warehouse.ingest import ScrapeBatch
 from warehouse.rollup import Rollups
 
@@ -241,9 +241,9 @@ def test_a_warehouse_already_attacked_is_repaired_by_its_migration(tmp_path) -> 
         con.execute("UPDATE rollup_state SET through = ? WHERE name IN ('1m', '1h')", [future])
         con.execute("UPDATE slo_rules SET since = ?", [future])  # the rules' start, at the newest record
         con.execute(
-            "INSERT INTO requests BY NAME SELECT * EXCLUDE (started_at, ttft_seconds, itl_mean_seconds, itl_max_seconds, "
-            "decode_tokens_per_second, e2e_seconds) REPLACE (seq + 1 AS seq, 'huge' AS request_id, "
-            "2^62::BIGINT AS prompt_tokens) FROM requests"
+            f"INSERT INTO requests SELECT * EXCLUDE ({', '.join(computed_columns(con, 'requests'))}) REPLACE "
+            "(seq + 1 AS seq, 'huge' AS request_id_text, NULL AS request_id_number, 2^62::BIGINT AS prompt_tokens) "
+            "FROM requests"
         )
 
     wh.close()

@@ -209,7 +209,7 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
         "021_non_streamed_ttft.sql",
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
-        "024_request_durations_in_integers.sql",
+        "024_compact_request_records.sql",
     ]
     assert by_key(old) == kept
     n = len(kept["series"])
@@ -269,7 +269,7 @@ def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migra
         "021_non_streamed_ttft.sql",
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
-        "024_request_durations_in_integers.sql",
+        "024_compact_request_records.sql",
     ]
     assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
     assert stored_readings(old, "readings") == every
@@ -311,7 +311,7 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
         "021_non_streamed_ttft.sql",
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
-        "024_request_durations_in_integers.sql",
+        "024_compact_request_records.sql",
     ]
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))
@@ -368,7 +368,7 @@ def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(mo
         "021_non_streamed_ttft.sql",
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
-        "024_request_durations_in_integers.sql",
+        "024_compact_request_records.sql",
     ]
     assert old.execute(count, [closed]).fetchall() == [(distinct, distinct)]
     assert out_of_series_order(old) == 0
@@ -424,7 +424,7 @@ def test_a_file_from_before_the_six_minute_rollups_gets_those_the_writer_keeps(t
         "021_non_streamed_ttft.sql",
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
-        "024_request_durations_in_integers.sql",
+        "024_compact_request_records.sql",
     ]
     assert Holdings.of(LocalQuery(old)).sixes
     for rounds in (range(0), range(131, 195)):  # 13:10 closes 12:00: the writer compacts its six minutes

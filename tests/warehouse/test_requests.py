@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from moemeter.contract.columns import clean_text
 from moemeter.contract.requests import RECORD_KEYS, ColumnPage, RequestRecord
 from stack.gateway.records import RecordLog
 from tests.schema import fresh_schema, migrate_through
@@ -149,6 +150,27 @@ def test_durations_are_stored_in_whole_units_and_read_back_in_seconds(con) -> No
     assert read == [(0.123456, 0.001234568, 2.000001, 1.5, 1e9 / 1_234_568, start + timedelta(seconds=1.5), start)]
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.text(max_size=12)
+        | st.tuples(st.text(max_size=4), st.integers(0, 10**25)).map(lambda p: f"{p[0]}{p[1]}")
+        | st.tuples(st.text(max_size=4), st.integers(1, 99)).map(lambda p: f"{p[0]}0{p[1]}"),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_a_request_id_reads_back_as_given_whatever_number_it_ends_in(ids: list[str]) -> None:
+    """Stored as its text and the number it ends in (migration 024), each id reads back as it came,
+    one that is not valid UTF-8 with U+FFFD in place; a number too long for a BIGINT or with a
+    leading zero stays in the text."""
+    records = [{"seq": i, **rec(i, request_id=r).to_json()} for i, r in enumerate(ids, 1)]
+    with fresh_schema() as c:
+        RequestIngestor().write(c, "gw", {"schema": "moemeter.requests/1", "log_id": "A", "records": records}, T0)
+        read = [r for (r,) in c.execute("SELECT request_id FROM requests ORDER BY seq").fetchall()]
+    assert read == [clean_text(r) for r in ids]
+
+
 def nearest(seconds: float, units: float) -> float:
     """Seconds to the nearest of `units` a second, halves up."""
     return math.floor(seconds * units + 0.5) / units
@@ -185,7 +207,7 @@ def test_records_stored_before_migration_024_keep_every_column_a_report_reads() 
     read = f"SELECT {kept}, {measured}, decode_tokens_per_second, started_at FROM requests ORDER BY seq"
     old = con.execute(read).fetchall()
 
-    assert apply_migrations(con) == ["024_request_durations_in_integers.sql"]
+    assert apply_migrations(con) == ["024_compact_request_records.sql"]
     new = con.execute(read).fetchall()
     assert [r[:8] for r in new] == [r[:8] for r in old]  # every other column as it was
     for o, n in zip(old, new, strict=True):

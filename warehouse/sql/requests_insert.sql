@@ -1,10 +1,12 @@
--- Appends a page of request records, the Arrow table registered as `_insert_batch` (warehouse/requests.py):
--- each duration in seconds stored as whole microseconds (the mean ITL nanoseconds), the nearest,
--- halves up (migration 024).
+-- Appends a page of request records, the Arrow table registered as `_insert_batch` (warehouse/requests.py),
+-- as migration 024 stores one: each duration in seconds as whole microseconds (the mean ITL
+-- nanoseconds), the nearest, halves up; the request id as its text and the number it ends in.
 INSERT INTO requests BY NAME
-SELECT * EXCLUDE (ttft_seconds, itl_mean_seconds, itl_max_seconds, e2e_seconds),
+SELECT * EXCLUDE (request_id, id, ttft_seconds, itl_mean_seconds, itl_max_seconds, e2e_seconds),
+       CASE WHEN id.number = '' THEN request_id ELSE id.text END AS request_id_text,
+       nullif(id.number, '')::BIGINT AS request_id_number,
        round(ttft_seconds * 1000000)::BIGINT AS ttft_us,
        round(itl_mean_seconds * 1000000000)::BIGINT AS itl_mean_ns,
        round(itl_max_seconds * 1000000)::BIGINT AS itl_max_us,
        round(e2e_seconds * 1000000)::BIGINT AS e2e_us
-FROM _insert_batch
+FROM (SELECT *, regexp_extract(request_id, '^(.*?)([1-9][0-9]{0,17})$', ['text', 'number']) AS id FROM _insert_batch)

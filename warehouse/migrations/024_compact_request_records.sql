@@ -1,18 +1,22 @@
--- Issue #51. A request record in half the bytes (docs/operations.md, "Where a request record's
+-- Issue #51. A request record in less than half the bytes (docs/operations.md, "Where a request record's
 -- bytes go"). Its four durations were doubles of seconds, which DuckDB packs as ALPRD in 7 bytes
 -- each; they are now whole units in integer columns, which it bit-packs: microseconds, the
 -- resolution of the record's timestamps, and nanoseconds for the mean inter-token latency, whose
 -- inverse is per-user tokens/s (a microsecond would move it by up to 0.05% at 1 ms). The start and
 -- the decode speed, which follow from the other columns, are no longer stored.
+-- A request id that ends in a number (the twin's `twin-N`, a counter after a prefix) is stored as
+-- the text before it and the number: the number packs as the sequence does, where the text took
+-- 4.7 bytes. One that does not is stored whole, with no number.
 -- Every column a report or a person reads keeps its name and type, computed as it is read:
 -- `ttft_seconds` and the other seconds from the stored units, `started_at` as finished_at less
--- e2e, `decode_tokens_per_second` as 1 / the mean ITL. The seconds read now are those stored,
+-- e2e, `decode_tokens_per_second` as 1 / the mean ITL, `request_id` as its text and number. The seconds read now are those stored,
 -- rounded to the nearest unit (halves up). A duration of more than 9e18 units, which the feed now
 -- refuses, is kept as 9e18 (over 285 years), so that it still misses every target it missed.
 CREATE TABLE requests_in_integers (
     gateway                   VARCHAR NOT NULL,   -- target name of the gateway that recorded it
     seq                       BIGINT NOT NULL,    -- its position in that gateway's log
-    request_id                VARCHAR NOT NULL,   -- the X-Request-Id the gateway passed upstream
+    request_id_text           VARCHAR NOT NULL,   -- the X-Request-Id the gateway passed upstream: its text
+    request_id_number         BIGINT,             -- and the number it ends in, without leading zeros
     finished_at               TIMESTAMP NOT NULL, -- response ended, UTC
     ingested_at               TIMESTAMP NOT NULL, -- collector round that stored it (rollups follow this)
     user_id                   VARCHAR NOT NULL,
@@ -32,6 +36,7 @@ CREATE TABLE requests_in_integers (
     usage_reported            BOOLEAN NOT NULL,   -- counts from the upstream's usage, not counted chunks
     slo_ttft_seconds          DOUBLE,             -- the request's own targets (migration 011)
     slo_itl_seconds           DOUBLE,
+    request_id                VARCHAR GENERATED ALWAYS AS (request_id_text || coalesce(request_id_number::VARCHAR, '')) VIRTUAL,
     started_at                TIMESTAMP GENERATED ALWAYS AS (finished_at - to_microseconds(e2e_us)) VIRTUAL,
     ttft_seconds              DOUBLE GENERATED ALWAYS AS (ttft_us / 1000000) VIRTUAL,
     itl_mean_seconds          DOUBLE GENERATED ALWAYS AS (itl_mean_ns / 1000000000) VIRTUAL,  -- per-user tokens/s = 1 / this
@@ -40,13 +45,13 @@ CREATE TABLE requests_in_integers (
     e2e_seconds               DOUBLE GENERATED ALWAYS AS (e2e_us / 1000000) VIRTUAL
 );
 INSERT INTO requests_in_integers
-SELECT gateway, seq, request_id, finished_at, ingested_at, user_id, tenant, model, endpoint, stream, status,
+SELECT gateway, seq, CASE WHEN id.number = '' THEN request_id ELSE id.text END, nullif(id.number, '')::BIGINT, finished_at, ingested_at, user_id, tenant, model, endpoint, stream, status,
        outcome, prompt_tokens, cached_prompt_tokens, generated_tokens,
        CASE WHEN ttft_seconds * 1000000 >= 9e18 THEN 9e18 ELSE round(ttft_seconds * 1000000)::BIGINT END,
        CASE WHEN itl_mean_seconds * 1000000000 >= 9e18 THEN 9e18 ELSE round(itl_mean_seconds * 1000000000)::BIGINT END,
        CASE WHEN itl_max_seconds * 1000000 >= 9e18 THEN 9e18 ELSE round(itl_max_seconds * 1000000)::BIGINT END,
        round(e2e_seconds * 1000000)::BIGINT,  -- within the timestamps' span
        usage_reported, slo_ttft_seconds, slo_itl_seconds
-FROM requests;
+FROM (SELECT *, regexp_extract(request_id, '^(.*?)([1-9][0-9]{0,17})$', ['text', 'number']) AS id FROM requests);
 DROP TABLE requests;
 ALTER TABLE requests_in_integers RENAME TO requests;
