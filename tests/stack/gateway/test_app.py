@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import threading
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stack.gateway.app import Gateway
 from stack.gateway.keys import Keys, hash_key
 from stack.gateway.records import RecordLog
 from stack.twin.upstream import SimulatedUpstream
@@ -52,6 +54,15 @@ def test_non_streaming_request_is_attributed_and_counted(rig: Rig) -> None:
     assert (rec["prompt_tokens"], rec["cached_prompt_tokens"], rec["generated_tokens"]) == (5, 0, 7)
     assert (rec["status"], rec["outcome"], rec["usage_reported"]) == (200, "ok", True)
     assert rec["ttft_seconds"] is None and rec["itl_mean_seconds"] is None  # not measurable without a stream
+
+
+def test_request_ids_count_up_after_a_prefix_of_the_process_own(rig: Rig, tmp_path: Path) -> None:
+    body = {"model": "twin-moe", "prompt": "a", "max_tokens": 1}
+    ids = [httpx.post(rig.url + "/v1/completions", json=body).headers["X-Request-Id"] for _ in range(3)]
+    prefix = ids[0].rsplit("-", 1)[0]
+    assert re.fullmatch("[0-9a-f]{16}", prefix) and ids == [f"{prefix}-{n}" for n in (1, 2, 3)]
+    other = Gateway(rig.gateway.upstream, RecordLog(tmp_path / "other.sqlite"))  # another gateway, or a restart
+    assert other._id_prefix != f"{prefix}-"
 
 
 def test_stream_hides_the_usage_chunk_it_asked_for(rig: Rig) -> None:
