@@ -51,9 +51,10 @@ def insert_arrow(
 def computed_columns(con: duckdb.DuckDBPyConnection, table: str, database: str | None = None) -> list[str]:
     """A table's generated columns, which are computed as they are read and never written (the
     request records' seconds, migration 024): a copy of its rows selects * EXCLUDE them. DuckDB
-    names them only in the table's CREATE statement. `database`: an attached one, not the file's own."""
+    names them only in the table's CREATE statement (read for this warehouse's own tables: names and
+    types without commas). `database`: an attached one, not the file's own."""
     rows = con.execute(sql("db_table_ddl"), {"database": database, "table": table}).fetchall()
-    return re.findall(r"(\w+) [A-Z ]+? GENERATED ALWAYS AS", rows[0][0]) if rows else []
+    return [n.strip('"') for n in re.findall(r'(\w+|"[^"]+") [\w ]+? GENERATED ALWAYS AS', rows[0][0])] if rows else []
 
 
 REASON_CHARS = 500

@@ -44,6 +44,7 @@ FACT_TABLES = (
     "requests_slo_1m",
 )
 TIME_COLUMN = {"requests": "finished_at"}  # the others partition by `ts`
+SOURCE = {"requests": "request_records"}  # a record's own columns, not how migration 024 stores them
 BY_SERIES = ("samples", "increments", "samples_1m", "increments_1m", "samples_1h", "increments_1h")
 """Tables whose rows name a series by its `series_id`."""
 RACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -152,7 +153,8 @@ def export_parquet(
                 if table in BY_SERIES:
                     df = q(sql("export_chunk_by_key", table=table), window)
                 else:
-                    df = q(sql("export_chunk", table=table, time=TIME_COLUMN.get(table, "ts")), window)
+                    source, time = SOURCE.get(table, table), TIME_COLUMN.get(table, "ts")
+                    df = q(sql("export_chunk", table=source, time=time), window)
                 if len(df):
                     parts.append(pa.Table.from_pandas(df, preserve_index=False))
                 t = t_next

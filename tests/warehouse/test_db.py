@@ -12,7 +12,7 @@ import pytest
 from moemeter.cli import main
 from warehouse import rollup
 from warehouse.api import LocalQuery
-from warehouse.db import Warehouse, WarehouseError, apply_migrations, migrations
+from warehouse.db import Warehouse, WarehouseError, apply_migrations, computed_columns, migrations
 from warehouse.export import BY_SERIES
 from warehouse.read import Holdings
 
@@ -444,3 +444,15 @@ def test_a_file_from_before_the_six_minute_rollups_gets_those_the_writer_keeps(t
             == 0
         )
     assert by_key(old) == by_key(new)
+
+
+def test_computed_columns_are_named_from_the_tables_own_create_statement() -> None:
+    con = duckdb.connect()
+    apply_migrations(con)
+    assert computed_columns(con, "requests") == [
+        *("request_id", "started_at", "ttft_seconds", "itl_mean_seconds", "itl_max_seconds"),
+        *("decode_tokens_per_second", "e2e_seconds"),
+    ]
+    assert computed_columns(con, "samples") == [] and computed_columns(con, "no_such_table") == []
+    con.execute("""CREATE TABLE t (a INTEGER, "b c" TIMESTAMP WITH TIME ZONE GENERATED ALWAYS AS (now()), d INTEGER)""")
+    assert computed_columns(con, "t") == ["b c"]

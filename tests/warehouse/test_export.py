@@ -75,6 +75,19 @@ def test_export_by_day_reads_back_exactly(tmp_path):
     requests = reader.execute(f"""SELECT day, count(*) FROM read_parquet('{out}/requests/*/*.parquet',
                                   hive_partitioning = true) GROUP BY day ORDER BY day""").fetchall()
     assert [(str(d), n) for d, n in requests] == [("2026-11-30", 4), ("2026-12-01", 4)]  # by when they finished
+    columns = reader.execute(
+        f"DESCRIBE SELECT * FROM read_parquet('{out}/requests/*/*.parquet', hive_partitioning = false)"
+    ).fetchall()
+    assert [c[0] for c in columns] == RECORD_COLUMNS  # a record's own columns, as before migration 024
+    assert {c[0]: c[1] for c in columns}["request_id"] == "VARCHAR"
+
+
+RECORD_COLUMNS = [
+    *("gateway", "seq", "request_id", "started_at", "finished_at", "ingested_at", "user_id", "tenant", "model"),
+    *("endpoint", "stream", "status", "outcome", "prompt_tokens", "cached_prompt_tokens", "generated_tokens"),
+    *("ttft_seconds", "itl_mean_seconds", "itl_max_seconds", "decode_tokens_per_second", "e2e_seconds"),
+    *("usage_reported", "slo_ttft_seconds", "slo_itl_seconds"),
+]
 
 
 def test_export_errors(tmp_path, capsys):

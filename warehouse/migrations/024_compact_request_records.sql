@@ -10,8 +10,10 @@
 -- Every column a report or a person reads keeps its name and type, computed as it is read:
 -- `ttft_seconds` and the other seconds from the stored units, `started_at` as finished_at less
 -- e2e, `decode_tokens_per_second` as 1 / the mean ITL, `request_id` as its text and number. The seconds read now are those stored,
--- rounded to the nearest unit (halves up). A duration of more than 9e18 units, which the feed now
--- refuses, is kept as 9e18 (over 285 years), so that it still misses every target it missed.
+-- rounded to the nearest unit (halves up). A duration stored before of more than 9e18 units (the
+-- feed now refuses any over 9.2e9 s) is kept as 9e18 units, so that it still misses every target
+-- it missed. The view request_records gives a record's columns as they were, in their order:
+-- what exports write.
 CREATE TABLE requests_in_integers (
     gateway                   VARCHAR NOT NULL,   -- target name of the gateway that recorded it
     seq                       BIGINT NOT NULL,    -- its position in that gateway's log
@@ -55,3 +57,8 @@ SELECT gateway, seq, CASE WHEN id.number = '' THEN request_id ELSE id.text END, 
 FROM (SELECT *, regexp_extract(request_id, '^(.*?)([1-9][0-9]{0,17})$', ['text', 'number']) AS id FROM requests);
 DROP TABLE requests;
 ALTER TABLE requests_in_integers RENAME TO requests;
+CREATE OR REPLACE VIEW request_records AS
+SELECT gateway, seq, request_id, started_at, finished_at, ingested_at, user_id, tenant, model, endpoint, stream,
+       status, outcome, prompt_tokens, cached_prompt_tokens, generated_tokens, ttft_seconds, itl_mean_seconds,
+       itl_max_seconds, decode_tokens_per_second, e2e_seconds, usage_reported, slo_ttft_seconds, slo_itl_seconds
+FROM requests;

@@ -39,6 +39,7 @@ IDENTIFIERS |= {"samples", "increments", "scrapes", "series", "targets", "expert
 IDENTIFIERS |= {"samples_1m", "samples_1h", "increments_1m", "increments_6m", "increments_1h", "expert_load_1h"}
 IDENTIFIERS |= {"pool_histograms_1m", "pool_histograms_6m", "pool_histograms_1h", "eplb_rebalances"}
 IDENTIFIERS |= {"requests", "requests_1h", "requests_itl_1h", "requests_slo_1h", "requests_slo_1m", "request_feeds"}
+IDENTIFIERS |= {"request_records"}  # the view of a record's own columns (migration 024) the export writes
 IDENTIFIERS |= {"gpu_prices", "token_prices", "slo_classes", "slo_assignments"}
 IDENTIFIERS |= {"compacted", "rolled", "rolled_minutes"}  # a roll's temp tables (warehouse/rollup.py)
 IDENTIFIERS |= {"ts", "finished_at"}  # the time columns the export reads a day by (warehouse/export.py)
