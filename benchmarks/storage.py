@@ -35,17 +35,25 @@ def used_bytes(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def table_bytes(db: Path, table: str, tmp: Path) -> int:
-    """Bytes the table takes on its own: copied in its order into a fresh file, checkpointed."""
+    """Bytes the table takes on its own: made as the warehouse makes it (columns it computes as they
+    are read stay computed), its stored columns copied in their order into a fresh file, checkpointed."""
     alone = tmp / f"{table}.duckdb"
     alone.unlink(missing_ok=True)
     with duckdb.connect(str(alone)) as con:
         con.execute(f"ATTACH '{db}' AS src (READ_ONLY)")
-        con.execute(f"CREATE TABLE {table} AS SELECT * FROM src.{table}")
+        con.execute(con.execute(sql("db_table_ddl"), {"database": "src", "table": table}).fetchall()[0][0])
+        con.execute(f"INSERT INTO {table} SELECT {stored(con, table, 'src')} FROM src.{table}")
         con.execute("DETACH src")
         con.execute("CHECKPOINT")
         size = used_bytes(con)
     alone.unlink()
     return size
+
+
+def stored(con: duckdb.DuckDBPyConnection, table: str, database: str | None = None) -> str:
+    """A select list of the table's stored columns: *, less those it computes as they are read."""
+    computed = computed_columns(con, table, database)
+    return f"* EXCLUDE ({', '.join(computed)})" if computed else "*"
 
 
 def _escape(value: str) -> str:
@@ -86,28 +94,6 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def stored(con: duckdb.DuckDBPyConnection, table: str, database: str | None = None) -> str:
-    """A select list of the table's stored columns: *, less those it computes as they are read."""
-    computed = computed_columns(con, table, database)
-    return f"* EXCLUDE ({', '.join(computed)})" if computed else "*"
-
-
-def record_bytes(db: Path, tmp: Path) -> int:
-    """Bytes `requests` takes on its own: made as the warehouse makes it (the columns it computes as
-    they are read stay computed), its stored columns copied in their order, checkpointed."""
-    alone = tmp / "requests.duckdb"
-    alone.unlink(missing_ok=True)
-    with duckdb.connect(str(alone)) as con:
-        con.execute(f"ATTACH '{db}' AS src (READ_ONLY)")
-        con.execute(con.execute(sql("db_table_ddl"), {"database": "src", "table": "requests"}).fetchall()[0][0])
-        con.execute(f"INSERT INTO requests SELECT {stored(con, 'requests', 'src')} FROM src.requests")
-        con.execute("DETACH src")
-        con.execute("CHECKPOINT")
-        size = used_bytes(con)
-    alone.unlink()
-    return size
-
-
 def bench_storage(tmp: Path) -> dict[str, object]:
     span = os.environ.get("MOEMETER_BENCH_STORAGE", "15m")
     db = tmp / "storage.duckdb"
@@ -143,7 +129,7 @@ def bench_storage(tmp: Path) -> dict[str, object]:
     with duckdb.connect(str(db), read_only=True) as con:
         records = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
     out["request_records"] = records
-    out["request_bytes_per_record"] = round(record_bytes(db, tmp) / records, 1)
+    out["request_bytes_per_record"] = round(table_bytes(db, "requests", tmp) / records, 1)
     promtool = shutil.which("promtool")
     if promtool is None:
         out["prometheus"] = "skipped: no promtool (Debian package prometheus)"
