@@ -43,9 +43,8 @@ _OPT_FLOAT = (
 
 
 _DURATIONS = ("ttft_seconds", "itl_mean_seconds", "itl_max_seconds", "e2e_seconds")
-_LONGEST = (
-    2**63 / 1e9
-)  # seconds (292 years): stored in micro- or nanoseconds (requests_insert.sql), a BIGINT holds less
+# seconds (292 years): a duration is stored in micro- or nanoseconds (requests_insert.sql), in a BIGINT
+_LONGEST = 2**63 / 1e9
 
 
 class FeedError(MoemeterError, ValueError):
@@ -263,7 +262,8 @@ _COLUMNS = (
     "slo_itl_seconds",
 )
 """What a record gives `requests`, after gateway, seq and ingested_at: requests_insert.sql stores
-the durations in microseconds, and the table computes the start and the decode speed (migration 024)."""
+the durations in whole units and the request id as its text and number, and the table computes the
+start and the decode speed (migration 024)."""
 _TYPES = {
     "finished_at": pa.timestamp("us"),
     "stream": pa.bool_(),

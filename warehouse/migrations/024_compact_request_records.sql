@@ -1,19 +1,19 @@
--- Issue #51. A request record in less than half the bytes (docs/operations.md, "Where a request record's
--- bytes go"). Its four durations were doubles of seconds, which DuckDB packs as ALPRD in 7 bytes
--- each; they are now whole units in integer columns, which it bit-packs: microseconds, the
+-- Issue #51. A request record in less than half the bytes (docs/operations.md, "Where a request
+-- record's bytes go"). Its four durations were doubles of seconds, which DuckDB packs as ALPRD in
+-- 7 bytes each; they are now whole units in integer columns, which it bit-packs: microseconds, the
 -- resolution of the record's timestamps, and nanoseconds for the mean inter-token latency, whose
 -- inverse is per-user tokens/s (a microsecond would move it by up to 0.05% at 1 ms). The start and
--- the decode speed, which follow from the other columns, are no longer stored.
--- A request id that ends in a number (the twin's `twin-N`, a counter after a prefix) is stored as
--- the text before it and the number: the number packs as the sequence does, where the text took
--- 4.7 bytes. One that does not is stored whole, with no number.
+-- the decode speed, which follow from the other columns, are no longer stored. A request id that
+-- ends in a number (the twin's `twin-N`, the gateway's count after a prefix) is stored as the text
+-- before it and the number, which packs as the sequence does, where the text took 4.7 bytes; one
+-- that does not is stored whole, with no number.
 -- Every column a report or a person reads keeps its name and type, computed as it is read:
 -- `ttft_seconds` and the other seconds from the stored units, `started_at` as finished_at less
--- e2e, `decode_tokens_per_second` as 1 / the mean ITL, `request_id` as its text and number. The seconds read now are those stored,
--- rounded to the nearest unit (halves up). A duration stored before of more than 9e18 units (the
--- feed now refuses any over 9.2e9 s) is kept as 9e18 units, so that it still misses every target
--- it missed. The view request_records gives a record's columns as they were, in their order:
--- what exports write.
+-- e2e, `decode_tokens_per_second` as 1 / the mean ITL, `request_id` as its text and number. The
+-- seconds read now are those stored, rounded to the nearest unit (halves up). A duration stored
+-- before of more than 9e18 units (the feed now refuses any over 9.2e9 s) is kept as 9e18 units, so
+-- that it still misses every target it missed. The view request_records gives a record's columns as
+-- they were, in their order: what exports write.
 CREATE TABLE requests_in_integers (
     gateway                   VARCHAR NOT NULL,   -- target name of the gateway that recorded it
     seq                       BIGINT NOT NULL,    -- its position in that gateway's log
@@ -47,8 +47,9 @@ CREATE TABLE requests_in_integers (
     e2e_seconds               DOUBLE GENERATED ALWAYS AS (e2e_us / 1000000) VIRTUAL
 );
 INSERT INTO requests_in_integers
-SELECT gateway, seq, CASE WHEN id.number = '' THEN request_id ELSE id.text END, nullif(id.number, '')::BIGINT, finished_at, ingested_at, user_id, tenant, model, endpoint, stream, status,
-       outcome, prompt_tokens, cached_prompt_tokens, generated_tokens,
+SELECT gateway, seq, CASE WHEN id.number = '' THEN request_id ELSE id.text END, nullif(id.number, '')::BIGINT,
+       finished_at, ingested_at, user_id, tenant, model, endpoint, stream, status, outcome, prompt_tokens,
+       cached_prompt_tokens, generated_tokens,
        CASE WHEN ttft_seconds * 1000000 >= 9e18 THEN 9e18 ELSE round(ttft_seconds * 1000000)::BIGINT END,
        CASE WHEN itl_mean_seconds * 1000000000 >= 9e18 THEN 9e18 ELSE round(itl_mean_seconds * 1000000000)::BIGINT END,
        CASE WHEN itl_max_seconds * 1000000 >= 9e18 THEN 9e18 ELSE round(itl_max_seconds * 1000000)::BIGINT END,
