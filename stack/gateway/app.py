@@ -13,14 +13,16 @@ admin listener, never beside the API. The gateway never routes or retries; the r
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -52,6 +54,20 @@ _RESPONSE_ID = re.compile(rb'"id": ?"((?:chatcmpl|cmpl)-[^"\\]*)"')  # the first
 _USAGE_KEY = re.compile(r'(,\s*)?"usage"\s*:\s*(?=\{)')
 _CHOICE_INDEX = re.compile(rb'"choices": ?\[\{"index": ?(\d+)[,}]')  # vLLM writes a choice's index first
 _JSON = json.JSONDecoder()
+_T = TypeVar("_T")
+
+
+def _parse(parse: Callable[..., _T], *args: Any) -> _T:
+    """`parse(*args)` on JSON from outside, with the cycle collector held off: a document nested to
+    the recursion limit raises RecursionError there, and a finalizer the collector ran at that depth
+    (an unrelated object's) would fail too, its error lost."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return parse(*args)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 SLO_TTFT_HEADER = "x-slo-ttft-ms"
@@ -163,7 +179,7 @@ class StreamTracker:
         self, raw: bytes, data: bytes, usage: bytes | dict[str, Any] | None, out: bytes, now: float
     ) -> bytes | None:
         try:
-            chunk = json.loads(data)
+            chunk = _parse(json.loads, data)
         except (ValueError, RecursionError):
             return raw
         if not isinstance(chunk, dict):
@@ -242,7 +258,7 @@ def split_usage(data: bytes) -> tuple[bytes | None, bytes]:
     if m is None:
         return None, data
     try:
-        _, end = _JSON.raw_decode(text, m.end())
+        _, end = _parse(_JSON.raw_decode, text, m.end())
     except (ValueError, RecursionError):
         return None, data
     usage = text[m.end() : end].encode()
@@ -256,7 +272,7 @@ def _usage_object(usage: bytes | dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(usage, dict):
         return usage
     try:
-        parsed = json.loads(usage)
+        parsed = _parse(json.loads, usage)
     except (ValueError, RecursionError):
         return None
     return parsed if isinstance(parsed, dict) else None
@@ -326,7 +342,7 @@ def public_ids(
 def _openai_error(data: bytes) -> bool:
     """Whether a body is an OpenAI-style error object (vLLM's own 4xx answers are)."""
     try:
-        body = json.loads(data)
+        body = _parse(json.loads, data)
     except (ValueError, RecursionError):
         return False
     return isinstance(body, dict) and isinstance(body.get("error"), dict)
@@ -534,7 +550,7 @@ class Gateway:
                 413, "body_too_large", f"Request body is over the gateway's limit of {self.max_body_bytes} bytes."
             ) from exc
         try:
-            body = json.loads(raw)
+            body = _parse(json.loads, raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise Refused(400, "bad_json", f"The request body is not valid JSON: {exc}") from exc
         except RecursionError as exc:
@@ -701,7 +717,7 @@ class Gateway:
                 )
         else:
             try:
-                counted = usage_tokens(json.loads(data).get("usage"))
+                counted = usage_tokens(_parse(json.loads, data).get("usage"))
             except (ValueError, AttributeError, RecursionError):
                 counted = None
             if counted:

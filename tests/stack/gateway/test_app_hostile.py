@@ -4,8 +4,10 @@ has them: the official `openai` SDK, and a raw client that closes the moment it 
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
+import sys
 from pathlib import Path
 
 import httpx
@@ -14,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from moemeter.contract.columns import MAX_COUNT
+from stack.gateway.app import _parse
 from stack.twin.upstream import SimulatedUpstream
 
 from .conftest import Rig, start_rig
@@ -98,6 +101,39 @@ def test_a_body_nested_too_deep_is_refused_and_recorded(rig: Rig) -> None:
     assert r.status_code == 400 and r.json()["error"]["code"] == "bad_json"
     [rec] = records(rig)
     assert (rec["status"], rec["outcome"]) == (400, "bad_json")
+
+
+class _Garbage:
+    """A cycle whose finalizer needs a few hundred frames of stack, as a closing socket's may."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+    def __del__(self) -> None:
+        def down(n: int) -> int:
+            return n and down(n - 1)
+
+        down(600)
+
+
+@pytest.mark.parametrize(("parse", "finalizers_fail"), [(json.loads, True), (lambda b: _parse(json.loads, b), False)])
+def test_a_body_nested_too_deep_runs_no_finalizer_at_the_recursion_limit(monkeypatch, parse, finalizers_fail):
+    """The cycle collector, run by the parser's allocations hundreds of levels deep, would run
+    unrelated finalizers there, and they fail for want of stack (under pytest: a failed test)."""
+    lost: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(u.exc_value))
+    gc.collect()
+    threshold = gc.get_threshold()
+    gc.set_threshold(500, 10, 10)  # a collection once the parser is about 500 lists deep
+    try:
+        garbage = [_Garbage() for _ in range(5)]
+        del garbage
+        with pytest.raises(RecursionError):
+            parse(b"[" * 100_000 + b"]" * 100_000)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.collect()  # the garbage's finalizers, with stack to spare
+    assert any(isinstance(e, RecursionError) for e in lost) is finalizers_fail, lost
 
 
 def test_openai_sdk_streams_with_usage_are_all_recorded_whole(tmp_path: Path) -> None:
