@@ -24,6 +24,7 @@ from moemeter.contract.errors import MoemeterError
 from warehouse.db import REASON_CHARS, Warehouse, reasons_text, record_rejected, storage_problem
 from warehouse.experts import ExpertIngestor
 from warehouse.ingest import Ingestor, ScrapeBatch
+from warehouse.limits import trim_heap
 from warehouse.requests import FeedError, RequestIngestor
 from warehouse.rollup import Retention, Rollups
 from warehouse.sql import sql
@@ -372,6 +373,7 @@ class Collector:
                     self._round_failed(exc)
                     if storage_problem(exc) is None:  # the warehouse reports disk full or read-only itself
                         log.exception("collector round failed")
+                trim_heap()  # what the round freed goes back to the system, not to glibc's free lists
                 next_at += self.interval
                 delay = next_at - time.monotonic()
                 if delay < 0:  # fell behind: skip missed rounds rather than burst

@@ -3,9 +3,11 @@ warehouse takes; no heavy imports, so the command line can show the defaults."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 
@@ -71,3 +73,33 @@ def default_memory_limit(kind: str = "serve") -> str:
     """The memory cap a warehouse of this kind of work gets unless told (a DuckDB size, in MB)."""
     share = machine_memory() // MEMORY_SHARE // MB
     return f"{max(MEMORY_FLOOR_MB, min(share, MEMORY_CEILING_MB[kind]))}MB"
+
+
+# glibc's heap, under the DuckDB cap: a long-running process frees most of what a round allocates
+# (pages, parsed samples, Arrow batches), and glibc keeps the freed blocks, one heap ("arena") per
+# thread that allocated them, 8 per core by default. `serve` kept them all: RSS 544 -> 686 MB in its
+# first 4 minutes with Python's heap flat (docs/operations.md, Memory).
+ARENAS = 2  # heaps `serve` keeps: its threads (collector, writer, query API, DuckDB's) share them
+M_ARENA_MAX = -8  # mallopt's parameter, from glibc's malloc.h
+
+
+@cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library this process runs on, where it is glibc (it has malloc_trim); None elsewhere
+    (musl, macOS)."""
+    libc = ctypes.CDLL(None)
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+
+def share_heaps(arenas: int = ARENAS) -> bool:
+    """Let threads started from now on share `arenas` heaps instead of one each; call it before the
+    process starts its threads. False where the C library is not glibc (nothing changes)."""
+    libc = _glibc()
+    return libc is not None and libc.mallopt(M_ARENA_MAX, arenas) == 1
+
+
+def trim_heap() -> bool:
+    """Give the pages of glibc's freed blocks back to the system (malloc_trim(0), every arena).
+    False where the C library is not glibc, or nothing could be given back."""
+    libc = _glibc()
+    return libc is not None and libc.malloc_trim(0) == 1

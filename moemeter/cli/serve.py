@@ -117,7 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from collectors.service import Collector
     from collectors.targets import load_targets
     from warehouse.api import TOKEN_ENV, QueryServer, is_loopback
-    from warehouse.limits import Limits
+    from warehouse.limits import Limits, share_heaps
 
     def check_targets() -> None:
         load_targets(args.targets)
@@ -137,6 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_result_rows=args.query_max_rows,
         max_result_bytes=int(args.query_max_mb * 2**20),
     )
+    share_heaps()  # before DuckDB, the writer and the query API start their threads
     wh = open_warehouse(args.db, serve_read_only=True, memory_limit=args.memory_limit, kind="serve")
     try:
         api = QueryServer(wh, args.api_host, args.api_port, token, limits, args.query_concurrency)

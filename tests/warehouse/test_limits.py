@@ -3,6 +3,9 @@ lower), no more than its kind of work needs, and overridable."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from warehouse import limits
@@ -79,3 +82,54 @@ def test_a_cap_too_small_to_write_with_is_refused_before_the_file_is_touched(tmp
     with pytest.raises(WarehouseError, match="give at least 64MB"):
         Warehouse(tmp_path / "m.duckdb", memory_limit=small)
     assert not (tmp_path / "m.duckdb").exists()
+
+
+def _run(script: str) -> str:
+    """A fresh interpreter's output: glibc's heap there holds only what the script did."""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout + done.stderr
+
+
+glibc = pytest.mark.skipif(not limits.trim_heap(), reason="the C library is not glibc")
+
+
+@glibc
+def test_trimming_gives_freed_blocks_back_to_the_system():
+    out = _run(
+        "from warehouse.limits import trim_heap\n"
+        "rss = lambda: int(open('/proc/self/statm').read().split()[1]) * 4096 >> 20\n"
+        "blocks = [bytes(4000) for _ in range(50_000)]\n"  # 200 MB of blocks malloc keeps in its heap
+        "kept = blocks[-1]\n"  # the top block stays, so freeing the rest cannot shrink the heap's end
+        "del blocks\n"
+        "freed = rss()\n"
+        "trim_heap()\n"
+        "print(freed, rss())\n"
+    )
+    freed, trimmed = map(int, out.split())
+    assert freed - trimmed >= 150, out  # MB
+
+
+@glibc
+@pytest.mark.parametrize(("shared", "most"), [(True, limits.ARENAS), (False, None)])
+def test_shared_heaps_hold_every_threads_blocks(shared, most):
+    out = _run(
+        "import ctypes, threading\n"
+        "from warehouse.limits import share_heaps\n"
+        f"assert share_heaps() if {shared} else True\n"
+        "together = threading.Barrier(6)\n"
+        "def work(): held = [bytearray(70_000) for _ in range(50)]; together.wait()\n"  # below mmap's threshold
+        "threads = [threading.Thread(target=work) for _ in range(6)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "ctypes.CDLL(None).malloc_stats()\n"  # one 'Arena N:' paragraph per heap, on stderr
+    )
+    arenas = out.count("Arena ")
+    if most:
+        assert 1 <= arenas <= most, out
+    else:
+        assert arenas > limits.ARENAS, out  # without sharing, each thread took a heap of its own
+
+
+def test_where_the_c_library_is_not_glibc_nothing_changes(monkeypatch):
+    monkeypatch.setattr(limits, "_glibc", lambda: None)
+    assert limits.share_heaps() is False
+    assert limits.trim_heap() is False
