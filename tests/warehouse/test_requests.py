@@ -64,11 +64,13 @@ def rec(i: int, user: str = "alice", **kw: object) -> RequestRecord:
 
 
 def real_log(tmp_path: Path, records: list[RequestRecord]) -> RecordLog:
-    log = RecordLog(tmp_path / "gw.sqlite", batch_seconds=0.0)
+    """The gateway's own log of these records, kept whatever their age: they start at T0, and a
+    log keeping a week would drop them from a week after it."""
+    log = RecordLog(tmp_path / "gw.sqlite", keep_seconds=math.inf, batch_seconds=0.0)
     for r in records:
         log.append(r)
     log.close()
-    return RecordLog(tmp_path / "gw.sqlite")
+    return RecordLog(tmp_path / "gw.sqlite", keep_seconds=math.inf)
 
 
 def test_pages_are_stored_once_with_their_cursor(con, tmp_path: Path) -> None:
