@@ -116,7 +116,19 @@ class _Garbage:
         down(600)
 
 
-@pytest.mark.parametrize(("parse", "finalizers_fail"), [(json.loads, True), (lambda b: _parse(json.loads, b), False)])
+@pytest.mark.parametrize(
+    ("parse", "finalizers_fail"),
+    [
+        pytest.param(
+            json.loads,
+            True,
+            marks=pytest.mark.skipif(
+                sys.version_info >= (3, 12), reason="from 3.12 the collector runs between bytecodes, not in a C parser"
+            ),
+        ),
+        (lambda b: _parse(json.loads, b), False),
+    ],
+)
 def test_a_body_nested_too_deep_runs_no_finalizer_at_the_recursion_limit(monkeypatch, parse, finalizers_fail):
     """The cycle collector, run by the parser's allocations hundreds of levels deep, would run
     unrelated finalizers there, and they fail for want of stack (under pytest: a failed test)."""
