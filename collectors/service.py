@@ -373,7 +373,7 @@ class Collector:
                     self._round_failed(exc)
                     if storage_problem(exc) is None:  # the warehouse reports disk full or read-only itself
                         log.exception("collector round failed")
-                trim_heap()  # what the round freed goes back to the system, not to glibc's free lists
+                await asyncio.to_thread(trim_heap)  # what the round freed goes back to the system
                 next_at += self.interval
                 delay = next_at - time.monotonic()
                 if delay < 0:  # fell behind: skip missed rounds rather than burst

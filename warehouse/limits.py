@@ -75,11 +75,12 @@ def default_memory_limit(kind: str = "serve") -> str:
     return f"{max(MEMORY_FLOOR_MB, min(share, MEMORY_CEILING_MB[kind]))}MB"
 
 
-# glibc's heap, under the DuckDB cap: a long-running process frees most of what a round allocates
-# (pages, parsed samples, Arrow batches), and glibc keeps the freed blocks, one heap ("arena") per
-# thread that allocated them, 8 per core by default. `serve` kept them all: RSS 544 -> 686 MB in its
-# first 4 minutes with Python's heap flat (docs/operations.md, Memory).
-ARENAS = 2  # heaps `serve` keeps: its threads (collector, writer, query API, DuckDB's) share them
+# glibc's heap, beside the DuckDB cap: a long-running process frees most of what Python allocates in
+# a round (pages, parsed samples), and glibc keeps the freed blocks, in a heap ("arena") per thread
+# that allocated them, up to 8 per core. `serve` kept them: RSS 544 -> 686 MB in its first 4
+# minutes with Python's heap flat (docs/operations.md, Memory). DuckDB (its own jemalloc) and
+# pyarrow (mimalloc) allocate apart from glibc's heaps, and neither call below reaches them.
+ARENAS = 2  # heaps the threads `serve` starts share: collector, writer, query API
 M_ARENA_MAX = -8  # mallopt's parameter, from glibc's malloc.h
 
 
