@@ -331,6 +331,22 @@ def test_gateway_refuses_bad_setup(tmp_path, capsys):
     assert main(["loadgen", "--url", "http://127.0.0.1:1", "--users", "0"]) == 2
 
 
+@pytest.mark.parametrize("days", ["0", "-1", "nan"])
+def test_gateway_refuses_a_log_kept_for_no_time_and_drops_nothing(tmp_path, capsys, days):
+    from moemeter.contract.requests import RequestRecord
+    from stack.gateway.records import RecordLog
+
+    log = RecordLog(tmp_path / "gw.sqlite")
+    log.append(RequestRecord("r1", time.time() - 3600, "u", "anonymous", "m", "completions", False, 200, "ok"))
+    log.close()
+    argv = ["gateway", "--upstream", "http://127.0.0.1:1", "--port", "1", "--records", str(log.path)]
+    assert main([*argv, "--keep-days", days]) == 2
+    assert f"--keep-days must be a positive number of days, not {float(days)}" in capsys.readouterr().err
+    assert [r["request_id"] for r in log.page(0, 10)["records"]] == ["r1"]  # type: ignore[index, union-attr]
+    assert main([*argv, "--timeout", days]) == 2
+    assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_up_stops_every_child_on_a_signal_sent_to_it_alone(tmp_path, sig):

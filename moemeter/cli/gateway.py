@@ -92,12 +92,16 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             "request feed are served apart (on --admin-host, loopback by default), not to API clients"
         )
     upstream_key = os.environ.get("MOEMETER_UPSTREAM_API_KEY") or None
+    if not args.keep_days > 0:  # NaN too (it never prunes); 0 or less drops records the collectors may not have read
+        raise CliError(f"--keep-days must be a positive number of days, not {args.keep_days}")
+    if not args.timeout > 0:
+        raise CliError(f"--timeout must be a positive number of seconds, not {args.timeout}")
+    if args.max_in_flight <= 0:
+        raise CliError("--max-in-flight must be positive")
     try:
         records = RecordLog(args.records, keep_seconds=args.keep_days * 86400)
     except Exception as exc:  # sqlite3.Error, OSError: say which file
         raise CliError(f"cannot open the request log {args.records}: {exc}") from exc
-    if args.max_in_flight <= 0:
-        raise CliError("--max-in-flight must be positive")
     gateway = Gateway(
         args.upstream,
         records,

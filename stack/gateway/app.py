@@ -499,9 +499,9 @@ class Gateway:
             ) as up:
                 if up.status != 200:
                     return None
-                data = await up.json(content_type=None)
+                data = _parse(json.loads, await up.read())
             models = {str(m["id"]) for m in data.get("data", []) if isinstance(m, dict) and "id" in m}
-        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, TypeError):
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError, AttributeError, TypeError):
             return None
         self._models = (time.monotonic(), models)
         return models
@@ -653,10 +653,10 @@ class Gateway:
                 headers=self._upstream_headers(rec.request_id),
                 timeout=aiohttp.ClientTimeout(total=TOKENIZE_SECONDS),
             ) as up:
-                count = (await up.json(content_type=None)).get("count") if up.status == 200 else None
+                count = _parse(json.loads, await up.read()).get("count") if up.status == 200 else None
             if is_token_count(count):
                 rec.prompt_tokens, rec.cached_prompt_tokens, rec.usage_reported = count, None, True
-        except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError, AssertionError) as exc:
+        except (aiohttp.ClientError, TimeoutError, ValueError, RecursionError, AttributeError, AssertionError) as exc:
             log.warning("request %s: the upstream could not count its prompt: %r", rec.request_id, exc)
         finally:
             self._record(rec)

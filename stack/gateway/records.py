@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import sqlite3
 import threading
@@ -23,6 +24,8 @@ from moemeter.contract.requests import SCHEMA, RequestRecord
 log = logging.getLogger(__name__)
 KEEP_DAYS = 7.0
 """How long request records stay in the log (`gateway --keep-days`)."""
+PRUNE_SECONDS = 3600.0
+"""How often the writer drops records older than that: at its first batch, then hourly."""
 
 
 class RecordLog:
@@ -65,7 +68,7 @@ class RecordLog:
         return self.appended - self.written - self.failed
 
     def _write_loop(self, con: sqlite3.Connection) -> None:
-        last_prune = 0.0
+        last_prune = -math.inf  # at the first batch, on a host up for under an hour too
         stopping = False
         while not stopping:
             item = self._queue.get()
@@ -86,7 +89,7 @@ class RecordLog:
                     batch.append(item)
             if batch:
                 self._commit(con, batch)
-            if time.monotonic() - last_prune > 3600:
+            if time.monotonic() - last_prune > PRUNE_SECONDS:
                 last_prune = time.monotonic()
                 con.execute("DELETE FROM records WHERE started_at < ?", (time.time() - self.keep_seconds,))
                 con.commit()

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from moemeter.contract.columns import MAX_COUNT
@@ -219,6 +220,31 @@ def test_an_unreachable_upstream_is_not_named_to_clients(tmp_path: Path) -> None
         rig.loop.close()
     assert r.status_code == models.status_code == 502
     assert "127.0.0.1:9" not in r.text + models.text and r.json()["error"]["type"] == "upstream_error"
+
+
+class _NestedUpstream(SimulatedUpstream):
+    """Answers /v1/models and /tokenize with JSON nested past Python's recursion limit."""
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.Response(body=b"[" * 100_000 + b"]" * 100_000, content_type="application/json")
+
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        return await self._models(request)
+
+
+def test_an_upstream_answering_json_nested_too_deep_fails_no_request(tmp_path: Path, caplog) -> None:
+    """Its model list unread (the upstream then decides), its prompt count unread (the prompt stays
+    unmetered): every request still answered and recorded."""
+    rig = start_rig(tmp_path, upstream=_NestedUpstream(model="twin-moe"))
+    try:
+        for stream in (False, True):
+            body = {"model": "twin-moe", "prompt": "a b", "max_tokens": 3, "stream": stream, "twin_prompt_tokens": "x"}
+            assert httpx.post(rig.url + "/v1/completions", json=body).status_code == 200
+        recs = records(rig)
+    finally:
+        rig.loop.close()
+    assert [(r["status"], r["outcome"], r["usage_reported"]) for r in recs] == [(200, "ok", False)] * 2
+    assert any("could not count its prompt: RecursionError" in r.getMessage() for r in caplog.records)
 
 
 def test_requests_past_the_in_flight_bound_get_429_and_are_recorded(tmp_path: Path) -> None:
