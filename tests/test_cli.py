@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from moemeter.cli import main
@@ -340,11 +341,71 @@ def test_gateway_refuses_a_log_kept_for_no_time_and_drops_nothing(tmp_path, caps
     log.append(RequestRecord("r1", time.time() - 3600, "u", "anonymous", "m", "completions", False, 200, "ok"))
     log.close()
     argv = ["gateway", "--upstream", "http://127.0.0.1:1", "--port", "1", "--records", str(log.path)]
-    assert main([*argv, "--keep-days", days]) == 2
-    assert f"--keep-days must be a positive number of days, not {float(days)}" in capsys.readouterr().err
+    for flag, unit in (("--keep-days", "days"), ("--timeout", "seconds")):
+        with pytest.raises(SystemExit) as refused:
+            main([*argv, flag, days])
+        assert refused.value.code == 2
+        assert f"argument {flag}: {unit} from 0.001 to " in capsys.readouterr().err
     assert [r["request_id"] for r in log.page(0, 10)["records"]] == ["r1"]  # type: ignore[index, union-attr]
-    assert main([*argv, "--timeout", days]) == 2
-    assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
+
+
+HOSTILE_FLAGS = [  # the flag refused last; what each did before
+    ["serve", "--keep-hour-days", "-1"],  # dropped every hour row as each hour closed
+    ["serve", "--keep-raw-days", "nan"],  # roll-ups failed from the first hour on
+    ["serve", "--keep-minute-days", "1e6"],  # the same (a timestamp's overflow)
+    ["serve", "--interval", "0"],  # scrape rounds without a pause
+    ["serve", "--interval", "inf"],  # one failed round, then nothing stored
+    ["serve", "--query-timeout", "nan"],  # every query failed
+    ["serve", "--query-max-mb", "inf"],
+    ["serve", "--publish-every", "nan"],  # a publisher spinning on the lake
+    ["serve", "--chunk-minutes", "nan"],
+    ["serve", "--api-port", "70000"],
+    ["pull", "--prometheus", "http://127.0.0.1:1", "--from", "2026-12-01", "--to", "2026-12-02", "--step", "0"],
+    ["ingest", "--file", "page.txt", "--target", "x", "--at", "2026-12-01T00:00:00", "--gpus=-8"],  # -8 GPUs' cost
+    ["gateway", "--upstream", "http://127.0.0.1:1", "--port", "70000"],
+    ["twin", "--seed=-1"],
+    ["twin", "--fast-forward", "1h", "--tick", "nan"],
+    ["query", "--max-rows=-5", "SELECT 1"],
+]
+
+
+@pytest.mark.parametrize("argv", HOSTILE_FLAGS, ids=lambda a: " ".join(a[:1] + a[-2:]).replace("=", " "))
+def test_a_flags_number_out_of_range_is_refused_before_anything_is_opened(tmp_path, capsys, argv):
+    """NaN, the infinities, 0, negatives and values past a flag's range, each named with its range:
+    the warehouse is not opened (its rows are as they were) and no file is made."""
+    db = tmp_path / "rack.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE kept AS SELECT 1 AS row")
+    con.close()
+    before = db.read_bytes()
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--db", str(db), "--targets", str(tmp_path / "targets.json")])
+    assert refused.value.code == 2
+    flag = next(a for a in reversed(argv) if a.startswith("--")).split("=")[0]
+    assert re.search(rf"argument {flag}: .* from .* to .*, not ", capsys.readouterr().err)
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["rack.duckdb"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["twin", "--fast-forward", "nan"], "a duration must be above 0"),
+        (["twin", "--fast-forward=-1h"], "a duration must be above 0"),
+        (["twin", "--fast-forward", "1e6d"], "at most 3,650 days"),
+        (["twin", "--fast-forward", "2s"], "shorter than one --interval"),
+        (["loadgen", "--url", "http://127.0.0.1:1", "--first-turn-words", "0"], "--first-turn-words must be from 1"),
+        (["loadgen", "--url", "http://127.0.0.1:1", "--turns-mean", "nan"], "--turns-mean must be from 1"),
+    ],
+)
+def test_a_duration_or_workload_that_cannot_run_is_refused_and_writes_nothing(tmp_path, capsys, argv, said):
+    db = tmp_path / "ff.duckdb"
+    assert main([*argv, *(["--db", str(db)] if argv[0] == "twin" else [])]) == 2
+    assert said in capsys.readouterr().err and not db.exists()
+
+
+def test_twin_ports_past_65535_are_refused(capsys):
+    assert main(["twin", "--base-port", "65530"]) == 2
+    assert "ports must end by 65535" in capsys.readouterr().err
 
 
 @pytest.mark.integration

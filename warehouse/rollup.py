@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 
 import duckdb
 
+from moemeter.contract import LONGEST_DAYS
+
 from .read import HOUR, MINUTE, floor
 from .requests import roll_requests_1h, roll_requests_slo_1m
 from .sql import sql
@@ -33,6 +35,14 @@ class Retention:
     """Days per-minute (and six-minute) rollups are kept."""
     hour_days: float = 365.0
     """Days per-hour rollups (per-expert load included) are kept."""
+
+    def __post_init__(self) -> None:
+        """A retention of no time, a negative one (its cutoff in the future) or NaN would drop rows
+        as soon as they were written, or stop the roll-ups (a timestamp overflows past LONGEST_DAYS)."""
+        for name in ("raw_days", "minute_days", "hour_days"):
+            days = getattr(self, name)
+            if not 0 < days <= LONGEST_DAYS:
+                raise ValueError(f"Retention.{name} must be above 0 and at most {LONGEST_DAYS:,} days, not {days}")
 
     def days(self, table: str) -> float | None:
         """Days `table`'s rows are kept (None: for good)."""

@@ -13,6 +13,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from moemeter.contract import LONGEST_DAYS
 from moemeter.contract.errors import MoemeterError
 
 log = logging.getLogger("moemeter")
@@ -171,7 +172,7 @@ def chunk_minutes(s: argparse.ArgumentParser) -> None:
 
     s.add_argument(
         "--chunk-minutes",
-        type=float,
+        type=number(0.001, 366 * 1440, "minutes"),
         default=CHUNK / timedelta(minutes=1),
         help="the most minutes one lake transaction publishes (a backlog goes in steps of this)",
     )
@@ -193,12 +194,49 @@ def parse_time(text: str) -> datetime:
     return dt.astimezone(UTC).replace(tzinfo=None) if dt.tzinfo else dt
 
 
+LONGEST = LONGEST_DAYS * 86400.0
+"""The longest duration a flag takes, in seconds (longer ones overflow a timestamp's arithmetic)."""
+
+
 def parse_duration(text: str) -> float:
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     try:
-        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
     except (ValueError, IndexError) as exc:
         raise CliError(f"not a duration (e.g. 90s, 30m, 24h): {text!r}") from exc
+    if not 0 < seconds <= LONGEST:  # NaN too
+        raise CliError(f"a duration must be above 0 and at most {LONGEST_DAYS:,} days, not {text!r}")
+    return seconds
+
+
+def number(least: float, most: float, unit: str, whole: bool = False) -> Callable[[str], float]:
+    """An argparse `type=` for a flag's number: whole or not, from `least` to `most` (NaN, the
+    infinities and values past either bound are refused, naming the flag, before anything runs)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if whole else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {'whole ' if whole else ''}number: {text!r}") from None
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"{unit} from {_plain(least)} to {_plain(most)}, not {text}")
+        return value
+
+    return parse
+
+
+def _plain(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,g}"
+
+
+SECONDS = number(0.001, 7 * 86400, "seconds")
+"""An interval, a step or a timeout: a millisecond to a week."""
+DAYS = number(0.001, LONGEST_DAYS, "days")
+"""How long something is kept."""
+PORT = number(0, 65535, "a TCP port", whole=True)
+COUNT = number(0, 2**31 - 1, "a count", whole=True)
+AT_LEAST_ONE = number(1, 2**31 - 1, "a count", whole=True)
+SEED = number(0, 2**32 - 1, "a seed", whole=True)
 
 
 def rack_name(args: argparse.Namespace) -> str:

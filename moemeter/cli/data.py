@@ -11,12 +11,15 @@ from moemeter.contract import DEFAULT_INTERVAL, ROLES
 from moemeter.contract.clock import latest_allowed, utc_now
 
 from .common import (
+    COUNT,
     DEFAULT_DB,
+    SECONDS,
     CliError,
     Command,
     Commands,
     Row,
     lake_reading,
+    number,
     open_lake,
     open_read_only,
     open_warehouse,
@@ -33,7 +36,7 @@ def _ingest_options(s: Command) -> None:
     s.add_argument("--at", required=True, help="scrape time, ISO 8601 (UTC if no offset)")
     s.add_argument("--db", required=True, help="DuckDB file")
     s.add_argument("--role", default="decode", help=f"target role: {', '.join(ROLES[:-1])} or {ROLES[-1]}")
-    s.add_argument("--gpus", type=int, default=0, help="GPUs the target holds")
+    s.add_argument("--gpus", type=number(0, 1_000_000, "GPUs", whole=True), default=0, help="GPUs the target holds")
     s.add_argument("--stack", default="offline", help="what is observed")
     s.add_argument("--openmetrics", action="store_true", help="the file is OpenMetrics")
 
@@ -87,7 +90,7 @@ def _pull_options(s: Command) -> None:
     s.add_argument("--from", dest="from_", required=True, help="start, ISO 8601")
     s.add_argument("--to", required=True, help="end, ISO 8601")
     s.add_argument(
-        "--step", type=float, default=DEFAULT_INTERVAL, help="evaluation step, seconds (the scrape interval)"
+        "--step", type=SECONDS, default=DEFAULT_INTERVAL, help="evaluation step, seconds (the scrape interval)"
     )
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
 
@@ -137,7 +140,7 @@ def _query_options(s: Command) -> None:
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file (opened read-only)")
     s.add_argument("--api", help="query API URL instead of the file (while `serve` holds it)")
     s.add_argument("--json", action="store_true", help="print JSON records")
-    s.add_argument("--max-rows", type=int, default=200, help="rows to print in table form")
+    s.add_argument("--max-rows", type=COUNT, default=200, help="rows to print in table form")
     lake_reading(s)
 
 

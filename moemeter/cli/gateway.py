@@ -12,7 +12,20 @@ import signal
 import sys
 import time
 
-from .common import CliError, Command, Commands, Row, parse_duration
+from .common import (
+    AT_LEAST_ONE,
+    COUNT,
+    DAYS,
+    PORT,
+    SECONDS,
+    SEED,
+    CliError,
+    Command,
+    Commands,
+    Row,
+    number,
+    parse_duration,
+)
 
 DEFAULT_GATEWAY_PORT = 8000
 
@@ -26,11 +39,11 @@ def _gateway_options(s: Command) -> None:
     from stack.gateway.records import KEEP_DAYS
 
     s.add_argument("--upstream", help="where requests go: vllm-router, one vLLM server, any OpenAI-compatible URL")
-    s.add_argument("--port", type=int, default=DEFAULT_GATEWAY_PORT, help="port to listen on")
+    s.add_argument("--port", type=PORT, default=DEFAULT_GATEWAY_PORT, help="port to listen on")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
     s.add_argument(
         "--admin-port",
-        type=int,
+        type=PORT,
         help="serve /metrics, the request feed and /health on this port "
         "instead (required when --host is beyond loopback or the keys file requires a key)",
     )
@@ -38,17 +51,17 @@ def _gateway_options(s: Command) -> None:
     s.add_argument("--keys", help='API keys file: {"require_key": bool, "keys": [{"sha256", "tenant"}]}')
     s.add_argument("--hash-key", action="store_true", help="read an API key on stdin, print its keys-file entry")
     s.add_argument("--records", default="moemeter-gateway.sqlite", help="durable request log (the collectors' feed)")
-    s.add_argument("--keep-days", type=float, default=KEEP_DAYS, help="days request records stay in the log")
-    s.add_argument("--timeout", type=float, default=UPSTREAM_TIMEOUT, help="seconds a request may take upstream")
+    s.add_argument("--keep-days", type=DAYS, default=KEEP_DAYS, help="days request records stay in the log")
+    s.add_argument("--timeout", type=SECONDS, default=UPSTREAM_TIMEOUT, help="seconds a request may take upstream")
     s.add_argument(
         "--max-user-labels",
-        type=int,
+        type=COUNT,
         default=MAX_USER_LABELS,
         help='users with their own /metrics label; the rest are counted as user="other" (the feed has everyone)',
     )
     s.add_argument(
         "--max-in-flight",
-        type=int,
+        type=AT_LEAST_ONE,
         default=MAX_IN_FLIGHT,
         metavar="N",
         help="requests served at once; more get 429 with Retry-After (recorded as 'overloaded')",
@@ -92,12 +105,6 @@ def cmd_gateway(args: argparse.Namespace) -> int:
             "request feed are served apart (on --admin-host, loopback by default), not to API clients"
         )
     upstream_key = os.environ.get("MOEMETER_UPSTREAM_API_KEY") or None
-    if not args.keep_days > 0:  # NaN too (it never prunes); 0 or less drops records the collectors may not have read
-        raise CliError(f"--keep-days must be a positive number of days, not {args.keep_days}")
-    if not args.timeout > 0:
-        raise CliError(f"--timeout must be a positive number of seconds, not {args.timeout}")
-    if args.max_in_flight <= 0:
-        raise CliError("--max-in-flight must be positive")
     try:
         records = RecordLog(args.records, keep_seconds=args.keep_days * 86400)
     except Exception as exc:  # sqlite3.Error, OSError: say which file
@@ -138,13 +145,22 @@ def _loadgen_options(s: Command) -> None:
 
     s.add_argument("--url", required=True, help="the gateway (or any OpenAI-compatible server)")
     s.add_argument("--model", help="model name (default: the first one /v1/models lists)")
-    s.add_argument("--seed", type=int, default=0, help="same seed, same sessions")
+    s.add_argument("--seed", type=SEED, default=0, help="same seed, same sessions")
     s.add_argument(
-        "--concurrency", type=int, default=CONCURRENCY, help="sessions in flight (closed loop), or the cap with --rate"
+        "--concurrency",
+        type=AT_LEAST_ONE,
+        default=CONCURRENCY,
+        help="sessions in flight (closed loop), or the cap with --rate",
     )
-    s.add_argument("--rate", type=float, help="new sessions per second (open loop) instead of a closed loop")
+    s.add_argument(
+        "--rate",
+        type=number(0.001, 1e6, "sessions a second"),
+        help="new sessions per second (open loop) instead of a closed loop",
+    )
     s.add_argument("--duration", help="stop starting turns after this long (e.g. 10m); default: run every session")
-    s.add_argument("--stream-share", type=float, default=STREAM_SHARE, help="share of requests that stream")
+    s.add_argument(
+        "--stream-share", type=number(0, 1, "a share"), default=STREAM_SHARE, help="share of requests that stream"
+    )
     s.add_argument("--no-ignore-eos", action="store_true", help="do not send vLLM's ignore_eos (other servers)")
     s.add_argument("--api-key-env", help="environment variable holding the API key to send")
     s.add_argument("--out", help="write one JSON line per request here")
@@ -198,9 +214,10 @@ def cmd_loadgen(args: argparse.Namespace) -> int:
     changes = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(spec) if getattr(args, f.name, None) is not None
     }
-    spec = dataclasses.replace(spec, **changes)
-    if spec.users < 1 or spec.sessions < 1 or args.concurrency < 1 or (args.rate is not None and args.rate <= 0):
-        raise CliError("--users, --sessions and --concurrency must be at least 1, --rate above 0")
+    try:
+        spec = dataclasses.replace(spec, **changes)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
     key = os.environ.get(args.api_key_env) if args.api_key_env else None
     model = args.model
     if not model:

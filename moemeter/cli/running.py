@@ -14,7 +14,20 @@ from pathlib import Path
 
 from moemeter.contract import DEFAULT_INTERVAL
 
-from .common import DEFAULT_API_PORT, DEFAULT_DB, CliError, Command, Commands, Row, lake_reading, open_lake
+from .common import (
+    COUNT,
+    DEFAULT_API_PORT,
+    DEFAULT_DB,
+    PORT,
+    SECONDS,
+    SEED,
+    CliError,
+    Command,
+    Commands,
+    Row,
+    lake_reading,
+    open_lake,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DASHBOARD_PORT = 8501
@@ -30,7 +43,7 @@ def _up_options(s: Command) -> None:
 
     twin_db, local_db = (stack_files(Path(), stack)[1] for stack in ("twin", "local-cpu"))
     s.add_argument("--profile", default=DEFAULT_PROFILE, help="twin profile name or TOML path")
-    s.add_argument("--seed", type=int, default=0, help="twin random seed")
+    s.add_argument("--seed", type=SEED, default=0, help="twin random seed")
     s.add_argument(
         "--db",
         help="DuckDB file (default: the stack's own in the work directory: "
@@ -42,10 +55,10 @@ def _up_options(s: Command) -> None:
         help="where the targets file and the database go; the database "
         "is kept between runs, so history survives a restart",
     )
-    s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="dashboard port")
+    s.add_argument("--port", type=PORT, default=DEFAULT_DASHBOARD_PORT, help="dashboard port")
     s.add_argument("--host", default="127.0.0.1", help="dashboard address")
-    s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
-    s.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
+    s.add_argument("--api-port", type=PORT, default=DEFAULT_API_PORT, help="query API port")
+    s.add_argument("--interval", type=SECONDS, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
     s.add_argument(
         "--stack",
         choices=("twin", "local-cpu"),
@@ -55,7 +68,7 @@ def _up_options(s: Command) -> None:
     )
     s.add_argument(
         "--base-port",
-        type=int,
+        type=PORT,
         default=DEFAULT_LOCAL_BASE_PORT,
         help="local CPU stack: the router's port; vLLM, the gateway and the router's metrics on the next nine",
     )
@@ -189,13 +202,13 @@ def _localstack_options(s: Command) -> None:
     s.add_argument("--targets-out", help="write the targets file here once every part answers")
     s.add_argument(
         "--base-port",
-        type=int,
+        type=PORT,
         default=DEFAULT_LOCAL_BASE_PORT,
         help="router port; vLLM on +1 and +2, the gateway on +3, router metrics +9",
     )
     s.add_argument(
         "--traffic-sessions",
-        type=int,
+        type=COUNT,
         default=TRAFFIC_SESSIONS,
         help="load-generator sessions in flight through the gateway (0: none)",
     )
@@ -300,7 +313,7 @@ def cmd_launch(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------- dashboard
 def _dashboard_options(s: Command) -> None:
     s.add_argument("--api", default=f"http://127.0.0.1:{DEFAULT_API_PORT}", help="query API URL")
-    s.add_argument("--port", type=int, default=DEFAULT_DASHBOARD_PORT, help="port")
+    s.add_argument("--port", type=PORT, default=DEFAULT_DASHBOARD_PORT, help="port")
     s.add_argument("--host", default="127.0.0.1", help="address")
     s.add_argument(
         "--require-login",

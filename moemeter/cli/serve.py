@@ -14,16 +14,21 @@ from pathlib import Path
 from moemeter.contract import DEFAULT_INTERVAL
 
 from .common import (
+    AT_LEAST_ONE,
+    DAYS,
     DEFAULT_API_PORT,
     DEFAULT_DB,
     LAKE_DATA_HELP,
     LAKE_HELP,
+    PORT,
+    SECONDS,
     CliError,
     Command,
     Commands,
     Row,
     chunk_minutes,
     memory_help,
+    number,
     open_warehouse,
     rack_name,
 )
@@ -38,15 +43,20 @@ def _serve_options(s: Command) -> None:
 
     s.add_argument("--targets", required=True, help="targets file (JSON list of name, url, role, gpus)")
     s.add_argument("--db", default=DEFAULT_DB, help="DuckDB file")
-    s.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
+    s.add_argument("--interval", type=SECONDS, default=DEFAULT_INTERVAL, help="scrape interval, seconds")
     s.add_argument(
         "--api-host",
         default="127.0.0.1",
         help="query API address; beyond loopback it requires a token (MOEMETER_API_TOKEN or --api-token-file)",
     )
     s.add_argument("--api-token-file", help="file holding the query API's token (else MOEMETER_API_TOKEN)")
-    s.add_argument("--api-port", type=int, default=DEFAULT_API_PORT, help="query API port")
-    s.add_argument("--wait-targets", type=float, default=0.0, help="wait this long for the targets file to appear")
+    s.add_argument("--api-port", type=PORT, default=DEFAULT_API_PORT, help="query API port")
+    s.add_argument(
+        "--wait-targets",
+        type=number(0, 7 * 86400, "seconds"),
+        default=0.0,
+        help="wait this long for the targets file to appear",
+    )
     s.add_argument(
         "--prometheus",
         metavar="URL",
@@ -54,39 +64,39 @@ def _serve_options(s: Command) -> None:
     )
     s.add_argument(
         "--keep-raw-days",
-        type=float,
+        type=DAYS,
         default=Retention.raw_days,
         help="days raw samples are kept (then minute rollups)",
     )
     s.add_argument(
-        "--keep-minute-days", type=float, default=Retention.minute_days, help="days per-minute rollups are kept"
+        "--keep-minute-days", type=DAYS, default=Retention.minute_days, help="days per-minute rollups are kept"
     )
-    s.add_argument("--keep-hour-days", type=float, default=Retention.hour_days, help="days per-hour rollups are kept")
+    s.add_argument("--keep-hour-days", type=DAYS, default=Retention.hour_days, help="days per-hour rollups are kept")
     s.add_argument("--memory-limit", metavar="SIZE", help=memory_help("serve"))
     s.add_argument(
         "--query-timeout",
-        type=float,
+        type=SECONDS,
         default=Limits.timeout_seconds,
         metavar="SECONDS",
         help="stop a query API statement on the server after this long (504)",
     )
     s.add_argument(
         "--query-max-rows",
-        type=int,
+        type=AT_LEAST_ONE,
         default=Limits.max_result_rows,
         metavar="N",
         help="refuse a result of more rows (413)",
     )
     s.add_argument(
         "--query-max-mb",
-        type=float,
+        type=number(0.001, 2**20, "MiB"),
         default=Limits.max_result_bytes / 2**20,
         metavar="MIB",
         help="refuse a result of more MiB (413)",
     )
     s.add_argument(
         "--query-concurrency",
-        type=int,
+        type=AT_LEAST_ONE,
         default=MAX_CONCURRENT,
         metavar="N",
         help=f"statements run at once; more wait up to {QUEUE_SECONDS:g} s, then get 503 with Retry-After",
@@ -95,7 +105,7 @@ def _serve_options(s: Command) -> None:
     s.add_argument("--lake-data", metavar="PATH", help=LAKE_DATA_HELP)
     s.add_argument("--rack", help="the name this rack publishes under (default: the host's name)")
     s.add_argument(
-        "--publish-every", type=float, default=PUBLISH_EVERY, metavar="SECONDS", help="publish to the lake this often"
+        "--publish-every", type=SECONDS, default=PUBLISH_EVERY, metavar="SECONDS", help="publish to the lake this often"
     )
     chunk_minutes(s)
 
@@ -130,8 +140,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"--api-host {args.api_host} is beyond loopback: the query API then needs a token "
             f"({TOKEN_ENV} in the environment, or --api-token-file FILE)"
         )
-    if args.query_timeout <= 0 or args.query_max_rows <= 0 or args.query_max_mb <= 0 or args.query_concurrency <= 0:
-        raise CliError("--query-timeout, --query-max-rows, --query-max-mb and --query-concurrency must be positive")
     limits = Limits(
         timeout_seconds=args.query_timeout,
         max_result_rows=args.query_max_rows,

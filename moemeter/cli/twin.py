@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from moemeter.contract import DEFAULT_INTERVAL
 
-from .common import CliError, Command, Commands, Row, memory_help, open_warehouse, parse_duration
+from .common import PORT, SECONDS, SEED, CliError, Command, Commands, Row, memory_help, open_warehouse, parse_duration
 
 if TYPE_CHECKING:
     from stack.twin.faults import Fault
@@ -29,10 +29,10 @@ def _twin_options(s: Command) -> None:
     from stack.twin.model import TICK_SECONDS
 
     s.add_argument("--profile", default=DEFAULT_PROFILE, help="profile name (stack/twin/profiles) or TOML path")
-    s.add_argument("--seed", type=int, default=0, help="random seed (same seed and start, same numbers)")
+    s.add_argument("--seed", type=SEED, default=0, help="random seed (same seed and start, same numbers)")
     s.add_argument("--targets-out", help="write the targets file the twin serves here")
     s.add_argument("--host", default="127.0.0.1", help="address to bind")
-    s.add_argument("--base-port", type=int, default=0, help="first port (default: free ports)")
+    s.add_argument("--base-port", type=PORT, default=0, help="first port (default: free ports)")
     s.add_argument(
         "--fault",
         action="append",
@@ -43,7 +43,7 @@ def _twin_options(s: Command) -> None:
     )
     s.add_argument(
         "--openai-port",
-        type=int,
+        type=PORT,
         help="also serve a simulated OpenAI-compatible API here (for "
         "`moemeter gateway --upstream` and `moemeter loadgen`)",
     )
@@ -55,11 +55,11 @@ def _twin_options(s: Command) -> None:
     s.add_argument("--db", help="DuckDB file for --fast-forward")
     s.add_argument("--memory-limit", metavar="SIZE", help=memory_help("fast-forward"))
     s.add_argument(
-        "--interval", type=float, default=DEFAULT_INTERVAL, help="scrape interval for --fast-forward, seconds"
+        "--interval", type=SECONDS, default=DEFAULT_INTERVAL, help="scrape interval for --fast-forward, seconds"
     )
     s.add_argument(
         "--tick",
-        type=float,
+        type=SECONDS,
         default=1.0,
         help="simulation step for --fast-forward, seconds (serving "
         f"uses {TICK_SECONDS:g} s; 1 s runs ~4x faster and gives ~3%% fewer tokens)",
@@ -103,6 +103,8 @@ def cmd_twin(args: argparse.Namespace) -> int:
         return _fast_forward(profile, args, faults)
     twin = Twin(profile, seed=args.seed, host=args.host, faults=faults)
     if args.base_port:
+        if args.base_port + len(twin.ports) - 1 > 65535:
+            raise CliError(f"--base-port {args.base_port}: the twin's {len(twin.ports)} ports must end by 65535")
         twin.ports = {name: args.base_port + i for i, name in enumerate(twin.ports)}
     if args.openai_port:  # first: it needs none of the simulation, which takes a while to warm up
         _serve_simulated_upstream(profile.model.name, args.host, args.openai_port)
@@ -179,6 +181,8 @@ def _fast_forward(profile, args: argparse.Namespace, faults: tuple[Fault, ...] =
     start = end - timedelta(seconds=seconds)
     if not 0.01 <= args.tick <= args.interval:
         raise CliError(f"--tick must be between 0.01 s and the interval ({args.interval:g} s)")
+    if seconds < args.interval:
+        raise CliError(f"--fast-forward {args.fast_forward} is shorter than one --interval ({args.interval:g} s)")
     wh = open_warehouse(
         args.db,
         memory_limit=args.memory_limit,

@@ -26,11 +26,14 @@ from .tokens import CACHED, COMPUTED, GENERATED, PROMPT, TOKEN_MEASURES, compute
 DEFAULT_INTERVAL = 5.0
 """Seconds between scrape rounds unless `serve --interval` says otherwise: the collector's
 default, the read layer's bucket for a window without a stored interval, the benchmarks'."""
+LONGEST_DAYS = 3650
+"""The longest a duration or a retention may be (ten years): a flag's, or `Retention`'s."""
 
 __all__ = [
     "CACHED",
     "COMPUTED",
     "DEFAULT_INTERVAL",
+    "LONGEST_DAYS",
     "FAMILIES",
     "GENERATED",
     "KINDS",

@@ -10,7 +10,7 @@ of its own and ends. A session ends after its turns or when its context would pa
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,22 @@ class WorkloadSpec:
     """Turns a subagent runs."""
     think_seconds: float = 1.0
     """Mean think time between a session's turns, seconds (exponential)."""
+
+    def __post_init__(self) -> None:
+        """Refuse a spec no session can be drawn from (a mean of 0 words, no system prompt, NaN)."""
+        at_least = {
+            "users": 1,
+            "sessions": 1,
+            "turns_mean": 1,
+            "system_prompts": 1,
+            "first_turn_words": 1,
+            "turn_words": 1,
+        }
+        for f in fields(self):
+            value, least = getattr(self, f.name), at_least.get(f.name, 0)
+            most = 1 if f.name.endswith("_share") else 10**9
+            if not least <= value <= most:  # NaN fails too
+                raise ValueError(f"--{f.name.replace('_', '-')} must be from {least} to {most:,}, not {value}")
 
 
 @dataclass

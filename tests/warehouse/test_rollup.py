@@ -303,3 +303,12 @@ def test_a_day_is_read_in_six_minute_rows_and_a_week_in_hours():
     assert served_by(plan(six.start, six.end, six.step_seconds, held)) == ("increments", "increments_1m")
     assert served_by(plan(day.start, day.end, day.step_seconds, Holdings())) == ("increments", "increments_1m")
     assert live.Window.between(T0, T0 + timedelta(hours=15)).step_seconds == 720  # 450 s: whole six minutes
+
+
+@pytest.mark.parametrize("days", [0.0, -1.0, float("nan"), float("inf"), 1e6])
+def test_a_retention_of_no_time_or_past_ten_years_is_refused(days):
+    """A negative one would put its cutoff in the future (every row dropped as it closed); NaN or
+    one past ten years would stop the roll-ups (a timestamp's overflow)."""
+    for name in ("raw_days", "minute_days", "hour_days"):
+        with pytest.raises(ValueError, match=rf"Retention.{name} must be above 0 and at most 3,650 days"):
+            Retention(**{name: days})
