@@ -210,6 +210,7 @@ def test_a_file_with_hashed_series_ids_is_renumbered_in_place_by_its_migration()
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
         "024_compact_request_records.sql",
+        "025_e2e_as_its_remainder.sql",
     ]
     assert by_key(old) == kept
     n = len(kept["series"])
@@ -270,6 +271,7 @@ def test_a_file_that_stored_every_counter_reading_keeps_one_copy_after_its_migra
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
         "024_compact_request_records.sql",
+        "025_e2e_as_its_remainder.sql",
     ]
     assert by_key(old) == by_key(new)  # `samples` as the writer now stores it, nothing else touched
     assert stored_readings(old, "readings") == every
@@ -312,6 +314,7 @@ def test_a_file_from_before_the_pool_rollups_gets_those_the_writer_keeps(tmp_pat
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
         "024_compact_request_records.sql",
+        "025_e2e_as_its_remainder.sql",
     ]
     write_rounds(new, range(130, 135))
     write_rounds(old, range(130, 135))
@@ -369,6 +372,7 @@ def test_a_file_of_uncompacted_minutes_is_compacted_in_place_by_its_migration(mo
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
         "024_compact_request_records.sql",
+        "025_e2e_as_its_remainder.sql",
     ]
     assert old.execute(count, [closed]).fetchall() == [(distinct, distinct)]
     assert out_of_series_order(old) == 0
@@ -425,6 +429,7 @@ def test_a_file_from_before_the_six_minute_rollups_gets_those_the_writer_keeps(t
         "022_undo_the_future.sql",
         "023_slo_minutes_by_tenant.sql",
         "024_compact_request_records.sql",
+        "025_e2e_as_its_remainder.sql",
     ]
     assert Holdings.of(LocalQuery(old)).sixes
     for rounds in (range(0), range(131, 195)):  # 13:10 closes 12:00: the writer compacts its six minutes
@@ -450,7 +455,7 @@ def test_computed_columns_are_named_from_the_tables_own_create_statement() -> No
     con = duckdb.connect()
     apply_migrations(con)
     assert computed_columns(con, "requests") == [
-        *("request_id", "started_at", "ttft_seconds", "itl_mean_seconds", "itl_max_seconds"),
+        *("e2e_us", "request_id", "started_at", "ttft_seconds", "itl_mean_seconds", "itl_max_seconds"),
         *("decode_tokens_per_second", "e2e_seconds"),
     ]
     assert computed_columns(con, "samples") == [] and computed_columns(con, "no_such_table") == []

@@ -152,6 +152,37 @@ def test_durations_are_stored_in_whole_units_and_read_back_in_seconds(con) -> No
     assert read == [(0.123456, 0.001234568, 2.000001, 1.5, 1e9 / 1_234_568, start + timedelta(seconds=1.5), start)]
 
 
+@pytest.mark.parametrize(
+    ("ttft", "itl", "generated"),
+    [(0.2, 0.01, 10), (None, None, 10), (0.2, 0.01, 0), (9.2e9, 9.2e9, 2**31 - 1), (0.0, 9.2e9, 2), (9.2e9, None, 1)],
+)
+def test_e2e_reads_back_whatever_the_ttft_and_decode_time(con, ttft, itl, generated) -> None:
+    """Stored as its remainder after the TTFT and the decode time (migration 025), e2e and the start
+    read back to the microsecond, the decode time past any BIGINT too."""
+    r = rec(
+        1, ttft_seconds=ttft, itl_mean_seconds=itl, itl_max_seconds=itl, generated_tokens=generated, e2e_seconds=2.5
+    )
+    page = {"schema": "moemeter.requests/1", "log_id": "A", "records": [{"seq": 1, **r.to_json()}]}
+    assert RequestIngestor().write(con, "gw", page, T0 + timedelta(hours=1)) == 1
+    got = con.execute("SELECT e2e_us, e2e_seconds, finished_at - started_at FROM requests").fetchall()
+    assert got == [(2_500_000, 2.5, timedelta(seconds=2.5))]
+
+
+def test_a_session_that_attaches_the_warehouse_reads_e2e_and_the_start(tmp_path) -> None:
+    """The computed columns name no function of the warehouse's own (a macro would be looked up in
+    the reading session's catalog, not the file's)."""
+    db = tmp_path / "rack.duckdb"
+    with duckdb.connect(str(db)) as c:
+        apply_migrations(c)
+        page = {"schema": "moemeter.requests/1", "log_id": "A", "records": [{"seq": 1, **rec(1).to_json()}]}
+        RequestIngestor().write(c, "gw", page, T0 + timedelta(hours=1))
+    reader = duckdb.connect()
+    reader.execute(f"ATTACH '{db}' AS rack (READ_ONLY)")
+    got = reader.execute("SELECT e2e_us, e2e_seconds, started_at FROM rack.requests").fetchall()
+    assert got == [(500_000, 0.5, T0 + timedelta(seconds=1))]
+    assert reader.execute("SELECT e2e_seconds FROM rack.request_records").fetchall() == [(0.5,)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
@@ -209,7 +240,7 @@ def test_records_stored_before_migration_024_keep_every_column_a_report_reads() 
     read = f"SELECT {kept}, {measured}, decode_tokens_per_second, started_at FROM requests ORDER BY seq"
     old = con.execute(read).fetchall()
 
-    assert apply_migrations(con) == ["024_compact_request_records.sql"]
+    assert apply_migrations(con) == ["024_compact_request_records.sql", "025_e2e_as_its_remainder.sql"]
     new = con.execute(read).fetchall()
     assert [r[:8] for r in new] == [r[:8] for r in old]  # every other column as it was
     for o, n in zip(old, new, strict=True):
@@ -221,6 +252,49 @@ def test_records_stored_before_migration_024_keep_every_column_a_report_reads() 
                            nearest(e2e, 1e6))  # fmt: skip
         assert n[12] == 1e9 / round(n[9] * 1e9)  # decode tokens/s
         assert n[13] == o[4] - timedelta(microseconds=round(n[11] * 1e6))  # the start: the finish less e2e
+    pd.testing.assert_frame_equal(slo_sums(q, T0, end), before[0])
+    pd.testing.assert_frame_equal(user_tokens(q, T0, end), before[1])
+
+
+def test_records_stored_before_migration_025_read_the_same_e2e_and_start() -> None:
+    """Migration 025 stores e2e as its remainder after the TTFT and the decode time: every column,
+    e2e and the start included, reads back identical, for records whose durations are as large as
+    024 kept (a TTFT of 9e18 us), whose counts would overflow the decode time, or that were not
+    measured; per-user tokens and SLO sums are the same."""
+    con = duckdb.connect()
+    migrate_through(con, 24)
+    ensure_slo_sheet(con, T0)
+    big = 2**63 - 1
+    cases = [  # (ttft_us, itl_mean_ns, generated_tokens, e2e_us)
+        *(
+            (250_000 + 7 * i, 11_000_000 + i, 1 + i * 37, 250_000 + 7 * i + (11_000_000 + i) * i * 37 // 1000 + i % 3)
+            for i in range(30)
+        ),  # e2e: the TTFT, the decode time and a tail of 0-2 us
+        (None, None, 10, 1_500_000),  # not measured
+        (None, 12_345_678, 0, 9),  # nothing generated: no decode time
+        (9 * 10**18, 10_000_000, 10, 3_000_000),  # a TTFT 024 kept as 9e18 units
+        (100, 9 * 10**18, big, 5_000_000),  # a decode time past any BIGINT
+        (100, big, 2, 7_000_000),
+        (0, 0, 5, 0),
+    ]
+    rows = []
+    for i, (ttft, itl, generated, e2e) in enumerate(cases, 1):
+        end = T0 + timedelta(seconds=11 * i, microseconds=i, hours=i > 30)  # counts past any sum: an hour on
+        rows.append(("gw", i, "r", i, end, T0 + timedelta(minutes=5), f"u{i % 3}", "acme", "m", "completions",
+                     True, 200, "ok", 100 + i, 64, generated, ttft, itl, itl and 2 * itl // 1000, e2e, True,
+                     None, 0.02 if i % 2 else None))  # fmt: skip
+    con.executemany(f"INSERT INTO requests BY POSITION VALUES ({', '.join('?' * 23)})", rows)
+    q, end = LocalQuery(con), T0 + timedelta(minutes=10)
+    before = (slo_sums(q, T0, end), user_tokens(q, T0, end))
+    columns = [c for (c, *_) in con.execute("DESCRIBE requests").fetchall()]
+    read = f"SELECT {', '.join(columns)} FROM requests ORDER BY seq"
+    old = con.execute(read).fetchall()
+    assert [r[columns.index("e2e_us")] for r in old] == [c[3] for c in cases]
+
+    assert apply_migrations(con) == ["025_e2e_as_its_remainder.sql"]
+    assert con.execute(read).fetchall() == old
+    rest = con.execute("SELECT e2e_rest_us FROM requests ORDER BY seq LIMIT 30").fetchall()
+    assert [r for (r,) in rest] == [i % 3 - ((11_000_000 + i) * i * 37 % 1000 >= 500) for i in range(30)]
     pd.testing.assert_frame_equal(slo_sums(q, T0, end), before[0])
     pd.testing.assert_frame_equal(user_tokens(q, T0, end), before[1])
 
