@@ -364,6 +364,8 @@ HOSTILE_FLAGS = [  # the flag refused last; what each did before
     ["ingest", "--file", "page.txt", "--target", "x", "--at", "2026-12-01T00:00:00", "--gpus=-8"],  # -8 GPUs' cost
     ["gateway", "--upstream", "http://127.0.0.1:1", "--port", "70000"],
     ["twin", "--seed=-1"],
+    ["localstack", "--base-port", "65530"],  # its ten ports would pass 65535
+    ["up", "--stack", "local-cpu", "--base-port", "65530"],
     ["twin", "--fast-forward", "1h", "--tick", "nan"],
     ["query", "--max-rows=-5", "SELECT 1"],
 ]

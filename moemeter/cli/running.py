@@ -26,6 +26,7 @@ from .common import (
     Commands,
     Row,
     lake_reading,
+    number,
     open_lake,
 )
 
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DASHBOARD_PORT = 8501
 DEFAULT_WORKDIR = ".moemeter"  # `up`'s targets files and databases
 DEFAULT_LOCAL_BASE_PORT = 18100  # the local CPU stack's router; its other parts on the next nine ports
+LOCAL_BASE_PORT = number(1, 65535 - 9, "the first of ten TCP ports", whole=True)
 
 commands = Commands()
 
@@ -68,7 +70,7 @@ def _up_options(s: Command) -> None:
     )
     s.add_argument(
         "--base-port",
-        type=PORT,
+        type=LOCAL_BASE_PORT,
         default=DEFAULT_LOCAL_BASE_PORT,
         help="local CPU stack: the router's port; vLLM, the gateway and the router's metrics on the next nine",
     )
@@ -202,7 +204,7 @@ def _localstack_options(s: Command) -> None:
     s.add_argument("--targets-out", help="write the targets file here once every part answers")
     s.add_argument(
         "--base-port",
-        type=PORT,
+        type=LOCAL_BASE_PORT,
         default=DEFAULT_LOCAL_BASE_PORT,
         help="router port; vLLM on +1 and +2, the gateway on +3, router metrics +9",
     )

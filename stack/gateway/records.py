@@ -32,6 +32,8 @@ class RecordLog:
     """Append-only, durable log of request records with a paged reader."""
 
     def __init__(self, path: str | Path, keep_seconds: float = KEEP_DAYS * 86400, batch_seconds: float = 0.05) -> None:
+        if not keep_seconds > 0:  # NaN too: it would never prune; 0 or less drops records before they are read
+            raise ValueError(f"a request log keeps its records for more than 0 seconds, not {keep_seconds}")
         self.path = Path(path)
         self.keep_seconds = keep_seconds
         self.batch_seconds = batch_seconds

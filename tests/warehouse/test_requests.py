@@ -166,6 +166,9 @@ def test_e2e_reads_back_whatever_the_ttft_and_decode_time(con, ttft, itl, genera
     assert RequestIngestor().write(con, "gw", page, T0 + timedelta(hours=1)) == 1
     got = con.execute("SELECT e2e_us, e2e_seconds, finished_at - started_at FROM requests").fetchall()
     assert got == [(2_500_000, 2.5, timedelta(seconds=2.5))]
+    if itl is None:  # no decode time: what is left is e2e less the TTFT
+        [(rest,)] = con.execute("SELECT e2e_rest_us FROM requests").fetchall()
+        assert rest == 2_500_000 - round((ttft or 0) * 1e6)
 
 
 def test_a_session_that_attaches_the_warehouse_reads_e2e_and_the_start(tmp_path) -> None:
@@ -293,8 +296,9 @@ def test_records_stored_before_migration_025_read_the_same_e2e_and_start() -> No
 
     assert apply_migrations(con) == ["025_e2e_as_its_remainder.sql"]
     assert con.execute(read).fetchall() == old
-    rest = con.execute("SELECT e2e_rest_us FROM requests ORDER BY seq LIMIT 30").fetchall()
-    assert [r for (r,) in rest] == [i % 3 - ((11_000_000 + i) * i * 37 % 1000 >= 500) for i in range(30)]
+    rest = [r for (r,) in con.execute("SELECT e2e_rest_us FROM requests ORDER BY seq").fetchall()]
+    assert rest[:30] == [i % 3 - ((11_000_000 + i) * i * 37 % 1000 >= 500) for i in range(30)]
+    assert rest[30:32] == [1_500_000, 9]  # no mean ITL: the whole e2e less the TTFT (none)
     pd.testing.assert_frame_equal(slo_sums(q, T0, end), before[0])
     pd.testing.assert_frame_equal(user_tokens(q, T0, end), before[1])
 

@@ -3,10 +3,12 @@
 -- the last) are taken away: the time from the last token to the response's end, and rounding. At
 -- the twin's mix that is -4..5 us and packs in 0.5 bytes a record, where e2e in microseconds took
 -- 3.3 (docs/operations.md, "Where a request record's bytes go"); on a real gateway it is the tail
--- after the last token, milliseconds. `e2e_us` is computed from it as it is read, exactly: the
--- decode time is whole microseconds, the nearest (halves up), in HUGEINT arithmetic, capped at
--- 1e17 us (3,000 years) so that the remainder of a record whose counts are hostile still fits a
--- BIGINT (a stored TTFT is at most 9e18 us: migration 024). The same expression is in
+-- after the last token, milliseconds; a record without a mean ITL (not streamed, or one token)
+-- keeps its whole e2e. `e2e_us` is computed from it as it is read, exactly: the decode time is
+-- whole microseconds, the nearest (halves up), in BIGINT arithmetic where it cannot overflow (a
+-- mean ITL under 4.3 s, fewer than 2^31 tokens) and else in HUGEINT, kept from 0 to 1e17 us (3,000
+-- years) so that the remainder of a record whose counts are hostile still fits a BIGINT (a stored
+-- TTFT is at most 9e18 us: migration 024). The same expression is in
 -- warehouse/sql/requests_insert.sql; it is written out, not a macro, because a macro is looked up
 -- in the reader's default catalog, and a session that ATTACHes the warehouse could not read e2e.
 CREATE TABLE requests_e2e_rest (
@@ -33,7 +35,13 @@ CREATE TABLE requests_e2e_rest (
     usage_reported            BOOLEAN NOT NULL,   -- counts from the upstream's usage, not counted chunks
     slo_ttft_seconds          DOUBLE,             -- the request's own targets (migration 011)
     slo_itl_seconds           DOUBLE,
-    e2e_us                    BIGINT GENERATED ALWAYS AS (e2e_rest_us + coalesce(ttft_us, 0) + coalesce(least((itl_mean_ns::HUGEINT * greatest(generated_tokens - 1, 0) + 500) // 1000, 100000000000000000)::BIGINT, 0)) VIRTUAL,
+    e2e_us                    BIGINT GENERATED ALWAYS AS (
+        e2e_rest_us + coalesce(ttft_us, 0)
+        + CASE WHEN itl_mean_ns IS NULL THEN 0
+               WHEN itl_mean_ns BETWEEN 0 AND 4294967295 AND generated_tokens < 2147483648
+               THEN (itl_mean_ns * greatest(generated_tokens - 1, 0) + 500) // 1000
+               ELSE least(greatest((itl_mean_ns::HUGEINT * greatest(generated_tokens - 1, 0) + 500) // 1000, 0),
+                          100000000000000000)::BIGINT END) VIRTUAL,
     request_id                VARCHAR GENERATED ALWAYS AS (request_id_text || coalesce(request_id_number::VARCHAR, '')) VIRTUAL,
     started_at                TIMESTAMP GENERATED ALWAYS AS (finished_at - to_microseconds(e2e_us)) VIRTUAL,
     ttft_seconds              DOUBLE GENERATED ALWAYS AS (ttft_us / 1000000) VIRTUAL,
@@ -45,8 +53,13 @@ CREATE TABLE requests_e2e_rest (
 INSERT INTO requests_e2e_rest BY NAME
 SELECT * EXCLUDE (e2e_us, request_id, started_at, ttft_seconds, itl_mean_seconds, itl_max_seconds,
                   decode_tokens_per_second, e2e_seconds),
-       e2e_us - coalesce(ttft_us, 0) - coalesce(least((itl_mean_ns::HUGEINT * greatest(generated_tokens - 1, 0) + 500) // 1000, 100000000000000000)::BIGINT, 0) AS e2e_rest_us
-FROM requests ORDER BY rowid;
+       e2e_us - coalesce(ttft_us, 0)
+       - CASE WHEN itl_mean_ns IS NULL THEN 0
+              WHEN itl_mean_ns BETWEEN 0 AND 4294967295 AND generated_tokens < 2147483648
+              THEN (itl_mean_ns * greatest(generated_tokens - 1, 0) + 500) // 1000
+              ELSE least(greatest((itl_mean_ns::HUGEINT * greatest(generated_tokens - 1, 0) + 500) // 1000, 0),
+                         100000000000000000)::BIGINT END AS e2e_rest_us
+FROM requests;
 DROP TABLE requests;
 ALTER TABLE requests_e2e_rest RENAME TO requests;
 CREATE OR REPLACE VIEW request_records AS

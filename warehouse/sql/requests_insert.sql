@@ -5,7 +5,11 @@
 INSERT INTO requests BY NAME
 SELECT * EXCLUDE (e2e_us),
        e2e_us - coalesce(ttft_us, 0)
-       - coalesce(least((itl_mean_ns::HUGEINT * greatest(generated_tokens - 1, 0) + 500) // 1000, 100000000000000000)::BIGINT, 0) AS e2e_rest_us
+       - CASE WHEN itl_mean_ns IS NULL THEN 0
+              WHEN itl_mean_ns BETWEEN 0 AND 4294967295 AND generated_tokens < 2147483648
+              THEN (itl_mean_ns * greatest(generated_tokens - 1, 0) + 500) // 1000
+              ELSE least(greatest((itl_mean_ns::HUGEINT * greatest(generated_tokens - 1, 0) + 500) // 1000, 0),
+                         100000000000000000)::BIGINT END AS e2e_rest_us
 FROM (
     SELECT * EXCLUDE (request_id, id, ttft_seconds, itl_mean_seconds, itl_max_seconds, e2e_seconds),
            CASE WHEN id.number = '' THEN request_id ELSE id.text END AS request_id_text,

@@ -7,6 +7,8 @@ import math
 import time
 from dataclasses import asdict, fields
 
+import pytest
+
 from moemeter.contract.requests import RequestRecord
 from stack.gateway import records
 from stack.gateway.records import RecordLog
@@ -50,3 +52,10 @@ def test_records_past_their_days_are_dropped_at_the_first_write_on_a_host_just_b
     log.append(_record("now", now))
     log.close()
     assert _ids(log) == ["six-days-old", "now"]
+
+
+@pytest.mark.parametrize("keep", [0.0, -1.0, math.nan])
+def test_a_log_kept_for_no_time_is_refused_and_no_file_made(tmp_path, keep):
+    with pytest.raises(ValueError, match="more than 0 seconds"):
+        RecordLog(tmp_path / "gw.sqlite", keep_seconds=keep)
+    assert not (tmp_path / "gw.sqlite").exists()
