@@ -324,9 +324,9 @@ def records_as_stored_now(con: duckdb.DuckDBPyConnection) -> None:
     """Give a warehouse of a previous schema the request records' table today's feed writes
     (RECORD_LAYOUTS, not recorded: they run again, as on a file the previous schema wrote, and keep
     every record)."""
-    for version, _, text in migrations():
+    for version, _, statements in migrations():
         if version in RECORD_LAYOUTS:
-            con.execute(text)
+            con.execute(statements)
 
 
 OLD_SHEET = """
