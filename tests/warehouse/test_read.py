@@ -31,7 +31,7 @@ from dashboard.data import cost as cost_page
 from dashboard.data import live, overhead
 from moemeter.contract import TargetInfo
 from warehouse.api import LocalQuery
-from warehouse.cost import cost_report, daily_statement
+from warehouse.cost import cost_report, daily_statement, pool_tokens
 from warehouse.db import apply_migrations
 from warehouse.ingest import Ingestor, ScrapeBatch
 from warehouse.prices import GpuPrice, PriceSheet, default_sheet
@@ -459,6 +459,57 @@ def test_a_restart_after_a_gap_counts_from_the_process_start_not_over_the_gap():
     assert numbers(q, (DAY + timedelta(hours=12), restarted))["prompt"] == 0
     assert numbers(q, (restarted, DAY + timedelta(hours=13, seconds=1)))["prompt"] == pytest.approx(600)
     assert numbers(q, (restarted + timedelta(minutes=5), DAY + timedelta(hours=13)))["prompt"] == pytest.approx(300)
+
+
+def engines_in_order(order: list[int]) -> LocalQuery:
+    """Three prefill engines whose counters add 0.1, 0.2 and 0.3 a scrape (a counter is a double),
+    scraped 10 times a minute apart, each page listing them in `order`: the file stores the same
+    rows, in that order."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing = Ingestor()
+    for n in range(10):
+        page = "# TYPE vllm:prompt_tokens counter\n" + "".join(
+            f'vllm:prompt_tokens_total{{engine="{e}",model_name="tiny-deepseek"}} {round(n * 0.1 * (e + 1), 1)}\n'
+            for e in order
+        )
+        ing.write(con, ScrapeBatch(PREFILL, DAY + timedelta(minutes=n), True, 0.01, parse_page(page.encode())))
+    return LocalQuery(con)
+
+
+def test_the_same_rows_in_another_order_cost_the_same_to_the_bit():
+    """A sum of doubles depends on the order it adds them in, which the threads and the file's layout
+    decide; a rack's file and its copy in the lake once gave reports a thousandth apart where a
+    figure was a tie at its rounding (the fleet test, on CI). The cost statement sums exactly: the
+    same rows give the same bits whatever their order. 0.1 + 0.2 + 0.3 added in two orders differs."""
+    assert (0.1 + 0.2) + 0.3 != (0.3 + 0.2) + 0.1
+    ahead, behind = engines_in_order([0, 1, 2]), engines_in_order([2, 1, 0])
+    pools = {"prefill": [("prefill-0", 2)], "decode": []}
+    for start, end, step in (
+        (DAY + timedelta(seconds=20), DAY + timedelta(minutes=8, seconds=40), None),
+        (DAY, DAY + timedelta(minutes=9), 60),
+        (DAY + timedelta(seconds=30), DAY + timedelta(minutes=9), 120),
+    ):
+        a, b = (pool_tokens(q, pools, start, end, step) for q in (ahead, behind))
+        assert len(a) and a["prompt"].sum() == pytest.approx(0.6 * (end - start).total_seconds() / 60)
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+        reports = [cost_report(q, pools, start, end, default_sheet()).as_json() for q in (ahead, behind)]
+        assert reports[0] == reports[1]
+
+
+def test_a_counter_too_large_to_sum_exactly_is_still_counted():
+    """A broken exporter's counter that jumps by 1e20 and 1e300 in a scrape interval (past what the
+    exact sum holds) is added as a double: the report counts it, and fails on nothing."""
+    con = duckdb.connect()
+    apply_migrations(con)
+    ing = Ingestor()
+    for n, prompt in enumerate((0.0, 7.0, 1e20, 1e300)):
+        page = prefill_page(prompt, 0.0).encode()
+        ing.write(con, ScrapeBatch(PREFILL, DAY + timedelta(minutes=n), True, 0.01, parse_page(page)))
+    q, pools = LocalQuery(con), {"prefill": [("prefill-0", 2)], "decode": []}
+    assert pool_tokens(q, pools, DAY, DAY + timedelta(minutes=2), None)["prompt"].tolist() == [1e20]
+    assert pool_tokens(q, pools, DAY, DAY + timedelta(minutes=3), None)["prompt"].tolist() == [1e300]
+    assert pool_tokens(q, pools, DAY, DAY + timedelta(minutes=1), None)["prompt"].tolist() == [7.0]
 
 
 def test_steps_are_epoch_aligned_and_cut_to_the_window():

@@ -1,7 +1,10 @@
 -- Counter increases of the series in `picked` over the window [$start, $end), per bucket of
 -- $step_us microseconds from $origin_us (docs/definitions.md, Windows). The CTE list goes after
--- the caller's `picked` (series_id, ...) and defines `per_series` (bucket, series_id, delta,
--- seconds, idle_seconds).
+-- the caller's `picked` (series_id, ...) and defines `pieces` (k, series_id, delta, seconds,
+-- idle_seconds: what each row gives the k-th bucket) and `per_series` (bucket, series_id, delta,
+-- seconds, idle_seconds: their sums). A sum of doubles depends on the order it adds them in,
+-- which threads and the files' layout decide: a figure that must come out the same to the bit
+-- (a cost, a FOCUS row) sums `pieces` exactly (pool_tokens.sql).
 --
 -- A raw increment stored at ts with interval `seconds` covers (ts - seconds, ts]; a rollup row
 -- covers its minute or hour. A piece of the window takes the share of each row's span that lies
@@ -111,12 +114,15 @@ split AS (
            (least(y, $origin_us + (k + 1) * $step_us) - greatest(x, $origin_us + k * $step_us)) / span AS share
     FROM (SELECT *, unnest(range(first, last + 1)) AS k FROM buckets WHERE first < last)
 ),
+pieces AS (  -- what each row gives each bucket k it reaches
+    SELECT k, series_id, delta * share AS delta, covered * share AS seconds, idle * share AS idle_seconds
+    FROM split
+    UNION ALL
+    SELECT k, series_id, delta, seconds, idle_seconds FROM whole
+),
 per_series AS (
     SELECT make_timestamp($origin_us + k * $step_us) AS bucket, series_id, sum(delta) AS delta,
            sum(seconds) AS seconds, sum(idle_seconds) AS idle_seconds
-    FROM (SELECT k, series_id, delta * share AS delta, covered * share AS seconds, idle * share AS idle_seconds
-          FROM split
-          UNION ALL
-          SELECT k, series_id, delta, seconds, idle_seconds FROM whole)
+    FROM pieces
     GROUP BY ALL
 )

@@ -12,18 +12,28 @@ WITH picked AS (
     WHERE g.role = 'prefill' AND s.metric IN ('vllm:prompt_tokens_total', 'vllm:prompt_tokens_by_source_total')
        OR g.role = 'decode' AND s.metric = 'vllm:generation_tokens_total'
 ),
-/*increase*/
-SELECT p.bucket,
-       coalesce(sum(p.delta) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total'), 0) AS prompt,
-       coalesce(sum(p.delta) FILTER (WHERE s.source = 'local_cache_hit'), 0) AS cached,
-       coalesce(sum(p.delta) FILTER (WHERE s.metric = 'vllm:generation_tokens_total'), 0) AS generated,
-       coalesce(sum(p.idle_seconds * s.gpus) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total'), 0)
-           AS prefill_idle_gpu_seconds,
-       coalesce(sum(p.idle_seconds * s.gpus) FILTER (WHERE s.metric = 'vllm:generation_tokens_total'), 0)
-           AS decode_idle_gpu_seconds,
-       coalesce(sum((p.seconds - p.idle_seconds) * s.gpus) FILTER (WHERE s.metric = 'vllm:prompt_tokens_total'), 0)
-           AS prefill_busy_gpu_seconds,
-       coalesce(sum((p.seconds - p.idle_seconds) * s.gpus) FILTER (WHERE s.metric = 'vllm:generation_tokens_total'), 0)
-           AS decode_busy_gpu_seconds
-FROM per_series p JOIN picked s USING (series_id)
-GROUP BY p.bucket ORDER BY p.bucket
+/*increase*/,
+parts AS (  -- each piece as what it adds to each figure (NULL: nothing)
+    SELECT p.k,
+           CASE WHEN s.metric = 'vllm:prompt_tokens_total' THEN p.delta END AS prompt,
+           CASE WHEN s.source = 'local_cache_hit' THEN p.delta END AS cached,
+           CASE WHEN s.metric = 'vllm:generation_tokens_total' THEN p.delta END AS generated,
+           CASE WHEN s.metric = 'vllm:prompt_tokens_total' THEN p.idle_seconds * s.gpus END
+               AS prefill_idle_gpu_seconds,
+           CASE WHEN s.metric = 'vllm:generation_tokens_total' THEN p.idle_seconds * s.gpus END
+               AS decode_idle_gpu_seconds,
+           CASE WHEN s.metric = 'vllm:prompt_tokens_total' THEN (p.seconds - p.idle_seconds) * s.gpus END
+               AS prefill_busy_gpu_seconds,
+           CASE WHEN s.metric = 'vllm:generation_tokens_total' THEN (p.seconds - p.idle_seconds) * s.gpus END
+               AS decode_busy_gpu_seconds
+    FROM pieces p JOIN picked s USING (series_id)
+)
+-- Each figure summed exactly, to the billionth, in DECIMAL(38, 9): the order the threads add the
+-- pieces in cannot move a cost by a bit, so the same rows (a rack's file, its copy in the lake) give
+-- the same report. A piece past 1e15 (no scrape interval counts that many tokens: a broken
+-- exporter's counter) cannot be held so and is added as a double.
+SELECT make_timestamp($origin_us + k * $step_us) AS bucket,
+       coalesce(sum(CASE WHEN abs(COLUMNS(* EXCLUDE (k))) < 1e15 THEN COLUMNS(* EXCLUDE (k))::DECIMAL(38, 9) END)::DOUBLE, 0)
+           + coalesce(sum(CASE WHEN NOT abs(COLUMNS(* EXCLUDE (k))) < 1e15 THEN COLUMNS(* EXCLUDE (k)) END), 0)
+FROM parts
+GROUP BY k ORDER BY k
