@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from prometheus_client.metrics_core import METRIC_TYPES
@@ -365,9 +366,13 @@ def _number(value: str, stamp: str | None) -> float | None:
     return number
 
 
-def _sample_line(line: str) -> tuple[str, tuple[tuple[str, str], ...], float, str]:
+def _sample_line(
+    line: str, shared: dict[Any, Any] | None = None
+) -> tuple[str, tuple[tuple[str, str], ...], float, str]:
     """A plain sample line's name, sorted labels, value, and its text before the value; _NotPlain
-    where the reference decides, ExpositionError over a limit."""
+    where the reference decides, ExpositionError over a limit. `shared`: the page's names and label
+    pairs so far; a repeated one is that object, not a copy (a page of 2,000 series repeats its
+    model and engine labels on every line, and the scrape cache keeps the page's samples)."""
     m = _SAMPLE.fullmatch(line)
     if m is None:
         raise _NotPlain
@@ -381,10 +386,12 @@ def _sample_line(line: str) -> tuple[str, tuple[tuple[str, str], ...], float, st
             for key, v in pairs:
                 if len(v) > MAX_LABEL_VALUE_BYTES:
                     raise ExpositionError(f"label {key} of {name} has a {len(v)}-character value: refused")
-        labels = tuple(sorted(pairs))
+        labels = tuple(sorted(pairs if shared is None else [shared.setdefault(p, p) for p in pairs]))
     number = _number(value, stamp)
     if number is None:
         raise _NotPlain
+    if shared is not None:
+        name = shared.setdefault(name, name)
     return name, labels, number, line[: m.start(3)]
 
 
@@ -396,6 +403,7 @@ def _parse_plain_text(text: str, max_samples: int, kept: list[tuple[str, Sample 
     shape: list[tuple[str, bool]] = []  # per line: (the comment, False) or (the text before the value, True)
     family, kind, start = "", "unknown", 0  # the family being read and where its samples start
     allowed: tuple[str, ...] = ()
+    shared: dict[Any, Any] = {}  # this page's names and label pairs, each kept once (_sample_line)
 
     def close() -> None:  # the reference's build_metric: counters named without _total
         if kind == "counter" and family:
@@ -431,7 +439,7 @@ def _parse_plain_text(text: str, max_samples: int, kept: list[tuple[str, Sample 
                     raise _NotPlain
                 allowed = tuple(family + suffix for suffix in _ALLOWED.get(kind, ("",)))
             continue
-        name, labels, number, head = _sample_line(line)
+        name, labels, number, head = _sample_line(line, shared)
         shape.append((head, True))
         if name in allowed:
             out.append(Sample(name, labels, number, family, kind))

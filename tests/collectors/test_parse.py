@@ -176,6 +176,20 @@ def test_fast_path_takes_the_real_pages(capture):
         assert _parse_plain_text(capture(name), MAX_SAMPLES)
 
 
+def test_a_pages_repeated_names_and_labels_are_kept_once():
+    """The scrape cache keeps a page's samples for as long as its layout holds: a label pair or a
+    name the page repeats (its model and engine on every line) is one object, not one per line
+    (the largest captures kept 1,303 bytes a sample before, 878 after)."""
+    page = "".join(
+        f'vllm:kv_cache_usage_perc{{engine="{e}",model_name="tiny-deepseek",pod="{e % 3}"}} 0.{e}\n' for e in range(9)
+    )
+    samples = PageCache().parse(page.encode())
+    pairs = {id(p): p for s in samples for p in s.labels}
+    assert len(samples) == 9 and len(pairs) == 9 + 1 + 3  # each engine, the model, each pod
+    assert len({id(s.name) for s in samples}) == 1
+    assert [dict(s.labels)["engine"] for s in samples] == [str(e) for e in range(9)]
+
+
 # ---------------------------------------------------------------- the scrape cache gives parse_page's samples
 def reference(text: str) -> object:
     """parse_reference's samples, comparable (NaN by its text), or ExpositionError."""
