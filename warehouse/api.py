@@ -14,10 +14,11 @@ statement stopped at the time limit. Either format's answer is written batch by 
 statement holds its slot, counted against `max_result_bytes` as it grows (refused there, never
 built whole first), then sent whole within the same time limit; the slot is released once it is
 sent. So the answers in flight hold at most `max_concurrent` x `max_result_bytes` (4 x 256 MiB).
-GET /health answers {"ok": ..., "writer": {...}, "collector": {...}, "lake": {...}}: whether writes
+GET /health answers {"ok": ..., "writer": {...}, "memory": {...}, "collector": {...}, "lake": {...}}: whether writes
 succeed, and if not since when, why (disk full, read-only) and how many rounds were lost; under
 `serve --lake`, the rack's watermark in the lake and the publisher's last failure; how many rounds
-the collector stored, failed, stored target by target, and how many inputs it refused. `ok` is
+the collector stored, failed, stored target by target, and how many inputs it refused; the
+process's resident memory and DuckDB's part of it against its cap. `ok` is
 false while writes or rounds fail; /health still answers 200 then (queries do), and never waits for
 a query.
 """
@@ -451,7 +452,7 @@ class QueryServer(ThreadingHTTPServer):
     def health(self) -> dict[str, Any]:
         """Whether the writer writes and the collector's rounds are stored; `ok` only when both."""
         writer = self.warehouse.health.as_json()
-        out: dict[str, Any] = {"ok": bool(writer["ok"]), "writer": writer}
+        out: dict[str, Any] = {"ok": bool(writer["ok"]), "writer": writer, "memory": self.warehouse.memory()}
         if self.collector is not None:
             out["collector"] = collector = self.collector()
             out["ok"] = out["ok"] and bool(collector["ok"])

@@ -28,7 +28,7 @@ import pyarrow as pa
 from moemeter.contract.errors import MoemeterError
 
 from . import readonly
-from .limits import MB, MEMORY_FLOOR_MB, default_memory_limit, size_bytes
+from .limits import MB, MEMORY_FLOOR_MB, default_memory_limit, resident_bytes, size_bytes
 from .sql import sql
 
 log = logging.getLogger(__name__)
@@ -165,6 +165,10 @@ def apply_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
             raise
         applied.append(name)
     return applied
+
+
+def _mb(size: int | None) -> float | None:
+    return None if size is None else round(size / MB, 1)
 
 
 class Warehouse:
@@ -360,6 +364,26 @@ class Warehouse:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of the reader's own (one per thread)."""
         return self._con.cursor()
+
+    def memory(self) -> dict[str, float | None]:
+        """In MB (10^6 bytes): the process's resident memory (None where the system does not say),
+        DuckDB's part of it and its cap, and what DuckDB spilled to disk (GET /health). DuckDB's
+        figures are None while the database cannot answer (invalidated by a full disk, until the
+        writer reopens it): /health answers then too."""
+        held: int | None = None
+        spilled: int | None = None
+        try:
+            with self.cursor() as cur:
+                held, spilled = cur.execute(sql("db_memory")).fetchone() or (None, None)
+        except duckdb.Error:
+            pass
+        resident = resident_bytes()
+        return {
+            "resident_mb": _mb(resident),
+            "duckdb_mb": _mb(held),
+            "duckdb_cap_mb": _mb(size_bytes(self._memory_limit)),
+            "duckdb_spilled_mb": _mb(spilled),
+        }
 
     def query_df(self, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pd.DataFrame:
         with self.cursor() as cur:

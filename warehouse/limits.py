@@ -75,6 +75,15 @@ def default_memory_limit(kind: str = "serve") -> str:
     return f"{max(MEMORY_FLOOR_MB, min(share, MEMORY_CEILING_MB[kind]))}MB"
 
 
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux's /proc/self/statm); None where there is none."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 # glibc's heap, beside the DuckDB cap: a long-running process frees most of what Python allocates in
 # a round (pages, parsed samples), and glibc keeps the freed blocks, in a heap ("arena") per thread
 # that allocated them, up to 8 per core. `serve` kept them: RSS 544 -> 686 MB in its first 4

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import httpx
@@ -86,6 +87,32 @@ def test_json_format_and_bad_requests(server):
     assert r.status_code == 400 and "query failed" in r.json()["error"]
     health = httpx.get(f"{server.url}/health").json()
     assert health["ok"] and health["writer"]["ok"] and health["writer"]["failed_writes"] == 0
+
+
+def test_health_says_what_the_process_holds_and_duckdbs_part_under_its_cap(tmp_path):
+    """An SRE asks /health whether the monitor is the process near the OOM killer: its resident
+    memory, DuckDB's part of it (which a statement's working memory raises) and DuckDB's cap."""
+    wh = Warehouse(tmp_path / "m.duckdb", memory_limit="300MB")
+    srv = QueryServer(wh)
+    srv.start()
+    try:
+        before = httpx.get(f"{srv.url}/health").json()["memory"]
+        with wh.cursor() as cur:  # a reader holding a hash table of a million groups
+            cur.execute(
+                "CREATE TEMP TABLE held AS SELECT i % 1000000 AS k, count(*) AS n FROM range(3000000) r(i) GROUP BY k"
+            )
+            during = httpx.get(f"{srv.url}/health").json()["memory"]
+        with open("/proc/self/statm") as statm:
+            resident_mb = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+        wh._con.close()  # a database that cannot answer (as a full disk leaves it until reopened)
+        unanswered = httpx.get(f"{srv.url}/health").json()["memory"]
+    finally:
+        srv.shutdown()
+        wh.close()
+    assert before["duckdb_cap_mb"] == 300 and before["duckdb_spilled_mb"] == 0
+    assert during["duckdb_mb"] > before["duckdb_mb"] + 8  # the temporary table: 16 MB of keys and counts
+    assert 0 < during["duckdb_mb"] < during["resident_mb"] <= resident_mb * 1.5
+    assert unanswered["duckdb_mb"] is None and unanswered["resident_mb"] > 0
 
 
 def test_beyond_loopback_the_api_needs_a_token_and_checks_it(tmp_path, monkeypatch, caplog):
