@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -336,10 +336,15 @@ def increases(
     end: datetime,
     step_seconds: float | None,
     params: dict[str, Any] | None = None,
+    sixes: bool = True,
 ) -> pd.DataFrame:
     """Run warehouse/sql/<name>.sql over the prorated increases in [start, end); `params` are the
-    statement's own named parameters (any name but the read layer's)."""
+    statement's own named parameters (any name but the read layer's). `sixes=False`: minute rows
+    serve where six-minute rows could, as in the lake, which holds none (a six-minute row is its
+    minutes added as doubles: its last bit may differ from theirs summed exactly)."""
     held = Holdings.of(q)
+    if not sixes:
+        held = replace(held, sixes=False)
     p = plan(start, end, step_seconds, held)
     clash = set(params or ()) & set(p)
     if clash:

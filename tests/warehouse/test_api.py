@@ -97,7 +97,7 @@ def test_health_says_what_the_process_holds_and_duckdbs_part_under_its_cap(tmp_p
     srv.start()
     try:
         before = httpx.get(f"{srv.url}/health").json()["memory"]
-        with wh.cursor() as cur:  # a reader holding a hash table of a million groups
+        with wh.cursor() as cur:  # a reader's temporary table of a million rows, held in DuckDB's blocks
             cur.execute(
                 "CREATE TEMP TABLE held AS SELECT i % 1000000 AS k, count(*) AS n FROM range(3000000) r(i) GROUP BY k"
             )

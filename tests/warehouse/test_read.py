@@ -269,7 +269,8 @@ def test_raw_minute_and_hour_tables_give_the_same_numbers(day, dropped):
 def test_six_minute_rows_give_the_minutes_numbers(day, without_sixes, step):
     """A step of whole six minutes reads the six-minute rows between the minutes at a window's
     edges and its whole hours: the pages' token rates, and the costs, are those the minute rows
-    give in a file without them, for windows that cut through scrape intervals."""
+    give in a file without them, for windows that cut through scrape intervals. The costs read the
+    minute rows either way (what the lake holds), so they are the same to the bit."""
     held = Holdings.of(day)
     assert held.sixes and not Holdings.of(without_sixes).sixes
     p, hours = plan(*W2, step, held), step is None or step % 3600 == 0
@@ -286,9 +287,9 @@ def test_six_minute_rows_give_the_minutes_numbers(day, without_sixes, step):
         assert got[["bucket", "role"]].equals(want[["bucket", "role"]]) and len(got) > 1
         for column in ("prompt_per_s", "cached_per_s", "generated_per_s"):
             assert got[column].to_numpy() == pytest.approx(want[column].to_numpy(), rel=1e-12), column
-        assert numbers(day, window) == {
-            k: pytest.approx(v, rel=1e-12, abs=1e-6) for k, v in numbers(without_sixes, window).items()
-        }
+        assert numbers(day, window) == numbers(without_sixes, window)
+        report = cost_report(day, POOLS, *window, default_sheet()).as_json()
+        assert report == cost_report(without_sixes, POOLS, *window, default_sheet()).as_json()
 
 
 def test_a_window_whose_minutes_were_dropped_takes_its_share_of_the_hours(day, hours_only):
@@ -461,17 +462,19 @@ def test_a_restart_after_a_gap_counts_from_the_process_start_not_over_the_gap():
     assert numbers(q, (restarted + timedelta(minutes=5), DAY + timedelta(hours=13)))["prompt"] == pytest.approx(300)
 
 
-def engines_in_order(order: list[int]) -> LocalQuery:
-    """Three prefill engines whose counters add 0.1, 0.2 and 0.3 a scrape (a counter is a double),
-    scraped 10 times a minute apart, each page listing them in `order`: the file stores the same
-    rows, in that order."""
+ADDS = (0.1, 100_000_000.2, 0.3)  # tokens a minute: the twin's prefill counts 2e8 a minute
+
+
+def engines_in_order(order: list[int], every: int = 1, scrapes: int = 13) -> LocalQuery:
+    """Three prefill engines whose counters add ADDS a minute (a counter is a double: a sum of them
+    rounds), scraped `scrapes` times `every` minutes apart, each page listing them in `order`: the
+    file stores the same rows, in that order."""
     con = duckdb.connect()
     apply_migrations(con)
     ing = Ingestor()
-    for n in range(10):
+    for n in range(0, every * scrapes, every):
         page = "# TYPE vllm:prompt_tokens counter\n" + "".join(
-            f'vllm:prompt_tokens_total{{engine="{e}",model_name="tiny-deepseek"}} {round(n * 0.1 * (e + 1), 1)}\n'
-            for e in order
+            f'vllm:prompt_tokens_total{{engine="{e}",model_name="tiny-deepseek"}} {n * ADDS[e]!r}\n' for e in order
         )
         ing.write(con, ScrapeBatch(PREFILL, DAY + timedelta(minutes=n), True, 0.01, parse_page(page.encode())))
     return LocalQuery(con)
@@ -481,8 +484,7 @@ def test_the_same_rows_in_another_order_cost_the_same_to_the_bit():
     """A sum of doubles depends on the order it adds them in, which the threads and the file's layout
     decide; a rack's file and its copy in the lake once gave reports a thousandth apart where a
     figure was a tie at its rounding (the fleet test, on CI). The cost statement sums exactly: the
-    same rows give the same bits whatever their order. 0.1 + 0.2 + 0.3 added in two orders differs."""
-    assert (0.1 + 0.2) + 0.3 != (0.3 + 0.2) + 0.1
+    same rows give the same bits whatever their order."""
     ahead, behind = engines_in_order([0, 1, 2]), engines_in_order([2, 1, 0])
     pools = {"prefill": [("prefill-0", 2)], "decode": []}
     for start, end, step in (
@@ -491,10 +493,27 @@ def test_the_same_rows_in_another_order_cost_the_same_to_the_bit():
         (DAY + timedelta(seconds=30), DAY + timedelta(minutes=9), 120),
     ):
         a, b = (pool_tokens(q, pools, start, end, step) for q in (ahead, behind))
-        assert len(a) and a["prompt"].sum() == pytest.approx(0.6 * (end - start).total_seconds() / 60)
+        assert len(a) and a["prompt"].sum() == pytest.approx(sum(ADDS) * (end - start).total_seconds() / 60)
         pd.testing.assert_frame_equal(a, b, check_exact=True)
         reports = [cost_report(q, pools, start, end, default_sheet()).as_json() for q in (ahead, behind)]
         assert reports[0] == reports[1]
+
+
+def test_the_cost_reads_the_rows_a_racks_copy_in_the_lake_holds():
+    """The lake holds no six-minute rows, and a six-minute row is its minutes added as doubles (its
+    last bit may differ from theirs summed exactly): the cost reads the minute rows with or without
+    them, so a rack's file and its copy in the lake give the same bits."""
+    # scraped every 7 minutes: each roll-up adds a six-minute row of the minutes' shares it closed
+    held, lake_like = engines_in_order([0, 1, 2], 7), engines_in_order([0, 1, 2], 7)
+    for table in ("increments_6m", "pool_histograms_6m"):
+        lake_like.con.execute(f"DROP TABLE {table}")
+    lake_like.con.execute("DELETE FROM rollup_state WHERE name = 'increments_6m'")
+    assert Holdings.of(held).sixes and held.con.execute("SELECT count(*) FROM increments_6m").fetchone()[0]
+    assert not Holdings.of(lake_like).sixes
+    pools = {"prefill": [("prefill-0", 2)], "decode": []}
+    for step in (360, 720, None):
+        a, b = (pool_tokens(q, pools, DAY, DAY + timedelta(minutes=84), step) for q in (held, lake_like))
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
 def test_a_counter_too_large_to_sum_exactly_is_still_counted():

@@ -4,7 +4,8 @@
 -- idle_seconds: what each row gives the k-th bucket) and `per_series` (bucket, series_id, delta,
 -- seconds, idle_seconds: their sums). A sum of doubles depends on the order it adds them in,
 -- which threads and the files' layout decide: a figure that must come out the same to the bit
--- (a cost, a FOCUS row) sums `pieces` exactly (pool_tokens.sql).
+-- (a cost, a FOCUS row) sums `pieces` exactly (pool_tokens.sql), over the same rows in a rack's file
+-- and in the lake (warehouse/read.py, increases: sixes=False).
 --
 -- A raw increment stored at ts with interval `seconds` covers (ts - seconds, ts]; a rollup row
 -- covers its minute or hour. A piece of the window takes the share of each row's span that lies

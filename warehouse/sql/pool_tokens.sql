@@ -31,7 +31,8 @@ parts AS (  -- each piece as what it adds to each figure (NULL: nothing)
 -- Each figure summed exactly, to the billionth, in DECIMAL(38, 9): the order the threads add the
 -- pieces in cannot move a cost by a bit, so the same rows (a rack's file, its copy in the lake) give
 -- the same report. A piece past 1e15 (no scrape interval counts that many tokens: a broken
--- exporter's counter) cannot be held so and is added as a double.
+-- exporter's counter) is added as a double beside them (a DECIMAL(38, 9) sum wraps past 1.7e29,
+-- beyond any sum of pieces under 1e15 that a window holds).
 SELECT make_timestamp($origin_us + k * $step_us) AS bucket,
        coalesce(sum(CASE WHEN abs(COLUMNS(* EXCLUDE (k))) < 1e15 THEN COLUMNS(* EXCLUDE (k))::DECIMAL(38, 9) END)::DOUBLE, 0)
            + coalesce(sum(CASE WHEN NOT abs(COLUMNS(* EXCLUDE (k))) < 1e15 THEN COLUMNS(* EXCLUDE (k)) END), 0)
