@@ -49,6 +49,7 @@ W3 = (W2[1], DAY + timedelta(days=1))
 PREFILL = TargetInfo("prefill-0", "http://p/metrics", "prefill", 2, "test")
 DECODE = TargetInfo("decode-0", "http://d/metrics", "decode", 4, "test")
 POOLS = {"prefill": [("prefill-0", 2)], "decode": [("decode-0", 4)]}
+PREFILL_ONLY = {"prefill": POOLS["prefill"], "decode": []}
 FLAT = PriceSheet("flat", (GpuPrice(datetime(2026, 1, 1), "*", 2.0, "test"),), ())  # whole hours: the hour table serves
 
 
@@ -141,15 +142,19 @@ def hours_only():
 
 
 def without(day_file: Path, marker: str, *tables: str) -> LocalQuery:
-    """The day in a file without some rollups: their tables dropped (nothing can read them) and the
-    rollup_state row that says the file keeps them deleted."""
+    """The day in a file without some rollups (drop_rollups)."""
     copy = day_file.with_name(f"without-{marker}.duckdb")
     shutil.copyfile(day_file, copy)
-    con = duckdb.connect(str(copy))
+    return drop_rollups(LocalQuery(duckdb.connect(str(copy))), marker, *tables)
+
+
+def drop_rollups(q: LocalQuery, marker: str, *tables: str) -> LocalQuery:
+    """`q` without some rollups: their tables dropped (nothing can read them) and the rollup_state
+    row that says the file keeps them deleted."""
     for table in tables:
-        con.execute(f"DROP TABLE {table}")
-    con.execute("DELETE FROM rollup_state WHERE name = ?", [marker])
-    return LocalQuery(con)
+        q.con.execute(f"DROP TABLE {table}")
+    q.con.execute("DELETE FROM rollup_state WHERE name = ?", [marker])
+    return q
 
 
 @pytest.fixture(scope="module")
@@ -486,16 +491,15 @@ def test_the_same_rows_in_another_order_cost_the_same_to_the_bit():
     figure was a tie at its rounding (the fleet test, on CI). The cost statement sums exactly: the
     same rows give the same bits whatever their order."""
     ahead, behind = engines_in_order([0, 1, 2]), engines_in_order([2, 1, 0])
-    pools = {"prefill": [("prefill-0", 2)], "decode": []}
     for start, end, step in (
         (DAY + timedelta(seconds=20), DAY + timedelta(minutes=8, seconds=40), None),
         (DAY, DAY + timedelta(minutes=9), 60),
         (DAY + timedelta(seconds=30), DAY + timedelta(minutes=9), 120),
     ):
-        a, b = (pool_tokens(q, pools, start, end, step) for q in (ahead, behind))
+        a, b = (pool_tokens(q, PREFILL_ONLY, start, end, step) for q in (ahead, behind))
         assert len(a) and a["prompt"].sum() == pytest.approx(sum(ADDS) * (end - start).total_seconds() / 60)
         pd.testing.assert_frame_equal(a, b, check_exact=True)
-        reports = [cost_report(q, pools, start, end, default_sheet()).as_json() for q in (ahead, behind)]
+        reports = [cost_report(q, PREFILL_ONLY, start, end, default_sheet()).as_json() for q in (ahead, behind)]
         assert reports[0] == reports[1]
 
 
@@ -504,15 +508,12 @@ def test_the_cost_reads_the_rows_a_racks_copy_in_the_lake_holds():
     last bit may differ from theirs summed exactly): the cost reads the minute rows with or without
     them, so a rack's file and its copy in the lake give the same bits."""
     # scraped every 7 minutes: each roll-up adds a six-minute row of the minutes' shares it closed
-    held, lake_like = engines_in_order([0, 1, 2], 7), engines_in_order([0, 1, 2], 7)
-    for table in ("increments_6m", "pool_histograms_6m"):
-        lake_like.con.execute(f"DROP TABLE {table}")
-    lake_like.con.execute("DELETE FROM rollup_state WHERE name = 'increments_6m'")
+    held = engines_in_order([0, 1, 2], 7)
+    lake_like = drop_rollups(engines_in_order([0, 1, 2], 7), "increments_6m", "increments_6m", "pool_histograms_6m")
     assert Holdings.of(held).sixes and held.con.execute("SELECT count(*) FROM increments_6m").fetchone()[0]
     assert not Holdings.of(lake_like).sixes
-    pools = {"prefill": [("prefill-0", 2)], "decode": []}
     for step in (360, 720, None):
-        a, b = (pool_tokens(q, pools, DAY, DAY + timedelta(minutes=84), step) for q in (held, lake_like))
+        a, b = (pool_tokens(q, PREFILL_ONLY, DAY, DAY + timedelta(minutes=84), step) for q in (held, lake_like))
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
@@ -525,10 +526,10 @@ def test_a_counter_too_large_to_sum_exactly_is_still_counted():
     for n, prompt in enumerate((0.0, 7.0, 1e20, 1e300)):
         page = prefill_page(prompt, 0.0).encode()
         ing.write(con, ScrapeBatch(PREFILL, DAY + timedelta(minutes=n), True, 0.01, parse_page(page)))
-    q, pools = LocalQuery(con), {"prefill": [("prefill-0", 2)], "decode": []}
-    assert pool_tokens(q, pools, DAY, DAY + timedelta(minutes=2), None)["prompt"].tolist() == [1e20]
-    assert pool_tokens(q, pools, DAY, DAY + timedelta(minutes=3), None)["prompt"].tolist() == [1e300]
-    assert pool_tokens(q, pools, DAY, DAY + timedelta(minutes=1), None)["prompt"].tolist() == [7.0]
+    q = LocalQuery(con)
+    assert pool_tokens(q, PREFILL_ONLY, DAY, DAY + timedelta(minutes=2), None)["prompt"].tolist() == [1e20]
+    assert pool_tokens(q, PREFILL_ONLY, DAY, DAY + timedelta(minutes=3), None)["prompt"].tolist() == [1e300]
+    assert pool_tokens(q, PREFILL_ONLY, DAY, DAY + timedelta(minutes=1), None)["prompt"].tolist() == [7.0]
 
 
 def test_steps_are_epoch_aligned_and_cut_to_the_window():
