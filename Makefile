@@ -87,8 +87,8 @@ typecheck: $(STAMP)
 
 ## make test: install and run the whole suite, with the 30 slowest of each half printed: what to
 ## make smaller when the suite nears CI's 45 minutes. The tests that start no server, browser or
-## vLLM run on every core (serially they took 12.7 minutes of 2 cores, 7.2 spread over both);
-## the others one at a time, as each starts processes of its own. Both halves run, whatever the first gives.
+## vLLM run on every core (760 s one at a time on 2 cores, 431 s on both); the others one at a
+## time, as each starts processes of its own. Both halves run whatever the first one gives.
 UNIT := not integration and not browser and not vllm
 test: $(STAMP) $(VLLM_STAMP) $(ROUTER_STAMP) $(FOCUS_STAMP) system-deps lint typecheck
 	$(BIN)/pytest -m "$(UNIT)" -n auto --dist worksteal --durations=30; unit=$$?; \
