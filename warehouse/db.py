@@ -31,6 +31,10 @@ from . import readonly
 from .limits import MB, MEMORY_FLOOR_MB, default_memory_limit, resident_bytes, size_bytes
 from .sql import sql
 
+JOIN_FILTER_KEYS = 1000
+"""The most distinct keys of a join's smaller side that DuckDB hands to the larger side's scan to skip
+row groups with (warehouse/sql/db_join_filters.sql)."""
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -229,6 +233,7 @@ class Warehouse:
         con.execute(sql("db_memory_limit"), {"size": self._memory_limit.strip()})
         if self._threads is not None:
             con.execute(sql("db_threads"), {"count": int(self._threads)})
+        con.execute(sql("db_join_filters"), {"count": JOIN_FILTER_KEYS})
         if self._checkpoint_threshold is not None:
             con.execute(sql("db_checkpoint_threshold"), {"size": self._checkpoint_threshold.strip()})
         if locked and self._lock_down:

@@ -93,6 +93,18 @@ def test_a_checkpoint_threshold_and_threads_are_the_writers_and_the_readers(tmp_
         Warehouse(tmp_path / "t.duckdb", threads=0)
 
 
+def test_writer_and_readers_hand_a_joins_keys_to_the_scan_and_sql_cannot_lower_it(tmp_path):
+    from warehouse.db import JOIN_FILTER_KEYS
+
+    wh = Warehouse(tmp_path / "j.duckdb")
+    setting = "SELECT current_setting('dynamic_or_filter_threshold') AS n"
+    assert wh.write(lambda con: con.sql(setting).fetchone()) == (JOIN_FILTER_KEYS,)
+    assert wh.query_df(setting)["n"][0] == JOIN_FILTER_KEYS > 50  # DuckDB's own default: 50
+    with pytest.raises(duckdb.Error, match="locked"):
+        wh.query_df("SET dynamic_or_filter_threshold = 0")
+    wh.close()
+
+
 @pytest.mark.parametrize("setting", ["memory_limit", "checkpoint_threshold"])
 @pytest.mark.parametrize("bad", ["lots", "4", "-1GB", "1GB; DROP TABLE samples", "50%"])
 def test_a_bad_size_is_refused_before_the_file_is_touched(tmp_path, setting, bad):

@@ -31,6 +31,7 @@ NOT_PREPARED = {  # PREPARE takes no DDL, SET or BEGIN: each of these parses as 
     "db_schema_migrations": "CREATE TABLE IF NOT EXISTS, before the migrations",
     "db_memory_limit": "SET (its value bound)",
     "db_threads": "SET (its value bound)",
+    "db_join_filters": "SET (its value bound)",
     "db_checkpoint_threshold": "SET (its value bound)",
     "readonly_lock_down": "SET",
     "readonly_lock_configuration": "SET",
