@@ -67,7 +67,7 @@ def slo_queries(q: live.Query, w: live.Window) -> None:
         return
     observed = slo.observed(q, users.window(latest, w.seconds))
     report, _ = slo.reports(q, observed)
-    slo.attainment_over_time(q, observed)
+    slo.attainment_over_time(q, observed, report)
     slo.budget_over_time(q, observed, report)
     slo.operating_points(q, observed)
 

@@ -87,6 +87,7 @@ class SloReport:
     good_tokens: int
     cost_note: str = ""
     classes: dict[str, SloClass] = field(default_factory=dict)
+    sums: pd.DataFrame | None = None  # the window's slo_sums, that the report's rows are summed from
 
     @property
     def seconds(self) -> float:
@@ -235,7 +236,7 @@ def slo_reports(
     out = {}
     for b in by:
         rows = _rows(GROUPS[b], classes, window, burns, periods, pool_costs, (end - start).total_seconds())
-        out[b] = SloReport(start, end, b, rows, cost, int(rows["good_tokens"].sum()), note, classes)
+        out[b] = SloReport(start, end, b, rows, cost, int(rows["good_tokens"].sum()), note, classes, window)
     return out
 
 

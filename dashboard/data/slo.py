@@ -44,10 +44,12 @@ def reports(q: Query, w: Window) -> tuple[SloReport, SloReport]:
     return r["class"], r["tenant"]
 
 
-def attainment_over_time(q: Query, w: Window) -> pd.DataFrame:
-    """bucket, class, held, met, attainment (None where nothing was held)."""
+def attainment_over_time(q: Query, w: Window, report: SloReport | None = None) -> pd.DataFrame:
+    """bucket, class, held, met, attainment (None where nothing was held). In hours, from the hourly
+    sums that `report` read, where it is the window's (one read fewer), else read here."""
     if users.hourly(w):
-        df = slo_sums(q, w.start, w.end).rename(columns={"ts": "bucket"})
+        sums = report.sums if report is not None and (report.start, report.end) == (w.start, w.end) else None
+        df = (sums if sums is not None else slo_sums(q, w.start, w.end)).rename(columns={"ts": "bucket"})
         df = df.groupby(["bucket", "class"], as_index=False)[["held", "met"]].sum() if len(df) else df
     else:  # no hours: steps of whole minutes from the per-minute sums, any other from every record
         window = slo_window(w.start, w.end, hours=False, minutes=w.step_seconds % 60 == 0)

@@ -104,7 +104,9 @@ def render() -> None:
     st.dataframe(rows[order], hide_index=True, key="slo_classes", column_config=TABLE)
     c = st.columns(2)
     objectives = {k: v.objective for k, v in report.classes.items()}
-    c[0].plotly_chart(figures.attainment_figure(data.attainment_over_time(query, w), objectives), key="attainment")
+    c[0].plotly_chart(
+        figures.attainment_figure(data.attainment_over_time(query, w, report), objectives), key="attainment"
+    )
     c[1].plotly_chart(figures.budget_figure(data.budget_over_time(query, w, report), w.start, w.end), key="budget")
     st.plotly_chart(figures.operating_point_figure(data.operating_points(query, w)), key="operating_point")
 

@@ -64,6 +64,25 @@ def test_attainment_in_steps_of_whole_minutes_is_read_from_the_minute_sums():
     assert slo.attainment_over_time(q, Window(w.start, w.end, 30)).empty  # half minutes: the records only
 
 
+def test_attainment_in_hours_takes_the_reports_sums_of_the_same_window_and_reads_nothing():
+    local = LocalQuery(warehouse())
+    asked: list[str] = []
+
+    def q(sql, params=None):  # type: ignore[no-untyped-def]
+        asked.append(sql)
+        return local(sql, params)
+
+    w = Window(END - timedelta(hours=8), END, 3600)  # past the raw records' 6 h: in hours
+    report, _ = slo.reports(q, w)
+    asked.clear()
+    got = slo.attainment_over_time(q, w, report)
+    assert not asked
+    pd.testing.assert_frame_equal(got, slo.attainment_over_time(q, w))  # read here: the same
+    assert len(asked) == 1 and int(got["held"].sum()) == int(report.rows["requests"].sum()) > 0
+    other = Window(w.start, END - timedelta(hours=1), 3600)  # not the report's window: read, fewer held
+    assert int(slo.attainment_over_time(q, other, report)["held"].sum()) < int(got["held"].sum())
+
+
 @pytest.fixture
 def records_api(tmp_path):
     from warehouse.api import QueryServer
