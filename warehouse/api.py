@@ -547,9 +547,11 @@ class QueryClient:
 
 
 def _wire(params: Params | None) -> Params:
-    """Parameters as JSON: times as ISO 8601 text, which DuckDB casts back."""
+    """Parameters as JSON: times as ISO 8601 text (in lists too), which DuckDB casts back."""
 
     def one(p: Any) -> Any:
+        if isinstance(p, list):
+            return [one(x) for x in p]
         return p.isoformat() if isinstance(p, (datetime, date)) else p
 
     if isinstance(params, dict):

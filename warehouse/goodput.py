@@ -1,8 +1,9 @@
 """SLO attainment, goodput, error budget, burn rates and $/M good tokens (docs/definitions.md, "SLOs").
 
-Counts come from the gateway's request records through warehouse/sql/requests_slo.sql: a window's
-whole hours from the hourly SLO sums (and the records not rolled up yet), its edges from the
-records, so a report is exact as far back as the hourly sums go and as fine as the records where
+Counts come from the gateway's request records through warehouse/sql/requests_slo_windows.sql: a
+window's whole hours from the hourly SLO sums, its whole minutes around them from the per-minute
+sums (and the records not rolled up into either yet), its edges from the records; the windows of a
+report, which end together, in one read, so a report is exact as far back as the hourly sums go and as fine as the records where
 they are kept. Each class is read at the version in effect at the window's end for its objective and
 period. A figure with nothing under it (no request held to a class) is None, never 0 or NaN.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import csv
 import io
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,6 +27,7 @@ from .cost import NoData, Pools, allocate, cost_report, stored_pools
 from .prices import PriceSheet
 from .read import HOUR, MINUTE, Query, ceil, floor, request_hours, run
 from .slo import SloClass, SloSheet, slo_params, stored_slo_sheet
+from .sql import text as sql_text
 
 BURN_WINDOWS = {"5m": timedelta(minutes=5), "30m": timedelta(minutes=30), "1h": HOUR, "6h": timedelta(hours=6)}
 """The multi-window burn rates of Google's SRE workbook: page on 1 h and 5 min, ticket on 6 h and 30 min."""
@@ -36,10 +40,37 @@ class NoSloSheet(MoemeterError, LookupError):
     """The warehouse holds no SLO sheet (it is stored with the first request records)."""
 
 
+WINDOWS_PER_READ = len(set(re.findall(r"\$edges_starts\[(\d+)\]", sql_text("requests_slo_windows"))))
+"""The windows warehouse/sql/requests_slo_windows.sql reads at once: its slots, a scan for each one's
+start edge (8)."""
+WINDOW_BOUNDS = {  # requests_slo_windows.sql's list parameters, each of slo_window's bound of a window
+    "edges_starts": "edges_start",
+    "minutes_froms": "minutes_from",
+    "finished_froms": "finished_from",
+    "finished_untils": "finished_until",
+    "minutes_untils": "minutes_until",
+}
+
+
 def slo_sums(q: Query, start: datetime, end: datetime) -> pd.DataFrame:
     """Per finishing hour, class and tenant: the requests_slo_1h sums of the requests that finished
     in [start, end)."""
-    return run(q, "requests_slo", slo_window(start, end))
+    return slo_sums_ending(q, [start], end)[0]
+
+
+def slo_sums_ending(q: Query, starts: Sequence[datetime], end: datetime) -> list[pd.DataFrame]:
+    """slo_sums(q, start, end) for each of `starts` (each before `end`), read together: up to
+    WINDOWS_PER_READ windows in one statement, each request record judged once."""
+    distinct = sorted(set(starts))
+    sums: dict[datetime, pd.DataFrame] = {}
+    for i in range(0, len(distinct), WINDOWS_PER_READ):
+        group = distinct[i : i + WINDOWS_PER_READ]
+        bounds = [slo_window(start, end) for start in group]
+        lists = {name: [b[bound] for b in bounds] for name, bound in WINDOW_BOUNDS.items()}
+        df = run(q, "requests_slo_windows", {**lists, "edges_end": end, "server_faults": bounds[0]["server_faults"]})
+        for k, start in enumerate(group, 1):
+            sums[start] = df[df["k"] == k].drop(columns="k").reset_index(drop=True)
+    return [sums[start] for start in starts]
 
 
 def slo_window(start: datetime, end: datetime, hours: bool = True, minutes: bool = True) -> dict[str, Any]:
@@ -88,6 +119,7 @@ class SloReport:
     cost_note: str = ""
     classes: dict[str, SloClass] = field(default_factory=dict)
     sums: pd.DataFrame | None = None  # the window's slo_sums, that the report's rows are summed from
+    history: pd.DataFrame | None = None  # slo_sums from the window's first hour less the longest period
 
     @property
     def seconds(self) -> float:
@@ -221,9 +253,13 @@ def slo_reports(
         raise ValueError(f"--by must be one of {', '.join(GROUPS)}, got {wrong[0]!r}")
     sheet = stored_sheet(q)
     classes = sheet.classes_at(end)
-    window = slo_sums(q, start, end)
-    burns = {name: slo_sums(q, end - width, end) for name, width in BURN_WINDOWS.items()}
-    periods = {days: slo_sums(q, end - timedelta(days=days), end) for days in {c.period_days for c in classes.values()}}
+    days = sorted({c.period_days for c in classes.values()})
+    # the window, its burn windows, its classes' periods, and the history a budget over time needs
+    history = floor(start, HOUR) - timedelta(days=max(days, default=0))
+    starts = [start, *(end - width for width in BURN_WINDOWS.values()), *(end - timedelta(days=d) for d in days)]
+    window, *rest, before = slo_sums_ending(q, [*starts, history], end)
+    burns = dict(zip(BURN_WINDOWS, rest[: len(BURN_WINDOWS)], strict=True))
+    periods = dict(zip(days, rest[len(BURN_WINDOWS) :], strict=True))
     cost, note = None, ""
     try:
         pools = pools if pools is not None else stored_pools(q, start, end)
@@ -236,7 +272,7 @@ def slo_reports(
     out = {}
     for b in by:
         rows = _rows(GROUPS[b], classes, window, burns, periods, pool_costs, (end - start).total_seconds())
-        out[b] = SloReport(start, end, b, rows, cost, int(rows["good_tokens"].sum()), note, classes, window)
+        out[b] = SloReport(start, end, b, rows, cost, int(rows["good_tokens"].sum()), note, classes, window, before)
     return out
 
 

@@ -68,12 +68,15 @@ def budget_over_time(q: Query, w: Window, report: SloReport) -> pd.DataFrame:
     """ts, class, budget_left: each class's error budget left over its period (docs/definitions.md,
     SLOs) as it stood at each whole hour of the window, from the hourly SLO sums, and at the
     window's end (the report's own figure). A class's objective and period are its version in
-    effect at the window's end. None where nothing was held over the period."""
+    effect at the window's end. None where nothing was held over the period. The hourly sums are
+    those the report read with it, where it is the window's."""
     hour = timedelta(hours=1)
     rows: list[tuple[object, str, float | None]] = []
     if report.classes:
         longest = timedelta(days=max(c.period_days for c in report.classes.values()))
-        sums = slo_sums(q, floor(w.start, hour) - longest, w.end)
+        sums = report.history if (report.start, report.end) == (w.start, w.end) else None
+        if sums is None:
+            sums = slo_sums(q, floor(w.start, hour) - longest, w.end)
         hourly = sums.groupby(["ts", "class"], as_index=False)[["held", "met"]].sum() if len(sums) else EMPTY_SUMS
         hourly = hourly.assign(ts=pd.to_datetime(hourly["ts"]))
         points = pd.date_range(ceil(w.start, hour), w.end, freq="h", inclusive="left")

@@ -4,6 +4,7 @@ records (tests/warehouse/test_goodput.py's: its docstring gives every request an
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def test_attainment_in_steps_of_whole_minutes_is_read_from_the_minute_sums():
     assert slo.attainment_over_time(q, Window(w.start, w.end, 30)).empty  # half minutes: the records only
 
 
-def test_attainment_in_hours_takes_the_reports_sums_of_the_same_window_and_reads_nothing():
+def test_attainment_and_budget_in_hours_take_the_reports_sums_of_the_same_window_and_read_nothing():
     local = LocalQuery(warehouse())
     asked: list[str] = []
 
@@ -81,6 +82,11 @@ def test_attainment_in_hours_takes_the_reports_sums_of_the_same_window_and_reads
     assert len(asked) == 1 and int(got["held"].sum()) == int(report.rows["requests"].sum()) > 0
     other = Window(w.start, END - timedelta(hours=1), 3600)  # not the report's window: read, fewer held
     assert int(slo.attainment_over_time(q, other, report)["held"].sum()) < int(got["held"].sum())
+    asked.clear()
+    budget = slo.budget_over_time(q, w, report)  # the hours before the window, read with the report
+    assert not asked and len(budget) == 2 * 8 + 2  # two classes: 8 whole hours and the end
+    pd.testing.assert_frame_equal(budget, slo.budget_over_time(q, w, replace(report, history=None)))
+    assert len(asked) == 1
 
 
 @pytest.fixture

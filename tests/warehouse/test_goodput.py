@@ -38,13 +38,15 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 
 import duckdb
+import pandas as pd
 import pytest
 
 from moemeter.cli import main
 from moemeter.contract.requests import RequestRecord
 from warehouse.api import LocalQuery
 from warehouse.db import apply_migrations
-from warehouse.goodput import slo_report
+from warehouse.goodput import slo_report, slo_sums_ending, slo_window
+from warehouse.read import run
 from warehouse.requests import RequestIngestor, roll_requests_1h, roll_requests_slo_1m
 from warehouse.slo import SloSheetError, parse_slo_sheet, store_slo_sheet
 
@@ -261,6 +263,56 @@ def test_records_stored_after_the_minute_roll_up_are_read_once(con) -> None:
     chat = rows(con, START + timedelta(seconds=30), END)["chat"]
     assert (chat["requests"], chat["met"]) == (8, 3)
     assert chat["burn_1h"] == pytest.approx(3 / 5 / 0.1)  # 4, 5, 6, 7 and 13: 5, 13 and 7 missed
+
+
+def test_windows_read_together_give_each_windows_own_read(con) -> None:
+    """slo_sums_ending reads up to eight windows that end together in one statement, each record
+    judged once: each window's sums are what requests_slo.sql (the hourly roll-up's statement) gives
+    for that window alone, before the roll-ups, after them, with a record stored late, and with the
+    records gone; more windows than one read takes are read in turns, duplicates once."""
+    q = LocalQuery(con)
+    ends = (END, at("14:25") + timedelta(seconds=30))
+    gaps = [timedelta(minutes=m, seconds=s) for m, s in ((0, 20), (5, 0), (30, 0), (60, 0), (91, 7), (360, 0))]
+    gaps += [timedelta(days=1), timedelta(hours=2, seconds=45), timedelta(minutes=125), timedelta(days=1)]
+
+    asked: list[str] = []
+
+    def counted(sql: str, params: dict | None = None) -> pd.DataFrame:
+        asked.append(sql)
+        return q(sql, params)
+
+    def same() -> None:
+        for end in ends:
+            starts = [end - g for g in gaps]
+            asked.clear()
+            together = slo_sums_ending(counted, starts, end)
+            assert len(asked) == 2 and len(together) == len(starts)  # nine distinct windows: eight, then one
+            for start, got in zip(starts, together, strict=True):
+                alone = run(q, "requests_slo", slo_window(start, end))
+                pd.testing.assert_frame_equal(got, alone)
+
+    same()
+    assert int(slo_sums_ending(q, [START], END)[0]["requests"].sum()) == 10  # 1-8, 11 and 12: not all empty
+    # the gateway starts a new log, numbered from 1 again: its seq 2 is 1's too, and both count
+    again = record(14, "bob", "14:27")
+    RequestIngestor().write(
+        con,
+        "gw",
+        {"schema": "moemeter.requests/1", "log_id": "gw-2", "records": [again | {"seq": 2}]},
+        DAY.replace(hour=15),
+    )
+    assert con.execute("SELECT count(*) FROM requests WHERE gateway = 'gw' AND seq = 2").fetchone() == (2,)
+    same()
+    assert int(slo_sums_ending(q, [START], END)[0]["requests"].sum()) == 11
+    rolled(con, DAY.replace(hour=14))
+    same()
+    late = record(13, "bob", "13:45", ttft_seconds=1.5)
+    page = {"schema": "moemeter.requests/1", "log_id": "gw", "records": [late | {"seq": len(RECORDS) + 1}]}
+    RequestIngestor().write(con, "gw", page, DAY.replace(hour=17))
+    same()
+    rolled(con, DAY.replace(hour=18))
+    con.execute("DELETE FROM requests WHERE finished_at < ?", [at("14:00")])
+    same()
 
 
 def test_entries_that_would_change_stored_attainment_are_refused(con) -> None:

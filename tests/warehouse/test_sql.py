@@ -23,7 +23,10 @@ INCLUDE_ONLY = {
     "requests_hourly",
     "requests_hour_where",
     "request_slo",
+    "request_slo_judged",
     "requests_slo_minutes",
+    "requests_slo_counts",
+    "requests_slo_rolled",
     "requests_slo_add",
     *("read_members", "read_raw_samples", "read_per_pool", "read_per_pool_raw", "read_pool_rollup", "read_no_rows"),
 }  # CTE lists that only make sense inside a statement, and read.py's pieces of one (bound in it below)
