@@ -48,7 +48,7 @@ def engines_over_time(q: Query, w: Window, role: str) -> pd.DataFrame:
     accepted / drafts); NaN where none was counted."""
     gauges = at_resolution(q, "dp_gauges", w, {"role": role})
     steps = counters(q, "dp_steps", w, {"role": role})
-    drafted = drafting(q, w).over_time("engine")
+    drafted = drafting(q, w).over_time("engine", positions=False)
     drafted = drafted.loc[drafted["role"] == role, ["bucket", *KEYS, "drafts", "accepted_tokens"]]
     for frame in (gauges, steps, drafted):
         frame["bucket"] = pd.to_datetime(frame["bucket"])

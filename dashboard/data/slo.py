@@ -110,7 +110,7 @@ def operating_points(q: Query, w: Window) -> pd.DataFrame:
     if rack.empty or per_user.empty:
         return pd.DataFrame(columns=["bucket", "tps_per_gpu", "tps_per_user", "acceptance_length"])
     rack["bucket"], per_user["bucket"] = pd.to_datetime(rack["bucket"]), pd.to_datetime(per_user["bucket"])
-    drafted = spec.drafting(q, w).over_time("pool")
+    drafted = spec.drafting(q, w).over_time("pool", positions=False)
     drafted = drafted.loc[drafted["role"] == "decode", ["bucket", "mean_acceptance_length"]]
     drafted = drafted.rename(columns={"mean_acceptance_length": "acceptance_length"})
     drafted["bucket"] = pd.to_datetime(drafted["bucket"])

@@ -32,9 +32,9 @@ class Drafting:
         """The window's figures per pool, instance or engine (warehouse/spec.py's figures)."""
         return figures(self.long, KEYS[by])
 
-    def over_time(self, by: str = "pool") -> pd.DataFrame:
-        """Per step: the figures per pool, instance or engine."""
-        return over_time(self.long, KEYS[by])
+    def over_time(self, by: str = "pool", positions: bool = True) -> pd.DataFrame:
+        """Per step: the figures per pool, instance or engine (`positions=False`: no position rates)."""
+        return over_time(self.long, KEYS[by], positions)
 
     def cost_split(self, decode_cost_usd: float, generated: float) -> CostSplit | None:
         """The decode pool's $/M output over the window split by its rejected drafts' share."""

@@ -88,7 +88,9 @@ def render(choice: str, start: datetime | None, end: datetime | None) -> None:
     if drafting.empty:  # no speculative config: the KV cache takes the place beside per-user speed
         c4.plotly_chart(figures.kv_figure(gauges), key="kv")
     else:  # per-user speed is acceptance length over step time: the two side by side
-        c4.plotly_chart(spec_figures.acceptance_length_figure(drafting.over_time("pool")), key="acceptance")
+        c4.plotly_chart(
+            spec_figures.acceptance_length_figure(drafting.over_time("pool", positions=False)), key="acceptance"
+        )
         st.plotly_chart(figures.kv_figure(gauges), key="kv")
     st.plotly_chart(figures.queue_figure(gauges), key="queue")
 

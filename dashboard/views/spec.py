@@ -109,7 +109,7 @@ def render() -> None:
 
 
 def _engine_steps(drafting: data.Drafting) -> pd.DataFrame:
-    steps = drafting.over_time("engine")
+    steps = drafting.over_time("engine", positions=False)
     steps["label"] = [dp.engine_label(t, e) for t, e in zip(steps["target"], steps["engine"])]
     return steps
 

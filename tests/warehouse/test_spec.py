@@ -8,6 +8,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import duckdb
+import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,7 +19,7 @@ from stack.twin.server import Twin
 from warehouse.api import LocalQuery
 from warehouse.db import Warehouse
 from warehouse.ingest import Ingestor, ScrapeBatch
-from warehouse.spec import REJECTED_BASIS, spec_report
+from warehouse.spec import KEYS, REJECTED_BASIS, counts, over_time, spec_report
 
 SCRAPES = (60.0, 90.0, 120.0)
 
@@ -104,6 +105,17 @@ def test_each_engine_is_its_own_figure(drafted):
     for row in rows[:5]:
         want = vllms_figures(pages[0], pages[-1], {row["engine"]})
         assert row["mean_acceptance_length"] == pytest.approx(want["mean_acceptance_length"], abs=1e-6)
+
+
+def test_per_step_figures_without_position_rates_are_the_same_figures(drafted):
+    db, start, _ = drafted
+    window = (start + timedelta(seconds=SCRAPES[0]), start + timedelta(seconds=SCRAPES[-1], microseconds=1))
+    long = read(db, lambda q: counts(q, *window, 30))
+    whole, lean = over_time(long, KEYS["engine"]), over_time(long, KEYS["engine"], positions=False)
+    steps = whole.groupby("bucket")["engine"].nunique()
+    assert len(steps) >= 2 and steps.eq(64).all() and lean["position_rates"].isna().all()  # 64 engines a step
+    assert whole["position_rates"].map(len).eq(3).all()  # the twin's three draft positions
+    pd.testing.assert_frame_equal(lean.drop(columns="position_rates"), whole.drop(columns="position_rates"))
 
 
 def test_the_decode_cost_splits_into_accepted_output_and_rejected_drafts(drafted):
