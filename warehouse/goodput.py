@@ -2,9 +2,9 @@
 
 Counts come from the gateway's request records through warehouse/sql/requests_slo_windows.sql: a
 window's whole hours from the hourly SLO sums, its whole minutes around them from the per-minute
-sums (and the records not rolled up into either yet), its edges from the records; the windows of a
-report, which end together, in one read, so a report is exact as far back as the hourly sums go and as fine as the records where
-they are kept. Each class is read at the version in effect at the window's end for its objective and
+sums (and the records not rolled up into either yet), its edges from the records, and a report's
+windows, which end together, in one read. So a report is exact as far back as the hourly sums go,
+and as fine as the records where they are kept. Each class is read at the version in effect at the window's end for its objective and
 period. A figure with nothing under it (no request held to a class) is None, never 0 or NaN.
 """
 
