@@ -268,8 +268,9 @@ def test_records_stored_after_the_minute_roll_up_are_read_once(con) -> None:
 def test_windows_read_together_give_each_windows_own_read(con) -> None:
     """slo_sums_ending reads up to eight windows that end together in one statement, each record
     judged once: each window's sums are what requests_slo.sql (the hourly roll-up's statement) gives
-    for that window alone, before the roll-ups, after them, with a record stored late, and with the
-    records gone; more windows than one read takes are read in turns, duplicates once."""
+    for that window alone, before the roll-ups, after them, with a gateway's new log numbering its
+    records from 1 again, with a record stored late, and with the records gone; more windows than one
+    read takes are read in turns, duplicates once."""
     q = LocalQuery(con)
     ends = (END, at("14:25") + timedelta(seconds=30))
     gaps = [timedelta(minutes=m, seconds=s) for m, s in ((0, 20), (5, 0), (30, 0), (60, 0), (91, 7), (360, 0))]
